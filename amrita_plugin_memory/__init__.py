@@ -1,0 +1,61 @@
+"""amrita_plugin_memory: long-term memory for AmritaBot.
+
+L1 memo (always injected), L2 vector memory (tools), L3 offline consolidation
+loop. This module is framework glue only: it loads the configuration, builds
+the :class:`~.runtime.MemoryRuntime` and registers hooks, tools and commands.
+"""
+
+from nonebot import get_driver, logger, require
+
+require("nonebot_plugin_localstore")
+require("nonebot_plugin_orm")
+require("nonebot_plugin_apscheduler")
+require("nonebot_plugin_amrita")
+require("amrita.plugins.chat")
+
+import nonebot_plugin_localstore as localstore  # noqa: E402
+from nonebot.plugin import PluginMetadata  # noqa: E402
+
+from . import models as models  # noqa: E402  (registers the ORM tables)
+from .config import ConfigError, EnvConfig, PluginConfig  # noqa: E402
+from .runtime import MemoryRuntime  # noqa: E402
+
+__all__ = ["EnvConfig", "MemoryRuntime", "PluginConfig", "runtime"]
+
+__plugin_meta__ = PluginMetadata(
+    name="amrita_plugin_memory",
+    description="Amrita 长期记忆插件：L1 备忘录 + L2 向量记忆 + L3 离线巩固循环",
+    usage="/memory user list|search <关键词>|delete <ID>；/memory group list|search|delete",
+    type="application",
+    homepage="https://github.com/",
+    config=EnvConfig,
+    supported_adapters={"~onebot.v11"},
+)
+
+
+def _setup() -> MemoryRuntime | None:
+    """Load the configuration and build the runtime; ``None`` disables the plugin.
+
+    A bad configuration value must not take the bot down: the plugin logs one
+    clear message and stays inert while the rest of the bot keeps running.
+    """
+    try:
+        config = PluginConfig.load(
+            config_dir=localstore.get_plugin_config_dir(),
+            data_dir=localstore.get_plugin_data_dir(),
+            env_overrides=get_driver().config.model_dump(),
+            warn=logger.warning,
+        )
+    except ConfigError as exc:
+        logger.error(f"[Memory] 配置无效，插件未启用：{exc}")
+        return None
+    rt = MemoryRuntime(config)
+    driver = get_driver()
+    driver.on_shutdown(rt.close)
+    logger.info(
+        f"[Memory] 已加载：向量库 {rt.connection.describe()}，嵌入服务 {rt.embedder.describe()}"
+    )
+    return rt
+
+
+runtime = _setup()

@@ -1,0 +1,264 @@
+"""Configuration: environment settings and the plugin's TOML file.
+
+Two sources, one object:
+
+* :class:`EnvConfig` — deployment settings from the environment / ``.env``
+  (vector database, embedding service, startup check). Key names follow the
+  spec's table exactly, including the historical spelling ``EMBEDDING_PROCTOL``.
+* :class:`ConfigFile` — behaviour settings in
+  ``config/amrita_plugin_memory/config.toml`` (L2 limits, L1 memo size and the
+  ``[subconscious]`` section of the L3 loop).
+
+:class:`PluginConfig` bundles both; it is created once by the plugin and
+passed explicitly to every component that needs it.
+
+Invalid values raise :class:`ConfigError` whose message names the key and the
+allowed values, so an operator can fix the file without reading a traceback.
+Keys we do not know (written by another version of the plugin) only warn.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = [
+    "ConfigError",
+    "ConfigFile",
+    "EnvConfig",
+    "PluginConfig",
+    "SubconsciousConfig",
+    "load_config_file",
+    "render_config_toml",
+]
+
+CONFIG_FILE_NAME = "config.toml"
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message is meant for operators."""
+
+
+def _describe_errors(exc: ValidationError, *, key_style: Callable[[str], str]) -> str:
+    """Turn a pydantic error into one line per bad key, in Chinese, naming the key."""
+    lines: list[str] = []
+    for err in exc.errors():
+        key = key_style(".".join(str(part) for part in err["loc"]))
+        value = err.get("input")
+        ctx = err.get("ctx") or {}
+        if err["type"] == "literal_error" and "expected" in ctx:
+            reason = f"允许的取值为 {ctx['expected']}"
+        elif "ge" in ctx or "le" in ctx or "gt" in ctx or "lt" in ctx:
+            bounds = ", ".join(f"{k} {v}" for k, v in ctx.items() if k in {"ge", "le", "gt", "lt"})
+            reason = f"超出范围（要求 {bounds}）"
+        else:
+            reason = err["msg"]
+        lines.append(f"配置项 {key} 的值 {value!r} 无效：{reason}")
+    return "；".join(lines)
+
+
+# ---------------------------------------------------------------------------
+# Environment settings
+# ---------------------------------------------------------------------------
+
+
+class EnvConfig(BaseSettings):
+    """Deployment settings read from the environment (and NoneBot's ``.env``)."""
+
+    model_config = SettingsConfigDict(case_sensitive=False, extra="ignore")
+
+    vector_db_type: Literal["local", "remote"] = "local"
+    vector_db_server: str = "127.0.0.1"
+    vector_db_port: int = Field(default=8000, ge=1, le=65535)
+    vector_db_server_ssl: bool = False
+    vector_db_remote_headers: dict[str, str] = Field(default_factory=dict)
+    vector_db_tenant: str = "default"
+    vector_db_database: str = "default"
+
+    embedding_model_url: str = "http://127.0.0.1:11434"
+    embedding_model_name: str = "auto"
+    embedding_proctol: Literal["openai", "ollama-embed"] = "ollama-embed"
+    embedding_model_api_key: str = ""
+    # Not in the spec's table: request timeout of the embedding client. A hung
+    # embedding service must turn into a clear error, not a stuck chat turn.
+    embedding_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+
+    embed_check_on_startup: bool = True
+    embed_mismatch_policy: Literal["ask", "auto", "never"] = "ask"
+    reembed_batch_size: int = Field(default=64, ge=1, le=2048)
+    reembed_backup_keep: int = Field(default=3, ge=1, le=100)
+
+    @classmethod
+    def load(cls, overrides: Mapping[str, Any] | None = None) -> EnvConfig:
+        """Read the environment, letting ``overrides`` (NoneBot's parsed ``.env``) win.
+
+        NoneBot reads ``.env`` itself and does not export it to ``os.environ``,
+        so the plugin passes the driver config here.
+        """
+        given = {k.lower(): v for k, v in (overrides or {}).items()}
+        kwargs = {name: given[name] for name in cls.model_fields if name in given}
+        try:
+            return cls(**kwargs)
+        except ValidationError as exc:
+            raise ConfigError(_describe_errors(exc, key_style=str.upper)) from None
+
+
+def env_example() -> str:
+    """The ``.env`` keys with their defaults, as written to ``.env.example``."""
+    defaults = EnvConfig.model_construct()
+    lines = []
+    for name in EnvConfig.model_fields:
+        value = getattr(defaults, name)
+        if isinstance(value, bool):
+            text = str(value).lower()
+        elif isinstance(value, dict):
+            text = json.dumps(value)
+        else:
+            text = str(value)
+        lines.append(f"{name.upper()}={text}")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------
+# TOML file
+# ---------------------------------------------------------------------------
+
+
+class _Section(BaseModel):
+    # Unknown keys are detected (and warned about) before validation.
+    model_config = ConfigDict(extra="ignore", validate_assignment=True)
+
+
+class SubconsciousConfig(_Section):
+    """``[subconscious]``: the L3 offline consolidation loop."""
+
+    enabled: bool = False
+    target_user_id: str = ""
+    allowed_tools: list[str] = Field(default_factory=list)
+    max_iterations: int = Field(default=10, ge=1, le=200)
+    loop_detect_threshold: int = Field(default=3, ge=1, le=100)
+    rethink_base_delay_minutes: float = Field(default=30, gt=0)
+    rethink_penalty_multiplier: float = Field(default=1.5, ge=1)
+    rethink_max_delay_minutes: float = Field(default=1440, gt=0)
+    prompt_file: str = "prompt/subconscious_main.md.jinja2"
+    prompt_send_file: str = "prompt/subconscious_send.md.jinja2"
+    prompt_knowledge_file: str = "prompt/knowledge_guide.md.jinja2"
+    prompt_profile_file: str = "prompt/profile_guide.md.jinja2"
+    enable_memory_compress: bool = True
+    allow_send_to_user: bool = False
+    memory_warn_threshold: int = Field(default=100, ge=1)
+    max_abstracts: int = Field(default=5, ge=1, le=100)
+    knowledge_max_chars: int = Field(default=10000, ge=100, le=1_000_000)
+    knowledge_collection_name: str = Field(
+        default="amrita_global_knowledge", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]$"
+    )
+    enable_knowledge: bool = True
+
+
+class ConfigFile(_Section):
+    """``config/amrita_plugin_memory/config.toml``."""
+
+    short_term_expiry_days: int = Field(default=7, ge=0)
+    long_term_expiry_days: int = Field(default=90, ge=0)
+    per_session_memory_limit: int = Field(default=50, ge=1, le=100_000)
+    memo_max_chars: int = Field(default=1000, ge=1, le=100_000)
+    subconscious: SubconsciousConfig = Field(default_factory=SubconsciousConfig)
+
+
+def _unknown_keys(raw: Mapping[str, Any]) -> list[str]:
+    unknown = [k for k in raw if k not in ConfigFile.model_fields]
+    section = raw.get("subconscious")
+    if isinstance(section, Mapping):
+        unknown += [
+            f"subconscious.{k}" for k in section if k not in SubconsciousConfig.model_fields
+        ]
+    return unknown
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        # JSON string escapes are valid TOML basic-string escapes.
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"unsupported TOML value: {value!r}")
+
+
+def render_config_toml(config: ConfigFile | None = None) -> str:
+    """Render a config as TOML (top-level keys, then ``[subconscious]``)."""
+    config = config or ConfigFile()
+    lines = ["# amrita_plugin_memory 配置（缺失时自动以默认值创建）", ""]
+    lines += ["# L2 记忆"]
+    for name in ConfigFile.model_fields:
+        if name != "subconscious":
+            lines.append(f"{name} = {_toml_value(getattr(config, name))}")
+    lines += ["", "# L3 离线巩固循环", "[subconscious]"]
+    for name in SubconsciousConfig.model_fields:
+        lines.append(f"{name} = {_toml_value(getattr(config.subconscious, name))}")
+    return "\n".join(lines) + "\n"
+
+
+def load_config_file(path: Path, *, warn: Callable[[str], None]) -> ConfigFile:
+    """Load ``path``, creating it with defaults when missing.
+
+    Unknown keys are reported through ``warn`` and ignored; a bad value raises
+    :class:`ConfigError` naming the key.
+    """
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(render_config_toml(), encoding="utf-8")
+        return ConfigFile()
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"配置文件 {path} 不是合法的 TOML：{exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"无法读取配置文件 {path}：{exc}") from None
+    for key in _unknown_keys(raw):
+        warn(f"[Memory] 配置文件 {path} 含未知配置项 {key}（可能来自其他版本的插件），已忽略")
+    try:
+        return ConfigFile.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"{path}：" + _describe_errors(exc, key_style=lambda k: k)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class PluginConfig:
+    """The one configuration object handed to every component."""
+
+    env: EnvConfig
+    file: ConfigFile
+    config_dir: Path
+    data_dir: Path
+
+    @property
+    def backup_dir(self) -> Path:
+        return self.data_dir / "backups"
+
+    @property
+    def chroma_dir(self) -> Path:
+        return self.data_dir / "vector_db.chroma"
+
+    @classmethod
+    def load(
+        cls,
+        *,
+        config_dir: Path,
+        data_dir: Path,
+        env_overrides: Mapping[str, Any] | None,
+        warn: Callable[[str], None],
+    ) -> PluginConfig:
+        env = EnvConfig.load(env_overrides)
+        file = load_config_file(config_dir / CONFIG_FILE_NAME, warn=warn)
+        return cls(env=env, file=file, config_dir=config_dir, data_dir=data_dir)
