@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 import aiohttp
 
+from .config import EnvConfig
+
 __all__ = [
     "EmbeddingClient",
     "EmbeddingError",
@@ -93,6 +95,18 @@ class EmbeddingClient:
         )
         self._session: aiohttp.ClientSession | None = None
         self._resolve_lock = asyncio.Lock()
+
+    @classmethod
+    def from_env(cls, env: EnvConfig) -> EmbeddingClient:
+        """The client described by the ``EMBEDDING_*`` settings."""
+        return cls(
+            protocol=env.embedding_proctol,
+            base_url=env.embedding_model_url,
+            model=env.embedding_model_name,
+            api_key=env.embedding_model_api_key,
+            timeout=env.embedding_timeout_seconds,
+            batch_size=env.reembed_batch_size,
+        )
 
     # -- lifecycle -------------------------------------------------------
 

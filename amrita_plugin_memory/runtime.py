@@ -18,17 +18,9 @@ class MemoryRuntime:
     """
 
     def __init__(self, config: PluginConfig) -> None:
-        env = config.env
         self.config = config
-        self.embedder = EmbeddingClient(
-            protocol=env.embedding_proctol,
-            base_url=env.embedding_model_url,
-            model=env.embedding_model_name,
-            api_key=env.embedding_model_api_key,
-            timeout=env.embedding_timeout_seconds,
-            batch_size=env.reembed_batch_size,
-        )
-        self.connection = ChromaConnection(env, config.chroma_dir)
+        self.embedder = EmbeddingClient.from_env(config.env)
+        self.connection = ChromaConnection(config.env, config.chroma_dir)
         self.store = MemoryStore(self.connection, self.embedder, MEMORY_COLLECTION)
 
     async def close(self) -> None:

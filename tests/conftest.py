@@ -1,0 +1,165 @@
+"""Test bed: a real NoneBot + OneBot V11 + Amrita stack with local protocol servers.
+
+Before NoneBot starts, this file starts on 127.0.0.1:
+  * an embedding server speaking the Ollama and OpenAI protocols,
+  * an OpenAI-compatible chat server whose replies tests script,
+and writes a minimal Amrita chat configuration pointing at them into a
+temporary bot project (the working directory of the whole session). A real
+``chroma run`` server is started on first use for the remote-mode tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import nonebug
+import pytest
+
+# Amrita's webui runs `uv --version` at import time (pitfall P1).
+os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+
+from tests.servers import ChatServer, ChromaServer, EmbeddingServer  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = Path(tempfile.mkdtemp(prefix="apm-test-"))
+EMBED = EmbeddingServer()
+CHAT = ChatServer()
+EMBED_MODEL = "nomic-embed-text:latest"
+SUPERUSER = "99999"
+
+
+def _write_bot_project(work: Path, chat_base_url: str) -> None:
+    chat_dir = work / "config" / "chat"
+    (chat_dir / "models").mkdir(parents=True, exist_ok=True)
+    (chat_dir / "config.toml").write_text("enable = true\n", encoding="utf-8")
+    (chat_dir / "models" / "default.json").write_text(
+        json.dumps(
+            {"name": "default", "model": "mock-model", "base_url": chat_base_url, "api_key": "sk-test"}
+        ),
+        encoding="utf-8",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    EMBED.start()
+    CHAT.start()
+    _write_bot_project(WORK, CHAT.base_url)
+    config.stash[nonebug.NONEBOT_INIT_KWARGS] = {
+        "driver": "~fastapi",
+        "log_level": "INFO",
+        "localstore_use_cwd": True,
+        "localstore_config_dir": str(WORK / "config"),
+        "localstore_data_dir": str(WORK / "data"),
+        "localstore_cache_dir": str(WORK / "cache"),
+        "alembic_startup_check": False,
+        "sqlalchemy_database_url": f"sqlite+aiosqlite:///{WORK / 'db.sqlite3'}",
+        "superusers": {SUPERUSER},
+        "embedding_model_url": EMBED.url,
+        "embedding_model_name": "auto",
+        "embedding_proctol": "ollama-embed",
+        "embedding_timeout_seconds": 5,
+        "embed_mismatch_policy": "never",
+    }
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    CHAT.stop()
+    EMBED.stop()
+    os.chdir(ROOT)
+    shutil.rmtree(WORK, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+async def after_nonebot_init(after_nonebot_init: None) -> None:
+    import nonebot
+    from nonebot.adapters.onebot.v11 import Adapter
+
+    nonebot.get_driver().register_adapter(Adapter)
+    os.chdir(WORK)
+    nonebot.load_plugin("amrita_plugin_memory")
+
+
+# ---------------------------------------------------------------------------
+# Servers
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def embed_server() -> Iterator[EmbeddingServer]:
+    EMBED.reset()
+    yield EMBED
+    EMBED.reset()
+
+
+@pytest.fixture
+def chat_server() -> Iterator[ChatServer]:
+    CHAT.clear()
+    yield CHAT
+    CHAT.clear()
+
+
+@pytest.fixture(scope="session")
+def chroma_server() -> Iterator[ChromaServer]:
+    server = ChromaServer(WORK / "chroma-server")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def work_dir() -> Path:
+    return WORK
+
+
+# ---------------------------------------------------------------------------
+# Plugin objects against local and remote Chroma
+# ---------------------------------------------------------------------------
+
+
+def env_for(mode: str, chroma: ChromaServer | None = None, **extra: Any):
+    from amrita_plugin_memory.config import EnvConfig
+
+    values: dict[str, Any] = {
+        "embedding_model_url": EMBED.url,
+        "embedding_model_name": EMBED_MODEL,
+        "embedding_proctol": "ollama-embed",
+        "embedding_timeout_seconds": 3,
+        "vector_db_type": mode,
+    }
+    if chroma is not None:
+        values |= {"vector_db_server": chroma.host, "vector_db_port": chroma.port}
+    values |= extra
+    return EnvConfig.load(values)
+
+
+@pytest.fixture(params=["local", "remote"])
+async def store(
+    request: pytest.FixtureRequest, tmp_path: Path, embed_server: EmbeddingServer
+) -> AsyncIterator[Any]:
+    """A :class:`MemoryStore` on its own collection, embedded or remote."""
+    from amrita_plugin_memory.embed import EmbeddingClient
+    from amrita_plugin_memory.vector import ChromaConnection, MemoryStore
+
+    chroma = request.getfixturevalue("chroma_server") if request.param == "remote" else None
+    env = env_for(request.param, chroma)
+    connection = ChromaConnection(env, tmp_path / "vector_db.chroma")
+    embedder = EmbeddingClient.from_env(env)
+    embedder.max_retries = 1
+    embedder.backoff = 0.05
+    s = MemoryStore(connection, embedder, name=f"test-{uuid.uuid4().hex[:12]}")
+    yield s
+    if request.param == "remote":
+        try:
+            await connection.delete_collection(s.name)
+        except Exception:
+            pass
+    await embedder.close()
+    connection.close()

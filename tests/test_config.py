@@ -1,0 +1,186 @@
+"""Configuration: spec defaults, validation errors naming the key, TOML file handling."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tests.lazy import lazy_import
+
+# The plugin package is importable only once NoneBot has loaded it (pitfall P10).
+C = lazy_import("amrita_plugin_memory.config")
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = ROOT.parent / "shared" / "spec" / "amrita_plugin_memory-0.4.0.md"
+
+SPEC_ENV_DEFAULTS = {
+    "VECTOR_DB_TYPE": "local",
+    "VECTOR_DB_SERVER": "127.0.0.1",
+    "VECTOR_DB_PORT": 8000,
+    "VECTOR_DB_SERVER_SSL": False,
+    "VECTOR_DB_REMOTE_HEADERS": {},
+    "VECTOR_DB_TENANT": "default",
+    "VECTOR_DB_DATABASE": "default",
+    "EMBEDDING_MODEL_URL": "http://127.0.0.1:11434",
+    "EMBEDDING_MODEL_NAME": "auto",
+    "EMBEDDING_PROCTOL": "ollama-embed",
+    "EMBEDDING_MODEL_API_KEY": "",
+    "EMBED_CHECK_ON_STARTUP": True,
+    "EMBED_MISMATCH_POLICY": "ask",
+    "REEMBED_BATCH_SIZE": 64,
+    "REEMBED_BACKUP_KEEP": 3,
+}
+
+
+def test_env_defaults_match_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in SPEC_ENV_DEFAULTS:
+        monkeypatch.delenv(key, raising=False)
+    env = C.EnvConfig.load({})
+    for key, value in SPEC_ENV_DEFAULTS.items():
+        assert getattr(env, key.lower()) == value, key
+
+
+def test_env_reads_overrides_case_insensitively() -> None:
+    env = C.EnvConfig.load(
+        {"VECTOR_DB_TYPE": "remote", "vector_db_port": "9000", "EMBEDDING_PROCTOL": "openai"}
+    )
+    assert env.vector_db_type == "remote"
+    assert env.vector_db_port == 9000
+    assert env.embedding_proctol == "openai"
+
+
+def test_env_reads_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REEMBED_BATCH_SIZE", "16")
+    assert C.EnvConfig.load({}).reembed_batch_size == 16
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("EMBED_MISMATCH_POLICY", "sometimes", "'ask', 'auto' or 'never'"),
+        ("VECTOR_DB_TYPE", "cloud", "'local' or 'remote'"),
+        ("EMBEDDING_PROCTOL", "ollama", "'openai' or 'ollama-embed'"),
+        ("REEMBED_BATCH_SIZE", 0, "ge 1"),
+        ("REEMBED_BATCH_SIZE", 100000, "le 2048"),
+        ("REEMBED_BACKUP_KEEP", 0, "ge 1"),
+        ("VECTOR_DB_PORT", 70000, "le 65535"),
+    ],
+)
+def test_env_bad_value_names_key_and_allowed_values(key: str, value: object, expected: str) -> None:
+    with pytest.raises(C.ConfigError) as info:
+        C.EnvConfig.load({key: value})
+    message = str(info.value)
+    assert key in message
+    assert expected in message
+    assert "Traceback" not in message
+
+
+def test_env_example_lists_every_key_with_its_default() -> None:
+    example = (ROOT / ".env.example").read_text(encoding="utf-8")
+    lines = [line for line in example.splitlines() if line and not line.startswith("#")]
+    assert "\n".join(lines) + "\n" == C.env_example()
+    for key in SPEC_ENV_DEFAULTS:
+        assert re.search(rf"^{key}=", example, re.M), key
+
+
+def test_spec_env_table_matches_config() -> None:
+    """Every env key of the spec's table exists in C.EnvConfig with the spec's default."""
+    if not SPEC.exists():
+        pytest.skip("spec not available")
+    text = SPEC.read_text(encoding="utf-8")
+    table = text[text.index("### 环境变量") :]
+    keys = re.findall(r"^\| `([A-Z_]+)`", table, re.M)
+    assert set(keys) == set(SPEC_ENV_DEFAULTS)
+
+
+def test_config_file_created_with_spec_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "amrita_plugin_memory" / "config.toml"
+    warnings: list[str] = []
+    config = C.load_config_file(path, warn=warnings.append)
+    assert path.exists() and not warnings
+    raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    assert raw["per_session_memory_limit"] == 50
+    assert raw["memo_max_chars"] == 1000
+    assert raw["short_term_expiry_days"] == 7 and raw["long_term_expiry_days"] == 90
+    sub = raw["subconscious"]
+    assert sub == {
+        "enabled": False,
+        "target_user_id": "",
+        "allowed_tools": [],
+        "max_iterations": 10,
+        "loop_detect_threshold": 3,
+        "rethink_base_delay_minutes": 30,
+        "rethink_penalty_multiplier": 1.5,
+        "rethink_max_delay_minutes": 1440,
+        "prompt_file": "prompt/subconscious_main.md.jinja2",
+        "prompt_send_file": "prompt/subconscious_send.md.jinja2",
+        "prompt_knowledge_file": "prompt/knowledge_guide.md.jinja2",
+        "prompt_profile_file": "prompt/profile_guide.md.jinja2",
+        "enable_memory_compress": True,
+        "allow_send_to_user": False,
+        "memory_warn_threshold": 100,
+        "max_abstracts": 5,
+        "knowledge_max_chars": 10000,
+        "knowledge_collection_name": "amrita_global_knowledge",
+        "enable_knowledge": True,
+    }
+    assert config == C.ConfigFile()
+    # Loading the written file again gives the same object, silently.
+    assert C.load_config_file(path, warn=warnings.append) == config and not warnings
+
+
+def test_spec_toml_example_matches_defaults() -> None:
+    if not SPEC.exists():
+        pytest.skip("spec not available")
+    text = SPEC.read_text(encoding="utf-8")
+    block = text[text.index("```toml\n# L2 记忆") + len("```toml\n") :]
+    block = block[: block.index("```")]
+    assert C.ConfigFile.model_validate(tomllib.loads(block)) == C.ConfigFile()
+
+
+def test_unknown_keys_only_warn(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(
+        "memo_max_chars = 500\nfuture_key = 1\n[subconscious]\nenabled = true\nnew_thing = 'x'\n",
+        encoding="utf-8",
+    )
+    warnings: list[str] = []
+    config = C.load_config_file(path, warn=warnings.append)
+    assert config.memo_max_chars == 500 and config.subconscious.enabled
+    assert len(warnings) == 2
+    assert "future_key" in warnings[0] and "subconscious.new_thing" in warnings[1]
+
+
+@pytest.mark.parametrize(
+    ("body", "key"),
+    [
+        ("memo_max_chars = 0\n", "memo_max_chars"),
+        ("per_session_memory_limit = 'many'\n", "per_session_memory_limit"),
+        ("[subconscious]\nmax_iterations = -1\n", "subconscious.max_iterations"),
+        ("[subconscious]\nenabled = 'perhaps'\n", "subconscious.enabled"),
+        ("[subconscious]\nknowledge_collection_name = 'a b'\n", "subconscious.knowledge_collection_name"),
+    ],
+)
+def test_bad_file_value_names_the_key(tmp_path: Path, body: str, key: str) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(body, encoding="utf-8")
+    with pytest.raises(C.ConfigError) as info:
+        C.load_config_file(path, warn=lambda _: None)
+    assert key in str(info.value)
+
+
+def test_broken_toml_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text("memo_max_chars = = 3\n", encoding="utf-8")
+    with pytest.raises(C.ConfigError, match="不是合法的 TOML"):
+        C.load_config_file(path, warn=lambda _: None)
+
+
+def test_render_round_trips_non_default_values() -> None:
+    config = C.ConfigFile.model_validate(
+        {"memo_max_chars": 42, "subconscious": {"target_user_id": 'a"b\\c', "allowed_tools": ["x", "y"]}}
+    )
+    assert C.ConfigFile.model_validate(tomllib.loads(C.render_config_toml(config))) == config

@@ -1,0 +1,225 @@
+"""The ChromaDB wrapper, against embedded and remote (``chroma run``) ChromaDB."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import env_for
+from tests.lazy import lazy_import
+from tests.servers import EmbeddingServer
+
+V = lazy_import("amrita_plugin_memory.vector")
+
+ALICE = "QQPlatform_Private_10001"
+BOB = "QQPlatform_Private_10002"
+GROUP = "QQPlatform_Group_20001"
+
+
+async def test_add_get_list_count(store: Any) -> None:
+    rec = await store.add(ALICE, "user", "用户喜欢吃苹果", tags=["饮食", "偏好"], importance="high")
+    assert len(rec.id) == 32 and rec.created_at.endswith("+00:00")
+    got = await store.get(ALICE, rec.id)
+    assert got is not None
+    assert (got.content, got.partition, got.scope, got.tags, got.importance) == (
+        "用户喜欢吃苹果", ALICE, "user", ["饮食", "偏好"], "high"
+    )
+    assert got.created_at == got.updated_at == rec.created_at
+    await store.add(ALICE, "user", "用户住在上海")
+    await store.add(BOB, "user", "Bob 喜欢猫")
+    assert await store.count(ALICE) == 2
+    assert await store.count(BOB) == 1
+    assert await store.count() == 3
+    listed = await store.list(ALICE, limit=10)
+    assert [r.content for r in listed] == ["用户喜欢吃苹果", "用户住在上海"]
+    assert [r.content for r in await store.list(ALICE, limit=1, offset=1)] == ["用户住在上海"]
+
+
+async def test_query_orders_by_distance_within_partition(store: Any) -> None:
+    await store.add(ALICE, "user", "我喜欢吃苹果")
+    await store.add(ALICE, "user", "明天去北京出差")
+    await store.add(BOB, "user", "我很喜欢吃苹果")  # closer, but Bob's
+    hits = await store.query(ALICE, "我很喜欢吃苹果", top_k=5)
+    assert [h.content for h in hits] == ["我喜欢吃苹果", "明天去北京出差"]
+    assert hits[0].distance is not None and hits[0].distance < hits[1].distance
+    exact = await store.query(BOB, "我很喜欢吃苹果", top_k=1)
+    assert exact[0].distance == pytest.approx(0, abs=1e-3)
+
+
+async def test_importance_filter_combines_with_partition(store: Any) -> None:
+    await store.add(ALICE, "user", "重要的事", importance="high")
+    await store.add(ALICE, "user", "琐碎的事", importance="low")
+    await store.add(BOB, "user", "Bob 重要的事", importance="high")
+    hits = await store.query(ALICE, "事", top_k=10, importance="high")
+    assert [h.content for h in hits] == ["重要的事"]
+    assert await store.query(GROUP, "事", top_k=10, importance="high") == []
+
+
+async def test_other_partition_ids_are_not_found(store: Any) -> None:
+    rec = await store.add(ALICE, "user", "Alice 的秘密")
+    assert await store.get(BOB, rec.id) is None
+    assert await store.update(BOB, rec.id, content="被篡改") is None
+    assert await store.delete(BOB, rec.id) is False
+    assert await store.get(ALICE, "0" * 32) is None
+    assert await store.delete(ALICE, "does-not-exist") is False
+    still = await store.get(ALICE, rec.id)
+    assert still is not None and still.content == "Alice 的秘密"
+
+
+async def test_update_reembeds_and_keeps_created_at(store: Any, embed_server: EmbeddingServer) -> None:
+    rec = await store.add(ALICE, "user", "喜欢喝咖啡", tags=["饮品"])
+    await asyncio.sleep(1.1)
+    updated = await store.update(ALICE, rec.id, content="喜欢喝绿茶", importance="high")
+    assert updated is not None
+    got = await store.get(ALICE, rec.id)
+    assert got.content == "喜欢喝绿茶" and got.tags == ["饮品"] and got.importance == "high"
+    assert got.created_at == rec.created_at and got.updated_at > rec.created_at
+    hits = await store.query(ALICE, "喜欢喝绿茶", top_k=1)
+    assert hits[0].id == rec.id and hits[0].distance == pytest.approx(0, abs=1e-3)
+    # Metadata-only updates do not call the embedding service.
+    before = embed_server.embed_calls
+    await store.update(ALICE, rec.id, tags=["茶"])
+    assert embed_server.embed_calls == before
+    assert (await store.get(ALICE, rec.id)).tags == ["茶"]
+
+
+async def test_delete(store: Any) -> None:
+    rec = await store.add(GROUP, "group", "群规：不刷屏")
+    assert await store.delete(GROUP, rec.id) is True
+    assert await store.get(GROUP, rec.id) is None
+    assert await store.count(GROUP) == 0
+
+
+async def test_limit_is_atomic_under_concurrency(store: Any) -> None:
+    async def write(i: int) -> str:
+        try:
+            await store.add(ALICE, "user", f"并发记忆 {i}", limit=5)
+            return "ok"
+        except V.MemoryLimitReached as exc:
+            assert "5/5" in str(exc)
+            return "refused"
+
+    results = await asyncio.gather(*(write(i) for i in range(20)))
+    assert results.count("ok") == 5 and results.count("refused") == 15
+    assert await store.count(ALICE) == 5
+
+
+async def test_embedding_failure_writes_nothing(store: Any, embed_server: EmbeddingServer) -> None:
+    await store.add(ALICE, "user", "已有记忆")
+    rec = (await store.list(ALICE))[0]
+    embed_server.set_mode("error500")
+    with pytest.raises(Exception) as info:
+        await store.add(ALICE, "user", "新记忆")
+    assert "HTTP 500" in str(info.value)
+    with pytest.raises(Exception):
+        await store.update(ALICE, rec.id, content="改写")
+    embed_server.set_mode("ok")
+    assert await store.count(ALICE) == 1
+    assert (await store.get(ALICE, rec.id)).content == "已有记忆"
+
+
+async def test_collection_metadata_is_merged(store: Any) -> None:
+    await store.set_meta({"a": "1"})
+    await store.set_meta({"b": "2"})
+    assert await store.get_meta("a") == "1"
+    assert await store.get_meta("b") == "2"
+    await store.set_meta({"a": "3"})
+    meta = await store.get_metadata()
+    assert meta["a"] == "3" and meta["b"] == "2"
+
+
+async def test_distribution_and_paging(store: Any) -> None:
+    for i in range(7):
+        await store.add(ALICE, "user", f"A{i}")
+    for i in range(3):
+        await store.add(GROUP, "group", f"G{i}")
+    assert await store.distribution(page_size=4) == {(ALICE, "user"): 7, (GROUP, "group"): 3}
+    seen = []
+    offset = 0
+    while page := await store.page(offset=offset, limit=4, with_documents=True):
+        seen += [r.content for r in page]
+        offset += len(page)
+    assert sorted(seen) == sorted([f"A{i}" for i in range(7)] + [f"G{i}" for i in range(3)])
+
+
+async def test_chroma_calls_do_not_block_the_event_loop(store: Any) -> None:
+    """A ticker keeps running while many store calls are in flight."""
+    for i in range(20):
+        await store.add(ALICE, "user", f"记忆 {i}")
+    lags: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    async def ticker() -> None:
+        for _ in range(40):
+            t = loop.time()
+            await asyncio.sleep(0.005)
+            lags.append(loop.time() - t - 0.005)
+
+    tick = asyncio.create_task(ticker())
+    await asyncio.gather(*(store.query(ALICE, f"记忆 {i}", top_k=5) for i in range(30)))
+    await tick
+    assert max(lags) < 0.25
+
+
+async def test_local_data_dir_is_locked_against_a_second_process(tmp_path: Path) -> None:
+    first = V.ChromaConnection(env_for("local"), tmp_path / "db")
+    second = V.ChromaConnection(env_for("local"), tmp_path / "db")
+    try:
+        await first.client()
+        with pytest.raises(V.DataDirLocked, match="正被另一个进程"):
+            await second.client()
+        first.close()
+        await second.client()  # free again once the first one closed
+    finally:
+        first.close()
+        second.close()
+
+
+async def test_remote_server_down_is_a_clear_error_and_recovers(
+    chroma_server: Any, embed_server: EmbeddingServer, tmp_path: Path
+) -> None:
+    from amrita_plugin_memory.embed import EmbeddingClient
+
+    env = env_for("remote", chroma_server)
+    conn = V.ChromaConnection(env, tmp_path / "unused")
+    embedder = EmbeddingClient.from_env(env)
+    s = V.MemoryStore(conn, embedder, name="test-down-recover")
+    try:
+        rec = await s.add(ALICE, "user", "服务器重启前的记忆")
+        chroma_server.stop()
+        with pytest.raises(V.VectorStoreError, match="向量数据库"):
+            await s.get(ALICE, rec.id)
+        chroma_server.start()
+        got = await s.get(ALICE, rec.id)
+        assert got is not None and got.content == "服务器重启前的记忆"
+    finally:
+        if not chroma_server.running:
+            chroma_server.start()
+        await conn.delete_collection(s.name)
+        await embedder.close()
+        conn.close()
+
+
+async def test_remote_named_tenant_and_database_are_created(chroma_server: Any, tmp_path: Path) -> None:
+    env = env_for("remote", chroma_server, vector_db_tenant="amrita", vector_db_database="memories")
+    conn = V.ChromaConnection(env, tmp_path / "unused")
+    try:
+        await conn.get_collection("tenant-probe")
+        assert "tenant-probe" in await conn.list_collections()
+    finally:
+        conn.close()
+
+
+async def test_remote_unreachable_is_a_clear_error(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = env_for("remote", None, vector_db_server="127.0.0.1", vector_db_port=port)
+    conn = V.ChromaConnection(env, tmp_path / "unused")
+    with pytest.raises(V.VectorStoreError, match="无法连接向量数据库"):
+        await conn.client()
