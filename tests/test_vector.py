@@ -111,10 +111,11 @@ async def test_embedding_failure_writes_nothing(store: Any, embed_server: Embedd
     await store.add(ALICE, "user", "已有记忆")
     rec = (await store.list(ALICE))[0]
     embed_server.set_mode("error500")
-    with pytest.raises(Exception) as info:
+    from amrita_plugin_memory.embed import EmbeddingHTTPError
+
+    with pytest.raises(EmbeddingHTTPError, match="HTTP 500"):
         await store.add(ALICE, "user", "新记忆")
-    assert "HTTP 500" in str(info.value)
-    with pytest.raises(Exception):
+    with pytest.raises(EmbeddingHTTPError):
         await store.update(ALICE, rec.id, content="改写")
     embed_server.set_mode("ok")
     assert await store.count(ALICE) == 1
