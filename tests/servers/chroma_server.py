@@ -16,10 +16,10 @@ import urllib.request
 import weakref
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Self, cast
 
 if TYPE_CHECKING:
-    from chromadb.api import ClientAPI
+    from chromadb.api.client import Client
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -64,7 +64,7 @@ class ChromaServer:
         self.port = port or free_port(self.host)
         self.log_path = self.path.parent / f"{self.path.name}.chroma.log"
         self._proc: subprocess.Popen[bytes] | None = None
-        self._finalizer: weakref.finalize[..., None] | None = None
+        self._finalizer: weakref.finalize[..., ChromaServer] | None = None
 
     @property
     def url(self) -> str:
@@ -123,14 +123,19 @@ class ChromaServer:
         self.stop()
         self.start()
 
-    def client(self) -> ClientAPI:
-        """A ``chromadb.HttpClient`` for this server (telemetry off)."""
+    def client(self) -> Client:
+        """A ``chromadb.HttpClient`` for this server (telemetry off).
+
+        Typed as the concrete ``Client`` (what HttpClient really returns) so that tests
+        can use it as a context manager and close it.
+        """
         import chromadb
         from chromadb.config import Settings
 
-        return chromadb.HttpClient(
+        client = chromadb.HttpClient(
             host=self.host, port=self.port, settings=Settings(anonymized_telemetry=False)
         )
+        return cast("Client", client)
 
     def log_tail(self, lines: int = 40) -> str:
         """Last lines of the server log (for error messages)."""

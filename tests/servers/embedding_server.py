@@ -302,7 +302,7 @@ class EmbeddingServer(ThreadedAppServer):
             status = int(mode[-3:])
             return _openai_error(status, _OPENAI_ERRORS[status], error_type="server_error")
         vectors = self._vectors(mode, inputs, dim)
-        as_base64 = body.get("encoding_format") == "base64"
+        as_base64 = isinstance(body, dict) and body.get("encoding_format") == "base64"
         tokens = _token_count(inputs)
         return web.json_response(
             {
