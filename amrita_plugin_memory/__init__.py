@@ -18,7 +18,10 @@ from nonebot.plugin import PluginMetadata  # noqa: E402
 
 from . import models as models  # noqa: E402  (registers the ORM tables)
 from .config import ConfigError, EnvConfig, PluginConfig  # noqa: E402
+from .matchers import MemoryCommands, register_commands  # noqa: E402
+from .memo import register_memo_hook  # noqa: E402
 from .runtime import MemoryRuntime  # noqa: E402
+from .tools import caller_from_event, register_surface_tools  # noqa: E402
 
 __all__ = ["EnvConfig", "MemoryRuntime", "PluginConfig", "runtime"]
 
@@ -50,8 +53,10 @@ def _setup() -> MemoryRuntime | None:
         logger.error(f"[Memory] 配置无效，插件未启用：{exc}")
         return None
     rt = MemoryRuntime(config)
-    driver = get_driver()
-    driver.on_shutdown(rt.close)
+    get_driver().on_shutdown(rt.close)
+    register_memo_hook(rt.memo)
+    register_surface_tools(rt.tools)
+    register_commands(MemoryCommands(rt.tools), caller_from_event)
     logger.info(
         f"[Memory] 已加载：向量库 {rt.connection.describe()}，嵌入服务 {rt.embedder.describe()}"
     )

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from .config import PluginConfig
 from .embed import EmbeddingClient
+from .memo import MemoService
+from .tools import MemoryTools
 from .vector import MEMORY_COLLECTION, ChromaConnection, MemoryStore
 
 __all__ = ["MemoryRuntime"]
 
 
 class MemoryRuntime:
-    """Owns the embedding client, the Chroma connection and the memory store.
+    """Owns the embedding client, the Chroma connection, the stores and the tool logic.
 
     Everything that talks to the outside world hangs off this one object, so
     there is exactly one HTTP session and one Chroma client per process, and
@@ -22,6 +24,10 @@ class MemoryRuntime:
         self.embedder = EmbeddingClient.from_env(config.env)
         self.connection = ChromaConnection(config.env, config.chroma_dir)
         self.store = MemoryStore(self.connection, self.embedder, MEMORY_COLLECTION)
+        self.memo = MemoService(config.file.memo_max_chars)
+        self.tools = MemoryTools(
+            self.store, self.memo, memory_limit=config.file.per_session_memory_limit
+        )
 
     async def close(self) -> None:
         await self.embedder.close()

@@ -244,6 +244,22 @@ class ChromaConnection:
         client = await self.client()
         return await self.run(lambda: [c.name for c in client.list_collections()])
 
+    async def create_collection(self, name: str, metadata: Mapping[str, Any]) -> Collection:
+        """Create ``name`` with ``metadata``; fails if it already exists."""
+        client = await self.client()
+        return await self.run(
+            client.create_collection, name, metadata=dict(metadata), embedding_function=None
+        )
+
+    async def rename_collection(self, old: str, new: str) -> None:
+        """Rename a collection (``new`` must not exist); handles to it stay valid."""
+        client = await self.client()
+
+        def rename() -> None:
+            client.get_collection(old, embedding_function=None).modify(name=new)
+
+        await self.run(rename)
+
     def close(self) -> None:
         self._client = None
         if self._lock_fd is not None:

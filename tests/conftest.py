@@ -26,7 +26,7 @@ import pytest
 # Amrita's webui runs `uv --version` at import time (pitfall P1).
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
-from tests.servers import ChatServer, ChromaServer, EmbeddingServer  # noqa: E402
+from tests.servers import ChatServer, ChromaServer, EmbeddingServer
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = Path(tempfile.mkdtemp(prefix="apm-test-"))

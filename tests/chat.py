@@ -1,0 +1,99 @@
+"""Drive real chat turns through NoneBot + Amrita with a recording OneBot bot."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.events import BOT_ID
+
+
+@dataclass
+class ApiCall:
+    api: str
+    data: dict[str, Any]
+
+
+@dataclass
+class BotRecorder:
+    """Answers OneBot API calls like a QQ client would and records them."""
+
+    calls: list[ApiCall] = field(default_factory=list)
+    roles: dict[tuple[int, int], str] = field(default_factory=dict)
+    friends: set[int] = field(default_factory=set)
+    fail_private: bool = False
+
+    def sent(self) -> list[ApiCall]:
+        return [c for c in self.calls if c.api in ("send_msg", "send_private_msg", "send_group_msg")]
+
+    def texts(self, where: str | None = None) -> list[str]:
+        out = []
+        for call in self.sent():
+            kind = call.data.get("message_type") or ("group" if call.api == "send_group_msg" else "private")
+            if call.api == "send_private_msg":
+                kind = "private"
+            if where is None or kind == where:
+                out.append(_plain(call.data.get("message")))
+        return out
+
+    def answer(self, api: str, data: dict[str, Any]) -> Any:
+        self.calls.append(ApiCall(api, data))
+        if api in ("send_msg", "send_private_msg", "send_group_msg"):
+            if api == "send_private_msg" and self.fail_private:
+                raise RuntimeError("not a friend")
+            return {"message_id": len(self.calls)}
+        if api == "get_friend_list":
+            return [{"user_id": uid, "nickname": f"user{uid}", "remark": ""} for uid in self.friends]
+        if api == "get_group_member_info":
+            gid, uid = int(data["group_id"]), int(data["user_id"])
+            return {
+                "group_id": gid,
+                "user_id": uid,
+                "nickname": f"user{uid}",
+                "card": "",
+                "role": self.roles.get((gid, uid), "member"),
+            }
+        if api == "get_login_info":
+            return {"user_id": BOT_ID, "nickname": "bot"}
+        return {}
+
+
+def _plain(message: Any) -> str:
+    if isinstance(message, str):
+        return message
+    try:
+        from nonebot.adapters.onebot.v11 import Message
+
+        return Message(message).extract_plain_text()
+    except Exception:
+        return str(message)
+
+
+def make_bot(recorder: BotRecorder) -> Any:
+    import nonebot
+    from nonebot.adapters.onebot.v11 import Adapter, Bot
+
+    class RecordingBot(Bot):
+        async def call_api(self, api: str, **data: Any) -> Any:
+            return recorder.answer(api, data)
+
+    adapter = nonebot.get_adapter(Adapter)
+    bot = RecordingBot(adapter, str(BOT_ID))
+    if str(BOT_ID) not in nonebot.get_bots():
+        nonebot.get_driver()._bot_connect(bot)
+    return bot
+
+
+async def run_turn(bot: Any, event: Any, *, settle: float = 0.05) -> None:
+    """Deliver one event and wait until every matcher it started has finished."""
+    from nonebot.message import handle_event
+
+    await handle_event(bot, event)
+    # Amrita may finish some bookkeeping in tasks; let them run.
+    for _ in range(50):
+        pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
+        chat_tasks = [t for t in pending if "chat" in repr(t.get_coro()).lower()]
+        if not chat_tasks:
+            break
+        await asyncio.sleep(settle)
