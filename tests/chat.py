@@ -25,12 +25,16 @@ class BotRecorder:
     fail_private: bool = False
 
     def sent(self) -> list[ApiCall]:
-        return [c for c in self.calls if c.api in ("send_msg", "send_private_msg", "send_group_msg")]
+        return [
+            c for c in self.calls if c.api in ("send_msg", "send_private_msg", "send_group_msg")
+        ]
 
     def texts(self, where: str | None = None) -> list[str]:
         out = []
         for call in self.sent():
-            kind = call.data.get("message_type") or ("group" if call.api == "send_group_msg" else "private")
+            kind = call.data.get("message_type") or (
+                "group" if call.api == "send_group_msg" else "private"
+            )
             if call.api == "send_private_msg":
                 kind = "private"
             if where is None or kind == where:
@@ -44,7 +48,9 @@ class BotRecorder:
                 raise RuntimeError("not a friend")
             return {"message_id": len(self.calls)}
         if api == "get_friend_list":
-            return [{"user_id": uid, "nickname": f"user{uid}", "remark": ""} for uid in self.friends]
+            return [
+                {"user_id": uid, "nickname": f"user{uid}", "remark": ""} for uid in self.friends
+            ]
         if api == "get_group_member_info":
             gid, uid = int(data["group_id"]), int(data["user_id"])
             return {
@@ -87,12 +93,19 @@ def make_bot(recorder: BotRecorder) -> Any:
 
 async def run_turn(bot: Any, event: Any, *, settle: float = 0.05) -> None:
     """Deliver one event and wait until every matcher it started has finished."""
+    from amrita.plugins.manager.checker import watch_group, watch_user
     from nonebot.message import handle_event
 
+    # Amrita rate-limits commands per user/group (one per 5 s); tests send
+    # many in a row, each as if after a pause.
+    watch_user.clear()
+    watch_group.clear()
     await handle_event(bot, event)
     # Amrita may finish some bookkeeping in tasks; let them run.
     for _ in range(50):
-        pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
+        pending = [
+            t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()
+        ]
         chat_tasks = [t for t in pending if "chat" in repr(t.get_coro()).lower()]
         if not chat_tasks:
             break

@@ -59,7 +59,9 @@ def system_prompt(request: dict[str, Any]) -> str:
     return first["content"] if isinstance(first["content"], str) else json.dumps(first["content"])
 
 
-async def turn(server: ChatServer, event: Any, *replies: Reply, recorder: BotRecorder | None = None) -> BotRecorder:
+async def turn(
+    server: ChatServer, event: Any, *replies: Reply, recorder: BotRecorder | None = None
+) -> BotRecorder:
     recorder = recorder or BotRecorder()
     server.clear()
     server.script(*replies)
@@ -77,8 +79,15 @@ def write_call(content: str, scope: str = "user", **extra: Any) -> Reply:
 # ---------------------------------------------------------------------------
 
 
-async def test_private_write_then_read_in_a_later_turn(chat_server: ChatServer, embed_server: EmbeddingServer) -> None:
-    await turn(chat_server, private_event(11001, "记住我的生日是5月1日"), write_call("用户的生日是5月1日"), Reply.text("记住了"))
+async def test_private_write_then_read_in_a_later_turn(
+    chat_server: ChatServer, embed_server: EmbeddingServer
+) -> None:
+    await turn(
+        chat_server,
+        private_event(11001, "记住我的生日是5月1日"),
+        write_call("用户的生日是5月1日"),
+        Reply.text("记住了"),
+    )
     written = tool_results(chat_server)[0]
     assert written["ok"] is True and written["memory"]["content"] == "用户的生日是5月1日"
 
@@ -91,7 +100,14 @@ async def test_private_write_then_read_in_a_later_turn(chat_server: ChatServer, 
     found = tool_results(chat_server)[0]
     assert found["ok"] is True
     assert [m["content"] for m in found["memories"]] == ["用户的生日是5月1日"]
-    assert set(found["memories"][0]) == {"id", "content", "tags", "importance", "created_at", "distance"}
+    assert set(found["memories"][0]) == {
+        "id",
+        "content",
+        "tags",
+        "importance",
+        "created_at",
+        "distance",
+    }
     # Another user finds nothing.
     await turn(
         chat_server,
@@ -113,7 +129,9 @@ async def test_group_scopes(chat_server: ChatServer) -> None:
     assert [r["ok"] for r in results] == [True, True]
     rt = runtime()
     assert [m.content for m in await rt.store.list(f"QQPlatform_Group_{gid}")] == ["本群周五聚餐"]
-    assert [m.content for m in await rt.store.list("QQPlatform_Private_11003")] == ["11003 喜欢吃辣"]
+    assert [m.content for m in await rt.store.list("QQPlatform_Private_11003")] == [
+        "11003 喜欢吃辣"
+    ]
 
     # Another member reads the group memory; personal memory follows its owner into private chat.
     await turn(
@@ -138,7 +156,12 @@ async def test_group_scopes(chat_server: ChatServer) -> None:
 
 @pytest.mark.parametrize(
     ("role", "user_id", "allowed"),
-    [("member", 11010, False), ("admin", 11011, True), ("owner", 11012, True), ("member", int(SUPERUSER), True)],
+    [
+        ("member", 11010, False),
+        ("admin", 11011, True),
+        ("owner", 11012, True),
+        ("member", int(SUPERUSER), True),
+    ],
 )
 async def test_group_delete_and_update_permissions(
     chat_server: ChatServer, role: str, user_id: int, allowed: bool
@@ -150,7 +173,9 @@ async def test_group_delete_and_update_permissions(
     await turn(
         chat_server,
         group_event(user_id, gid, "改掉群公告", role=role),
-        Reply.tool_call("update_memory", {"id": record.id, "scope": "group", "content": "群公告：允许刷屏"}),
+        Reply.tool_call(
+            "update_memory", {"id": record.id, "scope": "group", "content": "群公告：允许刷屏"}
+        ),
         Reply.tool_call("delete_memory", {"id": record.id, "scope": "group"}),
         recorder=recorder,
     )
@@ -173,10 +198,14 @@ async def test_foreign_ids_and_bad_enums_through_a_turn(chat_server: ChatServer)
         private_event(11020, "删掉那条"),
         Reply.tool_call("delete_memory", {"id": foreign.id, "scope": "user"}),
         Reply.tool_call("update_memory", {"id": foreign.id, "scope": "user", "content": "篡改"}),
-        Reply.tool_call("write_memory", {"content": "x", "tags": [], "importance": "urgent", "scope": "user"}),
+        Reply.tool_call(
+            "write_memory", {"content": "x", "tags": [], "importance": "urgent", "scope": "user"}
+        ),
         Reply.tool_call("read_memory", '{"query": "秘密", "scope": '),  # malformed JSON
     )
-    contents = [r.get("raw") or json.dumps(r, ensure_ascii=False) for r in tool_results(chat_server)]
+    contents = [
+        r.get("raw") or json.dumps(r, ensure_ascii=False) for r in tool_results(chat_server)
+    ]
     assert len(contents) == 4
     assert "不存在" in contents[0] and "不存在" in contents[1]
     assert "urgent" in contents[2]
