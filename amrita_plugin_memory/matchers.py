@@ -176,7 +176,7 @@ def register_commands(commands: MemoryCommands, make_caller: Any) -> None:
         state=MatcherData(
             name="长期记忆",
             description="查看、搜索与删除机器人记住的内容",
-            usage=USAGE.splitlines()[1:],
+            usage=[str(line) for line in USAGE.splitlines()[1:]],
         ).model_dump(),
     )
 
