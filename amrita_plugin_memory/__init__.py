@@ -18,6 +18,7 @@ from nonebot.plugin import PluginMetadata  # noqa: E402
 
 from . import models as models  # noqa: E402  (registers the ORM tables)
 from .config import ConfigError, EnvConfig, PluginConfig  # noqa: E402
+from .embedding import run_startup_check  # noqa: E402
 from .matchers import MemoryCommands, register_commands  # noqa: E402
 from .memo import register_memo_hook  # noqa: E402
 from .runtime import MemoryRuntime  # noqa: E402
@@ -53,6 +54,13 @@ def _setup() -> MemoryRuntime | None:
         logger.error(f"[Memory] 配置无效，插件未启用：{exc}")
         return None
     rt = MemoryRuntime(config)
+    # The embedding fingerprint check runs before anything is registered: a
+    # refusal (e.g. EMBED_MISMATCH_POLICY=ask without a TTY) leaves the plugin
+    # inert while the rest of the bot keeps running.
+    check = run_startup_check(rt)
+    if not check.ok:
+        rt.connection.close()  # release the data dir for `ambot memory …`
+        return None
     get_driver().on_shutdown(rt.close)
     register_memo_hook(rt.memo)
     register_surface_tools(rt.tools)
