@@ -735,8 +735,11 @@ async def _build_temp(
             )
         )
         done[0] += len(page)
-        logger.info(f"[Memory] 重映射进度 {done[0]}/{total}（{plan.cov.name}）")
-        if progress is not None:
+        line = f"[Memory] 重映射进度 {done[0]}/{total}（{plan.cov.name}）"
+        if progress is None:
+            logger.info(line)
+        else:  # a progress bar shows it already (CLI)
+            logger.debug(line)
             progress(done[0], total)
     got = await _count(conn, temp)
     if got != plan.expected:

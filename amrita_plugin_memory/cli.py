@@ -1,0 +1,364 @@
+"""``ambot memory``: maintenance commands (fingerprint, remap, backups, partition keys).
+
+ambot-inlinectl loads this group through the ``ambot.commands`` entry point
+``memory = "amrita_plugin_memory.cli:memory [full_load]"``: it sets
+``AMBOT_COMMAND_CONTEXT=1`` (the plugin then skips its startup check), runs
+``amrita.init()`` + ``amrita.load_plugins()`` and imports this module. The
+bot's startup hooks have not run (no AmritaConfig, no scheduler), so every
+command builds its own event loop with :func:`asyncio.run` and uses only the
+plugin's :class:`~.runtime.MemoryRuntime`.
+
+Every expected failure (embedding service or Chroma unreachable, local data
+dir held by a running bot, bad backup file, no TTY for a confirmation) ends
+with one Chinese line on stderr and exit code 1, never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import unicodedata
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+import click
+
+from .embed import EmbeddingError
+from .embedding import (
+    BackupError,
+    FingerprintInfo,
+    RemapError,
+    StatusReport,
+    collect_status,
+    create_backup,
+    current_fingerprint,
+    list_backups,
+    load_backup,
+    recover_interrupted_remap,
+    remap,
+    reset_fingerprint,
+    restore_backup,
+    stored_fingerprint,
+)
+from .keys import migrate_partition_keys
+from .vector import VectorStoreError
+
+if TYPE_CHECKING:
+    from .runtime import MemoryRuntime
+
+__all__ = ["memory"]
+
+T = TypeVar("T")
+
+_EXPECTED_ERRORS = (EmbeddingError, VectorStoreError, RemapError, BackupError, OSError)
+
+
+# ---------------------------------------------------------------------------
+# Plumbing
+# ---------------------------------------------------------------------------
+
+
+def _fail(message: str) -> NoReturn:
+    click.secho(f"错误：{message}", fg="red", err=True)
+    raise click.exceptions.Exit(1)
+
+
+def _runtime() -> MemoryRuntime:
+    """The plugin's runtime; the local data dir lock is released when the command ends."""
+    import amrita_plugin_memory
+
+    rt: MemoryRuntime | None = getattr(amrita_plugin_memory, "runtime", None)
+    if rt is None:
+        _fail("插件配置无效，未能初始化（详见上方 [Memory] 日志），请修正配置后重试")
+    click.get_current_context().call_on_close(rt.connection.close)
+    return rt
+
+
+def _run(rt: MemoryRuntime, work: Callable[[], Awaitable[T]]) -> T:
+    """Run ``work`` on a fresh event loop; expected errors become one line and exit 1."""
+
+    async def main() -> T:
+        try:
+            return await work()
+        finally:
+            await rt.embedder.close()
+
+    try:
+        return asyncio.run(main())
+    except _EXPECTED_ERRORS as exc:
+        _fail(str(exc))
+
+
+def _is_tty() -> bool:
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (ValueError, OSError):
+        return False
+
+
+def _require_confirmation(yes: bool) -> None:
+    if not yes and not _is_tty():
+        _fail("该操作需要确认，但当前不是交互终端；确认无误后加 --yes 重新运行")
+
+
+def _confirm(question: str) -> bool:
+    try:
+        return click.confirm(question, default=False)
+    except click.Abort:
+        return False
+
+
+class _Progress:
+    """A click progress bar created on the first report (when the total is known)."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self._bar: Any = None
+        self._shown = 0
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._bar is None:
+            self._bar = click.progressbar(length=total, label=self.label, show_pos=True)
+            self._bar.__enter__()
+        self._bar.update(done - self._shown)
+        self._shown = done
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
+            self._bar = None
+
+
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("KB", "MB", "GB"):
+        value /= 1024
+        if value < 1024 or unit == "GB":
+            break
+    return f"{value:.1f} {unit}"
+
+
+def _width(text: str) -> int:
+    """Display width in a terminal (CJK characters take two columns)."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _pad(text: str, width: int) -> str:
+    return text + " " * max(0, width - _width(text))
+
+
+def _when(iso: str) -> str:
+    try:
+        return datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return iso or "?"
+
+
+def _fp(info: FingerprintInfo | None) -> str:
+    return info.describe() if info is not None else "未记录"
+
+
+def _print_backups(backups: list[Any], backup_dir: Path) -> None:
+    click.echo(f"备份（{backup_dir}）：")
+    if not backups:
+        click.echo("  （无）")
+        return
+    for b in backups:
+        counts = "，".join(f"{name} {n} 条" for name, n in b.counts.items()) or "内容未知"
+        click.echo(f"  {b.path.name}  {_when(b.created_at)}  {counts}  {_size(b.size)}")
+
+
+# ---------------------------------------------------------------------------
+# Commands
+# ---------------------------------------------------------------------------
+
+
+@click.group(name="memory")
+def memory() -> None:
+    """长期记忆插件运维：嵌入指纹、重映射、备份、分区键迁移。"""
+
+
+@memory.command("status")
+def status_cmd() -> None:
+    """显示嵌入指纹、记忆分布、分区键版本与备份列表。"""
+    rt = _runtime()
+    report: StatusReport = _run(rt, lambda: collect_status(rt))
+    click.echo(f"向量库：{report.vector_db}")
+    click.echo("嵌入指纹：")
+    click.echo(f"  已存储：{_fp(report.stored)}")
+    if report.current is None:
+        click.echo(f"  当前：  无法计算（{report.current_error}）")
+        click.echo("  状态：  未知 —— 嵌入服务恢复后重新运行本命令")
+    else:
+        click.echo(f"  当前：  {_fp(report.current)}")
+        if report.match:
+            click.secho("  状态：  一致", fg="green")
+        elif report.stored is None and report.memory_total == 0:
+            click.echo("  状态：  记忆库为空，下次启动 Bot 时自动写入指纹")
+        else:
+            click.secho(
+                "  状态：  不一致 —— 检索结果会劣化；运行 `ambot memory reindex` 重映射，"
+                "确认模型未变时可运行 `ambot memory reset-fingerprint`",
+                fg="yellow",
+            )
+    click.echo(f"记忆：共 {report.memory_total} 条")
+    if report.distribution:
+        width = max(_width(p) for p, _ in report.distribution)
+        click.echo(f"  {_pad('分区', width)}  {_pad('范围', 5)}  条数")
+        for (partition, scope), n in sorted(report.distribution.items()):
+            click.echo(f"  {_pad(partition, width)}  {_pad(scope, 5)}  {n}")
+    knowledge = f"{report.knowledge_count} 条" if report.knowledge_count is not None else "不存在"
+    click.echo(f"知识库 {report.knowledge_name}：{knowledge}")
+    click.echo("分区键格式：")
+    click.echo(f"  已存储：{report.key_format_stored or '未记录'}")
+    click.echo(f"  当前：  {report.key_format_current}")
+    if report.key_format_stored == report.key_format_current:
+        click.echo("  状态：  一致")
+    else:
+        click.echo("  状态：  待迁移 —— 运行 `ambot memory migrate-keys`（Bot 启动时也会自动迁移）")
+    if report.pending_temps:
+        click.secho(
+            f"未完成的重映射：{', '.join(report.pending_temps)}（下次启动 Bot 或运行 reindex 时自动处理）",
+            fg="yellow",
+        )
+    _print_backups(report.backups, rt.config.backup_dir)
+
+
+@memory.command("reindex")
+@click.option("--yes", "-y", is_flag=True, help="不询问，直接执行")
+def reindex_cmd(yes: bool) -> None:
+    """用当前嵌入模型强制全量重映射（先自动备份），并写入新指纹。"""
+    _require_confirmation(yes)
+    rt = _runtime()
+    progress = _Progress("重映射")
+
+    async def work() -> None:
+        await recover_interrupted_remap(rt)
+        current = await current_fingerprint(rt)
+        stored = await stored_fingerprint(rt)
+        total = await rt.store.count()
+        click.echo(f"已存储指纹：{_fp(stored)}")
+        click.echo(f"当前配置：  {_fp(current)}")
+        click.echo(f"将用当前模型重新嵌入 {total} 条记忆（以及已有的知识库条目），开始前自动备份。")
+        if not yes and not _confirm("确定继续吗？"):
+            click.echo("已取消。")
+            raise click.exceptions.Exit(1)
+        try:
+            report = await remap(rt, progress=progress)
+        finally:
+            progress.close()
+        if report.backup is None:
+            click.echo(f"集合为空，已写入指纹：{_fp(report.fingerprint)}")
+            return
+        counts = "，".join(f"{name} {n} 条" for name, n in report.counts.items())
+        click.secho(f"重映射完成：{counts}", fg="green")
+        click.echo(f"新指纹：{_fp(report.fingerprint)}")
+        click.echo(f"备份：{report.backup}")
+
+    _run(rt, work)
+
+
+@memory.command("migrate-keys")
+@click.option("--dry-run", is_flag=True, help="只统计，不改写")
+def migrate_keys_cmd(dry_run: bool) -> None:
+    """把记忆的分区键迁移到当前 Amrita 的 uni_id 格式。"""
+    rt = _runtime()
+
+    async def work() -> None:
+        await recover_interrupted_remap(rt)
+        report = await migrate_partition_keys(rt.store, dry_run=dry_run)
+        click.echo(f"已存储格式：{report.stored_format or '未记录'}")
+        click.echo(f"当前格式：  {report.current_format}")
+        if report.skipped:
+            click.echo("分区键已是当前格式，无需迁移。")
+            return
+        verb = "需要改写" if dry_run else "已改写"
+        click.echo(f"扫描 {report.scanned} 条，{verb} {report.rewritten} 条。")
+        if report.unparsable:
+            click.secho(
+                f"{report.unparsable} 条记忆的分区键无法识别，保持原样（不会丢失）。", fg="yellow"
+            )
+        if dry_run:
+            click.echo("（试运行，未做任何修改）")
+
+    _run(rt, work)
+
+
+@memory.command("reset-fingerprint")
+def reset_fingerprint_cmd() -> None:
+    """只写入当前配置的指纹、不重新嵌入（逃生舱：确认模型实际未变时使用）。"""
+    rt = _runtime()
+
+    async def work() -> None:
+        before = await stored_fingerprint(rt)
+        after = await reset_fingerprint(rt)
+        click.echo(f"原指纹：{_fp(before)}")
+        click.echo(f"新指纹：{_fp(after)}")
+        click.secho(
+            "注意：向量没有重新计算；若模型实际已变更，请改用 `ambot memory reindex`。", fg="yellow"
+        )
+
+    _run(rt, work)
+
+
+@memory.group("backup")
+def backup_group() -> None:
+    """备份管理（备份只含 ids / documents / metadatas，恢复时用当前模型重新嵌入）。"""
+
+
+@backup_group.command("list")
+def backup_list_cmd() -> None:
+    """列出备份。"""
+    rt = _runtime()
+    _print_backups(list_backups(rt.config.backup_dir), rt.config.backup_dir)
+
+
+@backup_group.command("create")
+def backup_create_cmd() -> None:
+    """立即创建一份备份（不需要嵌入服务）。"""
+    rt = _runtime()
+    info = _run(rt, lambda: create_backup(rt))
+    counts = "，".join(f"{name} {n} 条" for name, n in info.counts.items())
+    click.echo(f"已创建备份：{info.path}")
+    click.echo(f"内容：{counts}（{_size(info.size)}）")
+    click.echo(f"保留最近 {rt.config.env.reembed_backup_keep} 份备份（REEMBED_BACKUP_KEEP）。")
+
+
+@backup_group.command("restore")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--yes", "-y", is_flag=True, help="不询问，直接执行")
+def backup_restore_cmd(file: Path, yes: bool) -> None:
+    """从备份 FILE 恢复（用当前模型重新嵌入，替换当前内容；恢复前自动备份当前内容）。"""
+    rt = _runtime()
+    path = file
+    if not path.exists() and not path.is_absolute() and (rt.config.backup_dir / file).exists():
+        path = rt.config.backup_dir / file
+    try:
+        header, contents = load_backup(path)
+    except BackupError as exc:
+        _fail(str(exc))
+    _require_confirmation(yes)
+    progress = _Progress("恢复")
+
+    async def work() -> None:
+        current = await current_fingerprint(rt)
+        click.echo(f"备份：{path}（创建于 {_when(str(header.get('created_at', '')))}）")
+        for name, saved in contents.items():
+            click.echo(f"  {name}：{len(saved.items)} 条")
+        click.echo(f"将用当前模型 {_fp(current)} 重新嵌入并替换当前内容（当前内容会先备份）。")
+        if not yes and not _confirm("确定继续吗？"):
+            click.echo("已取消。")
+            raise click.exceptions.Exit(1)
+        try:
+            report = await restore_backup(rt, path, progress=progress)
+        finally:
+            progress.close()
+        counts = "，".join(f"{name} {n} 条" for name, n in report.counts.items())
+        click.secho(f"恢复完成：{counts}", fg="green")
+        click.echo(f"恢复前的内容已备份到：{report.backup}")
+
+    _run(rt, work)
