@@ -186,7 +186,19 @@ def memory() -> None:
 def status_cmd() -> None:
     """显示嵌入指纹、记忆分布、分区键版本与备份列表。"""
     rt = _runtime()
-    report: StatusReport = _run(rt, lambda: collect_status(rt))
+
+    async def work() -> StatusReport | VectorStoreError:
+        try:
+            return await collect_status(rt)
+        except VectorStoreError as exc:
+            return exc
+
+    report = _run(rt, work)
+    if isinstance(report, VectorStoreError):
+        # Still show what needs no vector store (e.g. a running bot holds it).
+        click.echo(f"向量库：{rt.connection.describe()}（不可用）")
+        _print_backups(list_backups(rt.config.backup_dir), rt.config.backup_dir)
+        _fail(str(report))
     click.echo(f"向量库：{report.vector_db}")
     click.echo("嵌入指纹：")
     click.echo(f"  已存储：{_fp(report.stored)}")

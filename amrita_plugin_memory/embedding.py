@@ -749,6 +749,36 @@ async def _build_temp(
     return temp
 
 
+async def _same_contents(
+    conn: ChromaConnection, live: Collection, temp: Collection, expected: int
+) -> bool:
+    """Whether ``live`` still holds exactly what was copied into ``temp``.
+
+    A second, embedding-free pass page by page: catches writes of another
+    process (a bot on a remote Chroma) made while the remap was running.
+    """
+    if await _count(conn, live) != expected:
+        return False
+    seen = 0
+    async for page in _live_pages(conn, live, 512):
+        seen += len(page)
+        res = await conn.run(
+            functools.partial(
+                temp.get, ids=[item.id for item in page], include=["documents", "metadatas"]
+            )
+        )
+        docs = res.get("documents") or [None] * len(res["ids"])
+        metas = res.get("metadatas") or [None] * len(res["ids"])
+        copied = {
+            i: (d, dict(m) if m is not None else None)
+            for i, d, m in zip(res["ids"], docs, metas, strict=False)
+        }
+        for item in page:
+            if copied.get(item.id, ("\0missing", None)) != (item.document, item.metadata):
+                return False
+    return seen == expected
+
+
 async def _run_remap(
     runtime: MemoryRuntime,
     plans: list[_Plan],
@@ -766,7 +796,9 @@ async def _run_remap(
         for plan in sorted(plans, key=lambda p: p.cov.role != "memory"):  # memory first
             temps[plan.cov.role] = await _build_temp(runtime, plan, target, done, total, progress)
         for plan in plans:
-            if plan.live is not None and await _count(conn, plan.live) != plan.expected:
+            if plan.live is not None and not await _same_contents(
+                conn, plan.live, temps[plan.cov.role], plan.expected
+            ):
                 raise RemapError(
                     f"集合 {plan.cov.name} 在重映射期间被修改；请停止正在运行的 Bot 后重试"
                 )

@@ -168,6 +168,9 @@ async def test_data_dir_held_by_a_running_bot(project: BotProject) -> None:
         await holder.connection.client()  # a running bot holds the embedded ChromaDB
         line = _error(project.ambot("reindex", "--yes"))
         assert "正被另一个进程" in line and "可能是运行中的 Bot" in line
+        status = project.ambot("status")
+        assert "正被另一个进程" in _error(status)
+        assert "（不可用）" in status.stdout and "备份（" in status.stdout
     finally:
         await holder.close()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import stat
@@ -373,9 +374,11 @@ async def test_locked_data_dir_refuses_to_register(
     holder.connection.close()
 
 
+@pytest.mark.parametrize("change", ["add", "update", "delete"])
 async def test_concurrent_change_during_live_remap_aborts_safely(
-    tmp_path: Path, runtimes: Callable[..., Any]
+    tmp_path: Path, runtimes: Callable[..., Any], change: str
 ) -> None:
+    """Another writer (e.g. a bot on a remote Chroma) changes the store mid-remap."""
     old = await _seeded(runtimes, tmp_path, memories=30, knowledge=0)
     old.connection.close()
     rt = runtimes(tmp_path, embedding_model_name=BGE, reembed_batch_size=8)
@@ -385,25 +388,38 @@ async def test_concurrent_change_during_live_remap_aborts_safely(
     async def embed_and_write(texts: list[str]) -> list[list[float]]:
         nonlocal calls
         calls += 1
-        if calls == 2:  # another writer (e.g. a bot on a remote Chroma) adds a memory
+        if calls == 2:  # m0000 was copied with the first page already
             col = await rt.connection.get_collection(MEM, create=False)
-            await rt.connection.run(
-                lambda: col.add(
+            if change == "add":
+                write = functools.partial(
+                    col.add,
                     ids=["late"],
                     documents=["后来写入"],
                     embeddings=[[0.1] * 384],
                     metadatas=[memory_meta(ALICE)],
                 )
-            )
+            elif change == "update":
+                write = functools.partial(
+                    col.update, ids=["m0000"], documents=["后来改写"], embeddings=[[0.1] * 384]
+                )
+            else:
+                write = functools.partial(col.delete, ids=["m0000"])
+            await rt.connection.run(write)
         return await real_embed(texts)
 
     rt.embedder.embed = embed_and_write
-    with pytest.raises(E.RemapFailed, match="重映射失败"):
+    with pytest.raises(E.RemapFailed, match="被修改|条数不符"):
         await E.remap(rt)
-    snap = await snapshot(rt, MEM)
-    assert len(snap) == 31 and "late" in snap
+    snap = await snapshot(rt, MEM)  # the other writer's change is kept, nothing else lost
+    if change == "add":
+        assert len(snap) == 31 and "late" in snap
+    elif change == "update":
+        assert len(snap) == 30 and snap["m0000"][0] == "后来改写"
+    else:
+        assert len(snap) == 29 and "m0000" not in snap
     assert await rt.connection.list_collections() == [MEM]
     assert (await E.stored_fingerprint(rt)).model == NOMIC
+    assert await dims(rt, MEM) == {384}
 
 
 # ---------------------------------------------------------------------------
