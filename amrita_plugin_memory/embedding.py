@@ -1091,7 +1091,6 @@ async def run_startup_check_async(
         logger.error(msg)
         return StartupResult(False, "refused", msg, stored, current, migration)
     if policy == "ask":
-        logger.warning(f"[Memory] {mismatch}")
         question = (
             f"[Memory] {mismatch}。\n"
             f"是否现在用新模型重映射全部 {count} 条（先自动备份）？选否则保留旧向量继续运行"

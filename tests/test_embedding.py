@@ -408,7 +408,7 @@ async def test_concurrent_change_during_live_remap_aborts_safely(
         return await real_embed(texts)
 
     rt.embedder.embed = embed_and_write
-    with pytest.raises(E.RemapFailed, match="被修改|条数不符"):
+    with pytest.raises(E.RemapFailed, match=r"被修改|条数不符"):
         await E.remap(rt)
     snap = await snapshot(rt, MEM)  # the other writer's change is kept, nothing else lost
     if change == "add":
