@@ -1,0 +1,163 @@
+"""Typed shapes of the L3 loop's persisted state.
+
+The state lives as JSON in the ``SubconsciousState`` row (uid ``amrita_memory``).
+:func:`normalize_state` turns whatever JSON is stored (an older plugin
+version, a hand-edited row, garbage) into a well-formed :class:`StateData`,
+so a bad row degrades to defaults instead of breaking the loop.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
+
+if TYPE_CHECKING:
+    from amrita_core.usage import SessionUsageProxy
+
+__all__ = [
+    "AbstractEntry",
+    "Cycle",
+    "CycleOutcome",
+    "PendingMessage",
+    "StateData",
+    "empty_state",
+    "normalize_state",
+]
+
+CycleOutcome = Literal["success", "failed", "interrupted"]
+_OUTCOMES: tuple[CycleOutcome, ...] = ("success", "failed", "interrupted")
+
+
+class AbstractEntry(TypedDict):
+    """What one cycle did, shown to the next cycles (``{{ last_abstracts }}``)."""
+
+    time: str
+    """Local ISO time the cycle ended."""
+    cycle: int
+    outcome: CycleOutcome
+    summary: str
+
+
+class PendingMessage(TypedDict):
+    """Something the loop wants the target user to hear, not yet delivered."""
+
+    id: str
+    time: str
+    intent: str
+    """What to tell the user, in the loop's words."""
+    text: NotRequired[str]
+    """A message already generated for a send that failed (bot offline)."""
+
+
+class StateData(TypedDict):
+    """The JSON document stored in ``SubconsciousState.data``."""
+
+    total_runs: int
+    last_abstracts: list[AbstractEntry]
+    pending_messages: list[PendingMessage]
+    knowledge_suggestions: list[dict[str, Any]]
+    """Suggestions from the chat LLM (``knowledge_suggest``); filled by the knowledge base."""
+
+
+def empty_state() -> StateData:
+    return {
+        "total_runs": 0,
+        "last_abstracts": [],
+        "pending_messages": [],
+        "knowledge_suggestions": [],
+    }
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ("" if value is None else str(value))
+
+
+def _abstract(raw: Any) -> AbstractEntry | None:
+    if not isinstance(raw, Mapping):
+        return None
+    summary = _str(raw.get("summary")).strip()
+    if not summary:
+        return None
+    cycle = raw.get("cycle")
+    outcome = raw.get("outcome")
+    return {
+        "time": _str(raw.get("time")),
+        "cycle": cycle if isinstance(cycle, int) and not isinstance(cycle, bool) else 0,
+        "outcome": outcome if outcome in _OUTCOMES else "success",
+        "summary": summary,
+    }
+
+
+def _pending(raw: Any) -> PendingMessage | None:
+    if not isinstance(raw, Mapping):
+        return None
+    intent = _str(raw.get("intent")).strip()
+    message_id = _str(raw.get("id")).strip()
+    if not intent or not message_id:
+        return None
+    message: PendingMessage = {"id": message_id, "time": _str(raw.get("time")), "intent": intent}
+    text = _str(raw.get("text")).strip()
+    if text:
+        message["text"] = text
+    return message
+
+
+def normalize_state(raw: Any, *, max_abstracts: int) -> StateData:
+    """A well-formed state from stored JSON, keeping the newest ``max_abstracts``."""
+    state = empty_state()
+    if not isinstance(raw, Mapping):
+        return state
+    runs = raw.get("total_runs")
+    if isinstance(runs, int) and not isinstance(runs, bool) and runs > 0:
+        state["total_runs"] = runs
+    abstracts = raw.get("last_abstracts")
+    if isinstance(abstracts, list):
+        entries = [e for e in (_abstract(a) for a in abstracts) if e is not None]
+        state["last_abstracts"] = entries[-max_abstracts:]
+    pending = raw.get("pending_messages")
+    if isinstance(pending, list):
+        state["pending_messages"] = [p for p in (_pending(m) for m in pending) if p is not None]
+    suggestions = raw.get("knowledge_suggestions")
+    if isinstance(suggestions, list):
+        state["knowledge_suggestions"] = [dict(s) for s in suggestions if isinstance(s, Mapping)]
+    return state
+
+
+@dataclass(eq=False)
+class Cycle:
+    """The in-memory control block of one running cycle.
+
+    Shared by the runner, the workflow nodes (injected by type through the
+    ChatObject's ``hook_args``), the strategy and the tool handlers. It holds
+    nothing that outlives the cycle.
+    """
+
+    number: int
+    compress_history: bool = True
+    stop_requested: bool = False
+    """``subconscious_iter_stop`` was called: no further model round."""
+    stop_summary: str = ""
+    interrupted: bool = False
+    """The target user spoke (or the bot is stopping): finish the tool calls
+    already running, start no new model round and no new tool call."""
+    sends: int = 0
+    actions: Counter[str] = field(default_factory=Counter)
+    """Successful state-changing tool calls, by action name (for the abstract)."""
+    usage: SessionUsageProxy | None = None
+    """The run's usage ledger, captured by the history node."""
+    history_note: str = ""
+
+    def describe_actions(self) -> str:
+        """A short Chinese account of what the cycle changed."""
+        labels = {
+            "write": "新增记忆",
+            "update": "修改记忆",
+            "delete": "删除记忆",
+            "memo": "更新备忘录",
+            "send": "发送消息",
+            "note": "记下待转达消息",
+        }
+        parts = [f"{labels.get(k, k)} {n} 次" for k, n in self.actions.items() if n]
+        return "、".join(parts) if parts else "没有修改任何内容"
