@@ -65,6 +65,16 @@ def whole_replies() -> Any:
 
 
 @pytest.fixture
+def logs() -> Any:
+    from nonebot import logger
+
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(m.record["message"]), level="INFO")
+    yield lines
+    logger.remove(sink)
+
+
+@pytest.fixture
 def no_retries() -> Any:
     """Fail fast when the LLM server answers 500 (no SDK retries with backoff)."""
     from amrita_core import get_config
@@ -211,7 +221,7 @@ async def test_disabled_registers_nothing(
 
 
 async def test_enabled_setup_registers_hooks_jobs_on_demand_and_files(
-    tmp_path: Path, chat_server: ChatServer
+    tmp_path: Path, chat_server: ChatServer, logs: list[str]
 ) -> None:
     import nonebot
 
@@ -242,6 +252,11 @@ async def test_enabled_setup_registers_hooks_jobs_on_demand_and_files(
         ]
         assert runner.tools.has_tool("subconscious_iter_stop")
         await runner.start()
+        assert logs[-2:] == [
+            f"[Subconscious] Starting for user={uid}",
+            "[Subconscious] Idle — waiting for user chat to trigger first run",
+        ]
+        assert chat_server.requests == []  # no token spent while idle
         # The target user's message (any chat) plans a run through the hook.
         await run_turn(make_bot(BotRecorder()), group_event(uid, 22001, "大家好", to_me=False))
         assert runner.penalty == 1 and runner.next_run_time is not None

@@ -91,15 +91,16 @@ class SubconsciousHooks:
         ev = _amrita_event(event.chat_object)
         if ev is None or not self.is_target_private(ev):
             return
+        train = event.get_context_messages().train
+        if not isinstance(train.content, str):
+            return  # nowhere to put the block: leave the messages for a later turn
         messages = self.runner.pending.claim(event.chat_object)
         if not messages:
             return
-        train = event.get_context_messages().train
-        if isinstance(train.content, str):
-            train.content = insert_memo_block(train.content, render_notes_block(messages))
-            logger.info(
-                f"[Subconscious] Showing {len(messages)} pending message(s) to user={self.runner.target_user_id}"
-            )
+        train.content = insert_memo_block(train.content, render_notes_block(messages))
+        logger.info(
+            f"[Subconscious] Showing {len(messages)} pending message(s) to user={self.runner.target_user_id}"
+        )
 
     async def confirm(self, event: CompletionEvent) -> None:
         if not self.runner.active or event.chat_object is None:
