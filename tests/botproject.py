@@ -221,14 +221,23 @@ class BotProject:
         mode = values.pop("vector_db_type", "local")
         return make_runtime(self.data_dir, mode=mode, **values)
 
-    def ambot(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-        """Run ``ambot memory <args>`` in the project, stdin not a TTY."""
+    def process_env(self) -> dict[str, str]:
+        """Environment of an ``ambot`` subprocess in this project."""
         env = {k: v for k, v in os.environ.items() if k != "AMBOT_COMMAND_CONTEXT"}
         env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"  # Amrita's webui needs uv
         env["PYTHONUNBUFFERED"] = "1"
         env["NO_COLOR"] = "1"
+        return env
+
+    def ambot(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        """Run ``ambot memory <args>`` in the project, stdin not a TTY."""
+        return self.command("memory", *args, timeout=timeout)
+
+    def command(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        """Run ``ambot <args>`` in the project, stdin not a TTY."""
+        env = self.process_env()
         return subprocess.run(
-            [str(VENV_BIN / "ambot"), "memory", *args],
+            [str(VENV_BIN / "ambot"), *args],
             cwd=self.root,
             env=env,
             stdin=subprocess.DEVNULL,

@@ -1,0 +1,103 @@
+"""A real bot process: migrations, config files, and the startup check's refusal.
+
+These run ``ambot`` as a subprocess in a throw-away bot project, the way an
+operator does on a server (stdin is not a TTY).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.botproject import BGE, NOMIC, VENV_BIN, BotProject, sample_memories, seed
+from tests.lazy import lazy_import
+from tests.servers import EmbeddingServer, free_port
+
+E = lazy_import("amrita_plugin_memory.embedding")
+
+
+@pytest.fixture
+def project(tmp_path: Path, embed_server: EmbeddingServer) -> BotProject:
+    return BotProject(tmp_path / "bot")
+
+
+def test_orm_upgrade_reaches_head_and_check_is_clean(project: BotProject) -> None:
+    upgrade = project.command("orm", "upgrade")
+    assert upgrade.returncode == 0, upgrade.stdout + upgrade.stderr
+    db = project.root / "data" / "nonebot_plugin_orm" / "db.sqlite3"
+    with sqlite3.connect(db) as conn:
+        versions = {row[0] for row in conn.execute("select version_num from alembic_version")}
+        tables = {row[0] for row in conn.execute("select name from sqlite_master where type='table'")}
+    assert "6004d221a7de" in versions
+    assert {"amrita_plugin_memory_user_memo", "amrita_plugin_memory_subconscious_state"} <= tables
+    check = project.command("orm", "check")
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "没有检测到新的升级操作" in check.stdout + check.stderr
+    heads = project.command("orm", "heads")
+    assert "6004d221a7de (amrita_plugin_memory) (head)" in heads.stdout
+
+
+def run_bot_until_started(project: BotProject, timeout: float = 90) -> str:
+    """Start ``ambot run``, wait for the web server, stop it; return its log."""
+    port = free_port()
+    project.write_env(**{**project.env, "HOST": "127.0.0.1", "PORT": port, "LOG_LEVEL": "INFO"})
+    proc = subprocess.Popen(
+        [str(VENV_BIN / "ambot"), "run"],
+        cwd=project.root,
+        env=project.process_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if "Application startup complete" in line or time.monotonic() > deadline:
+                break
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    log = "".join(lines)
+    assert "Application startup complete" in log, log[-3000:]
+    return log
+
+
+async def test_bot_starts_with_the_plugin_and_creates_its_files(project: BotProject) -> None:
+    log = run_bot_until_started(project)
+    assert "[Memory] 已加载" in log
+    assert 'Succeeded to load plugin "amrita_plugin_memory"' in log
+    assert (project.root / "config" / "amrita_plugin_memory" / "config.toml").exists()
+    assert (project.data_dir / "vector_db.chroma").is_dir()
+
+
+async def test_ask_without_tty_refuses_the_plugin_but_the_bot_runs(project: BotProject) -> None:
+    rt = project.runtime()
+    try:
+        await seed(rt, rt.store.name, sample_memories(5))
+        await E.reset_fingerprint(rt)  # fingerprint of nomic-embed-text
+    finally:
+        await rt.close()
+    project.write_env(EMBEDDING_MODEL_NAME=BGE, EMBED_MISMATCH_POLICY="ask")
+    log = run_bot_until_started(project)
+    assert "EMBED_MISMATCH_POLICY=ask 需要交互确认" in log
+    assert "EMBED_MISMATCH_POLICY=auto" in log and "ambot memory reindex" in log
+    assert "[Memory] 已加载" not in log  # nothing registered
+    assert "Traceback" not in log
+    # The data are untouched and the data dir is free for the maintenance command.
+    rt = project.runtime(embedding_model_name=NOMIC)
+    try:
+        assert await rt.store.count() == 5
+        assert (await E.stored_fingerprint(rt)).model == NOMIC
+    finally:
+        await rt.close()
