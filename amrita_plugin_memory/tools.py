@@ -22,7 +22,14 @@ from nonebot import logger
 from .embed import EmbeddingError
 from .keys import ChatTarget, target_from_event
 from .memo import MemoService
-from .vector import IMPORTANCE_LEVELS, SCOPES, MemoryLimitReached, MemoryStore, VectorStoreError
+from .vector import (
+    IMPORTANCE_LEVELS,
+    SCOPES,
+    DimensionMismatch,
+    MemoryLimitReached,
+    MemoryStore,
+    VectorStoreError,
+)
 
 __all__ = [
     "LIMITS",
@@ -208,6 +215,9 @@ class MemoryTools:
         except EmbeddingError as exc:
             logger.warning(f"[Memory] {name} 失败：嵌入服务错误：{exc}")
             return _error(f"嵌入服务不可用，本次操作未执行：{exc}")
+        except DimensionMismatch as exc:
+            logger.warning(f"[Memory] {name} 失败：{exc}")
+            return _error(f"嵌入服务返回的向量与记忆库不匹配，本次操作未执行：{exc}")
         except VectorStoreError as exc:
             logger.warning(f"[Memory] {name} 失败：{exc}")
             return _error(f"向量数据库不可用，本次操作未执行：{exc}")

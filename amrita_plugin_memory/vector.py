@@ -42,6 +42,7 @@ __all__ = [
     "SCOPES",
     "ChromaConnection",
     "DataDirLocked",
+    "DimensionMismatch",
     "MemoryRecord",
     "MemoryStore",
     "PartitionLocks",
@@ -63,6 +64,10 @@ class VectorStoreError(RuntimeError):
 
 class DataDirLocked(VectorStoreError):
     """Another process holds the embedded ChromaDB directory."""
+
+
+class DimensionMismatch(VectorStoreError):
+    """The embedding service returned vectors of another size than the collection's."""
 
 
 def utc_now() -> str:
@@ -223,6 +228,12 @@ class ChromaConnection:
         except VectorStoreError:
             raise
         except Exception as exc:
+            if "expecting embedding with dimension" in str(exc):
+                # Not an outage: the embedding model changed under us.
+                raise DimensionMismatch(
+                    f"嵌入向量维度与向量库不一致（{_short(exc)}）：嵌入模型可能已更换，"
+                    "请运行 `ambot memory reindex` 重映射"
+                ) from exc
             raise VectorStoreError(
                 f"向量数据库操作失败（{self.describe()}）：{_short(exc)}"
             ) from exc

@@ -163,3 +163,10 @@ async def store(
             pass
     await embedder.close()
     connection.close()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    from tests.reliability_stats import STATS
+
+    if STATS.inputs_tried or STATS.faults_injected:
+        terminalreporter.write_line(STATS.summary())

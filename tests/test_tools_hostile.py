@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.lazy import lazy_import
+from tests.reliability_stats import STATS
 
 K = lazy_import("amrita_plugin_memory.keys")
 T = lazy_import("amrita_plugin_memory.tools")
@@ -114,6 +115,7 @@ async def test_hostile_arguments_change_nothing(
     }
     before = await snapshot()
     result = await getattr(runtime().tools, tool)(caller(), args)
+    STATS.inputs_tried += 1
     assert result["ok"] is False
     assert expected in result["error"], result["error"]
     assert await snapshot() == before
@@ -211,6 +213,7 @@ async def test_property_no_exception_escapes(
     """Whatever the model sends, the tool answers with a dict and never raises."""
     tools = runtime().tools
     result = await getattr(tools, tool)(caller(group=in_group), args)
+    STATS.inputs_tried += 1
     assert isinstance(result, dict) and isinstance(result["ok"], bool)
     if not result["ok"]:
         assert isinstance(result["error"], str) and result["error"]
