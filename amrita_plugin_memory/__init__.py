@@ -21,6 +21,7 @@ from .config import ConfigError, EnvConfig, PluginConfig  # noqa: E402
 from .embedding import run_startup_check  # noqa: E402
 from .matchers import MemoryCommands, register_commands  # noqa: E402
 from .memo import register_memo_hook  # noqa: E402
+from .rethinking import setup_subconscious  # noqa: E402
 from .runtime import MemoryRuntime  # noqa: E402
 from .tools import caller_from_event, register_surface_tools  # noqa: E402
 
@@ -65,6 +66,7 @@ def _setup() -> MemoryRuntime | None:
     register_memo_hook(rt.memo)
     register_surface_tools(rt.tools)
     register_commands(MemoryCommands(rt.tools), caller_from_event)
+    setup_subconscious(rt)
     logger.info(
         f"[Memory] 已加载：向量库 {rt.connection.describe()}，嵌入服务 {rt.embedder.describe()}"
     )
