@@ -72,6 +72,16 @@ MEMORY_TOOLS = {
     "subconscious_read_sessions",
     "subconscious_iter_stop",
 }
+PROFILE_TOOLS = {"subconscious_get_profile", "subconscious_update_profile"}
+KNOWLEDGE_TOOLS = {
+    "subconscious_knowledge_list",
+    "subconscious_knowledge_read",
+    "subconscious_knowledge_create",
+    "subconscious_knowledge_update",
+    "subconscious_knowledge_delete",
+    "subconscious_knowledge_search",
+    "subconscious_read_suggestions",
+}
 
 
 @pytest.fixture
@@ -163,7 +173,9 @@ async def test_full_cycle_merges_duplicates(
     assert len(requests) == 4  # iter_stop ends the cycle: no fifth request
     assert chat_server.pending == 1
     for request in requests:
-        assert offered(request) == MEMORY_TOOLS | {"subconscious_note_for_user"}
+        assert offered(request) == (
+            MEMORY_TOOLS | PROFILE_TOOLS | KNOWLEDGE_TOOLS | {"subconscious_note_for_user"}
+        )
         assert [m["role"] for m in request["messages"][:2]] == ["system", "user"]
     system = requests[0]["messages"][0]["content"]
     assert f"用户（ID：{uid}）" in system
@@ -695,7 +707,7 @@ async def test_more_tool_groups_plug_in(
     from amrita_plugin_memory.rethinking.schemas import define, prop
     from amrita_plugin_memory.rethinking.tools import LoopTool
 
-    runner = make_runner()
+    runner = make_runner(enable_knowledge=False)  # the real knowledge group owns these names
     seen: list[dict[str, Any]] = []
 
     async def knowledge_list(args: Any, ctx: Any) -> dict[str, Any]:

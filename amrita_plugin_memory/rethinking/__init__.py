@@ -3,7 +3,9 @@
 Entry point: :func:`setup_subconscious`, called by the plugin once the
 surface tools are registered. It does nothing at all (no hooks, no tools, no
 jobs, no files, no tokens) unless ``[subconscious] enabled = true`` and
-``target_user_id`` is set.
+``target_user_id`` is set. The knowledge base (its loop tools, the chat LLM's
+``knowledge_*`` tools, its files and collection) exists only when, in
+addition, ``enable_knowledge = true``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ def create_runner(
 
     ``config`` defaults to the runtime's ``[subconscious]`` section; ``kwargs``
     go to :class:`SubconsciousRunner` (``scheduler``, ``state_uid``, ``job_id``,
-    ``config_dir``).
+    ``config_dir``, ``data_dir``). The chat LLM's knowledge tools are offered
+    only after :meth:`SURFACE.bind(runner) <.knowledge_tools.SurfaceKnowledgeTools.bind>`.
     """
     runner = SubconsciousRunner(runtime, config, **kwargs)  # type: ignore[arg-type]
     for path in runner.templates.ensure():
@@ -41,8 +44,11 @@ def setup_subconscious(runtime: MemoryRuntime) -> SubconsciousRunner | None:
 
     When enabled: creates the missing prompt templates, builds the runner,
     registers the chat hooks (target-user messages, pending-message
-    delivery) and the driver startup / shutdown hooks (load the state and
-    idle; stop a running cycle and cancel the planned run).
+    delivery), offers the chat LLM the ``knowledge_*`` tools when the
+    knowledge base is enabled (registered once per process, shown only while
+    the runner is active), and the driver startup / shutdown hooks (load the
+    state, check the knowledge base and idle; stop a running cycle and
+    cancel the planned run).
     """
     config = runtime.config.file.subconscious
     if not config.enabled:
@@ -53,16 +59,22 @@ def setup_subconscious(runtime: MemoryRuntime) -> SubconsciousRunner | None:
     from nonebot import get_driver
 
     from .hooks import SubconsciousHooks
+    from .knowledge_tools import SURFACE
 
     runner = create_runner(runtime, config)
     hooks = SubconsciousHooks(runner)
     hooks.register()
     runner.hooks = hooks
+    if runner.knowledge_tools is not None:
+        SURFACE.bind(runner)
+    else:
+        logger.info("[Subconscious] Knowledge base disabled (enable_knowledge = false)")
     driver = get_driver()
     driver.on_startup(runner.start)
 
     async def stop() -> None:
         hooks.unregister()
+        SURFACE.unbind(runner)
         await runner.shutdown()
 
     driver.on_shutdown(stop)

@@ -247,11 +247,13 @@ class KnowledgeBaseManager:
         entry = await self.get(kid)
         lines = entry.body.splitlines()
         total = len(lines)
-        if not isinstance(start_line, int) or start_line < 1:
+        if isinstance(start_line, bool) or not isinstance(start_line, int) or start_line < 1:
             raise KnowledgeError("start_line 必须是 ≥ 1 的整数")
-        end = total if end_line is None else end_line
-        if not isinstance(end, int) or end < start_line:
+        if end_line is not None and (
+            isinstance(end_line, bool) or not isinstance(end_line, int) or end_line < start_line
+        ):
             raise KnowledgeError("end_line 必须是 ≥ start_line 的整数")
+        end = total if end_line is None else end_line
         end = min(end, total, start_line + 199)  # at most 200 lines per read
         window = (
             [f"{n}: {lines[n - 1]}" for n in range(start_line, end + 1)]

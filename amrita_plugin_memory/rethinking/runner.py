@@ -19,11 +19,21 @@ written. Shutdown interrupts the same way and cancels the ChatObject
 (the main template with the spec's variables) → LIMIT_HISTORY (the target's
 recent chat, bounded; :mod:`.nodes`) → BUILD_MESSAGE → REACT_BLOCK (Core's
 ReAct strategy on the isolated tool set). Afterwards the run's total usage
-is added once to Amrita's global statistics and the state is saved.
+is added once to Amrita's global statistics and the state is saved, and every
+tool group with an ``on_cycle_end`` hook learns the outcome (the knowledge
+group then drops the suggestions it showed, on success only).
+
+**Knowledge base and profile.** The profile tools come with every runner; the
+knowledge base (:attr:`SubconsciousRunner.knowledge`) and its tools only with
+``enable_knowledge``. :meth:`SubconsciousRunner.start` checks the knowledge
+base against its files in the background (:meth:`validate_knowledge`).
 
 All state is owned by the runner object (penalty, state document, pending
-message claims, isolated tool manager, planned job, session-summary cache);
-nothing is kept in module globals.
+message claims, isolated tool manager, planned job, session-summary cache,
+knowledge base, profile); nothing is kept in module globals. The one
+process-wide piece is the registration of the chat LLM's ``knowledge_*``
+tools in Amrita's global ``ToolsManager`` (:data:`.knowledge_tools.SURFACE`),
+which only points at the runner it serves.
 """
 
 from __future__ import annotations
@@ -80,7 +90,10 @@ from .consts import (
     TEMPLATE_VARIABLES,
     ensure_prompt_file,
 )
+from .knowledge import KnowledgeBaseManager, ValidationReport
+from .knowledge_tools import KnowledgeTools, ProfileTools
 from .nodes import cycle_workflow, strategy_for
+from .profile import ProfileStore
 from .tools import LoopTool, MessageComposeError, SubconsciousTools, ToolGroup
 from .types import (
     AbstractEntry,
@@ -347,6 +360,7 @@ class SubconsciousRunner:
         state_uid: str = STATE_UID,
         job_id: str | None = None,
         config_dir: Path | None = None,
+        data_dir: Path | None = None,
     ) -> None:
         self.runtime = runtime
         self.config = config or runtime.config.file.subconscious
@@ -377,9 +391,33 @@ class SubconsciousRunner:
         self._idle.set()
         self.hooks: SubconsciousHooks | None = None
         """The chat hooks, when :func:`~.setup_subconscious` registered them."""
+        data_dir = data_dir or runtime.config.data_dir
+        self.profile = ProfileStore(data_dir)
+        """``<data_dir>/user_profile.md`` (created on the first edit)."""
+        self.knowledge: KnowledgeBaseManager | None = None
+        """The global knowledge base; ``None`` when ``enable_knowledge`` is off.
+        Nothing is created on disk before it is used or validated."""
+        if self.config.enable_knowledge:
+            self.knowledge = KnowledgeBaseManager(
+                root=data_dir,
+                connection=runtime.connection,
+                embedder=runtime.embedder,
+                collection_name=self.config.knowledge_collection_name,
+                max_chars=self.config.knowledge_max_chars,
+                log=logger.info,
+            )
+        self.knowledge_validation: asyncio.Task[ValidationReport | None] | None = None
+        """The startup check of the knowledge base, run in the background by :meth:`start`."""
+        self._state_loaded = False
         self.handlers = SubconsciousTools(self)
         for group in self.handlers.groups():
             self.add_tool_group(group)
+        self.profile_tools = ProfileTools(self, self.profile)
+        self.add_tool_group(self.profile_tools)
+        self.knowledge_tools: KnowledgeTools | None = None
+        if self.knowledge is not None:
+            self.knowledge_tools = KnowledgeTools(self, self.knowledge)
+            self.add_tool_group(self.knowledge_tools)
 
     # -- tools -------------------------------------------------------------------
 
@@ -483,7 +521,12 @@ class SubconsciousRunner:
     # -- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Driver startup: load the state and wait for the user to chat."""
+        """Driver startup: load the state, check the knowledge base, wait for the user to chat.
+
+        The knowledge base check runs as a background task
+        (:attr:`knowledge_validation`): with the embedding service down it
+        may wait for timeouts, and must not hold up the bot's startup.
+        """
         logger.info(f"[Subconscious] Starting for user={self.target_user_id}")
         try:
             await self.load_state()
@@ -491,7 +534,41 @@ class SubconsciousRunner:
             logger.error(
                 f"[Subconscious] 读取循环状态失败，以空状态启动：{exc.__class__.__name__}: {exc}"
             )
+        if self.knowledge is not None and self.knowledge_validation is None:
+            self.knowledge_validation = asyncio.create_task(
+                self.validate_knowledge(), name=f"{self.job_id}:validate-knowledge"
+            )
         logger.info("[Subconscious] Idle — waiting for user chat to trigger first run")
+
+    async def validate_knowledge(self) -> ValidationReport | None:
+        """Repair drift between knowledge files, index and vectors; never raises.
+
+        What was repaired is logged by the knowledge base itself; a failure
+        (embedding service or vector store down) is logged and retried at the
+        next start, the loop runs anyway.
+        """
+        kb = self.knowledge
+        if kb is None:
+            return None
+        try:
+            report = await kb.validate_on_startup()
+            entries = len(await kb.list())
+        except Exception as exc:
+            logger.warning(
+                "[Subconscious] 知识库启动校验失败（不影响运行，下次启动时重试）："
+                f"{exc.__class__.__name__}: {exc}"
+            )
+            return None
+        if report.unreadable_files:
+            logger.warning(
+                "[Subconscious] 知识库中有无法解析的文件（已跳过，请手工检查）："
+                + ", ".join(report.unreadable_files)
+            )
+        logger.info(
+            f"[Subconscious] Knowledge base checked: {entries} entries"
+            + ("" if report.changed else ", nothing to repair")
+        )
+        return report
 
     async def shutdown(self) -> None:
         """Driver shutdown: cancel the planned run and stop a running cycle."""
@@ -500,6 +577,9 @@ class SubconsciousRunner:
             self.cancel_planned()
         except Exception as exc:  # the scheduler may already be gone
             logger.debug(f"[Subconscious] cancel planned run on shutdown: {exc}")
+        validation = self.knowledge_validation
+        if validation is not None and not validation.done():
+            validation.cancel()
         cycle = self.current_cycle
         if cycle is None:
             return
@@ -527,6 +607,7 @@ class SubconsciousRunner:
         async with self.state_lock:
             raw = await self.state_store.load()
             self.state = normalize_state(raw, max_abstracts=self.config.max_abstracts)
+            self._state_loaded = True
             return self.state
 
     async def mutate_state(self, change: Callable[[StateData], T]) -> T:
@@ -535,9 +616,14 @@ class SubconsciousRunner:
         The one way to modify the state (pending messages, knowledge
         suggestions, abstracts), so concurrent writers never lose each other's
         updates. The state is saved whatever ``change`` returns; ``change``
-        must not await (it runs under the lock).
+        must not await (it runs under the lock). The stored row is read first
+        if it was never loaded, so an early write cannot wipe it.
         """
         async with self.state_lock:
+            if not self._state_loaded:
+                raw = await self.state_store.load()
+                self.state = normalize_state(raw, max_abstracts=self.config.max_abstracts)
+                self._state_loaded = True
             result = change(self.state)
             await self.state_store.save(self.state)
             return result
@@ -804,6 +890,7 @@ class SubconsciousRunner:
             config = self.loop_config()
         except PromptError as exc:
             logger.error(f"[Subconscious] {label} aborted: {exc}")
+            await self._end_cycle(cycle, "failed")
             return CycleResult(
                 cycle.number, "failed", error=str(exc), seconds=time.monotonic() - started
             )
@@ -811,6 +898,7 @@ class SubconsciousRunner:
             logger.error(
                 f"[Subconscious] {label} aborted before the agent started: {exc.__class__.__name__}: {exc}"
             )
+            await self._end_cycle(cycle, "failed")
             return CycleResult(
                 cycle.number, "failed", error=str(exc), seconds=time.monotonic() - started
             )
@@ -866,6 +954,7 @@ class SubconsciousRunner:
                 or f"未调用 subconscious_iter_stop 而结束；{cycle.describe_actions()}"
             )
         await self._record(cycle, outcome, summary)
+        await self._end_cycle(cycle, outcome)
         if outcome == "success":
             self.penalty = 0
         result = CycleResult(
@@ -884,6 +973,24 @@ class SubconsciousRunner:
             + (f": {result.error}" if result.error else "")
         )
         return result
+
+    async def _end_cycle(self, cycle: Cycle, outcome: CycleOutcome) -> None:
+        """Call ``on_cycle_end(cycle, outcome)`` of every tool group that has one.
+
+        The extension point for groups that must commit or discard per-cycle
+        work depending on how the cycle ended (see :class:`~.tools.ToolGroup`).
+        A failing hook is logged and does not affect the others.
+        """
+        for group in self.tool_groups:
+            hook = getattr(group, "on_cycle_end", None)
+            if hook is None:
+                continue
+            try:
+                await hook(cycle, outcome)
+            except Exception as exc:
+                logger.opt(exception=exc).error(
+                    f"[Subconscious] Cycle #{cycle.number}: on_cycle_end of group {group.name} failed"
+                )
 
     async def _record(self, cycle: Cycle, outcome: CycleOutcome, summary: str) -> None:
         """Post-processing: count the run and keep its abstract (window of ``max_abstracts``)."""

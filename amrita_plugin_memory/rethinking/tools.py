@@ -10,7 +10,7 @@ failure); the runner turns them into the JSON the model reads.
 A :class:`ToolGroup` is a list of :class:`LoopTool` plus an optional prompt
 section. The runner registers groups in its isolated tool manager
 (:meth:`SubconsciousRunner.add_tool_group`); the knowledge base and the user
-profile come as further groups.
+profile come as further groups (:mod:`.knowledge_tools`).
 """
 
 from __future__ import annotations
@@ -33,10 +33,12 @@ from .nodes import message_text
 
 if TYPE_CHECKING:
     from .runner import SubconsciousRunner
+    from .types import Cycle, CycleOutcome
 
 __all__ = [
     "DUPLICATE_GUIDANCE",
     "DUPLICATE_SCAN_MAX",
+    "CycleEndListener",
     "Handler",
     "LoopTool",
     "MessageComposeError",
@@ -73,7 +75,16 @@ class LoopTool:
 
 
 class ToolGroup(Protocol):
-    """A set of loop tools, optionally with a section of the system prompt."""
+    """A set of loop tools, optionally with a section of the system prompt.
+
+    A group may also define ``async def on_cycle_end(cycle, outcome)`` (see
+    :class:`CycleEndListener`): the runner calls it once per cycle that got
+    as far as building its prompt, after the cycle's outcome is known and its
+    abstract saved, so a group can commit or discard what it did during the
+    cycle (the knowledge group clears the suggestions it showed only on
+    ``"success"``). Per-cycle data belongs in ``cycle.group_data[name]``. A
+    cycle whose own task is cancelled never reaches ``on_cycle_end``.
+    """
 
     name: str
 
@@ -82,6 +93,12 @@ class ToolGroup(Protocol):
     async def prompt_section(self) -> str:
         """Text appended to the loop's system prompt ("" for none)."""
         ...
+
+
+class CycleEndListener(Protocol):
+    """The optional cycle-end hook of a :class:`ToolGroup`."""
+
+    async def on_cycle_end(self, cycle: Cycle, outcome: CycleOutcome) -> None: ...
 
 
 @dataclass(slots=True)

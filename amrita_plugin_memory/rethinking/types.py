@@ -17,17 +17,23 @@ if TYPE_CHECKING:
     from amrita_core.usage import SessionUsageProxy
 
 __all__ = [
+    "SUGGESTION_ACTIONS",
     "AbstractEntry",
     "Cycle",
     "CycleOutcome",
+    "KnowledgeSuggestion",
     "PendingMessage",
     "StateData",
+    "SuggestionAction",
     "empty_state",
     "normalize_state",
 ]
 
 CycleOutcome = Literal["success", "failed", "interrupted"]
 _OUTCOMES: tuple[CycleOutcome, ...] = ("success", "failed", "interrupted")
+
+SuggestionAction = Literal["create", "update", "delete"]
+SUGGESTION_ACTIONS: tuple[SuggestionAction, ...] = ("create", "update", "delete")
 
 
 class AbstractEntry(TypedDict):
@@ -51,14 +57,34 @@ class PendingMessage(TypedDict):
     """A message already generated for a send that failed (bot offline)."""
 
 
+class KnowledgeSuggestion(TypedDict):
+    """A change of the knowledge base proposed by the chat LLM (``knowledge_suggest``).
+
+    Queued for the loop, which reviews it with ``subconscious_read_suggestions``
+    and decides itself whether (and how) to apply it.
+    """
+
+    id: str
+    time: str
+    action: SuggestionAction
+    kid: NotRequired[str]
+    """The entry concerned (``update`` / ``delete``)."""
+    title: str
+    summary: NotRequired[str]
+    body: NotRequired[str]
+    reason: str
+    source: str
+    """The chat session (uni_id) the suggestion came from."""
+
+
 class StateData(TypedDict):
     """The JSON document stored in ``SubconsciousState.data``."""
 
     total_runs: int
     last_abstracts: list[AbstractEntry]
     pending_messages: list[PendingMessage]
-    knowledge_suggestions: list[dict[str, Any]]
-    """Suggestions from the chat LLM (``knowledge_suggest``); filled by the knowledge base."""
+    knowledge_suggestions: list[KnowledgeSuggestion]
+    """Suggestions from the chat LLM (``knowledge_suggest``), oldest first, bounded."""
 
 
 def empty_state() -> StateData:
@@ -104,6 +130,29 @@ def _pending(raw: Any) -> PendingMessage | None:
     return message
 
 
+def _suggestion(raw: Any) -> KnowledgeSuggestion | None:
+    if not isinstance(raw, Mapping):
+        return None
+    suggestion_id = _str(raw.get("id")).strip()
+    action = raw.get("action")
+    title = _str(raw.get("title")).strip()
+    if not suggestion_id or action not in SUGGESTION_ACTIONS or not title:
+        return None
+    suggestion: KnowledgeSuggestion = {
+        "id": suggestion_id,
+        "time": _str(raw.get("time")),
+        "action": action,
+        "title": title,
+        "reason": _str(raw.get("reason")).strip(),
+        "source": _str(raw.get("source")).strip(),
+    }
+    for key in ("kid", "summary", "body"):
+        value = _str(raw.get(key)).strip()
+        if value:
+            suggestion[key] = value
+    return suggestion
+
+
 def normalize_state(raw: Any, *, max_abstracts: int) -> StateData:
     """A well-formed state from stored JSON, keeping the newest ``max_abstracts``."""
     state = empty_state()
@@ -121,7 +170,9 @@ def normalize_state(raw: Any, *, max_abstracts: int) -> StateData:
         state["pending_messages"] = [p for p in (_pending(m) for m in pending) if p is not None]
     suggestions = raw.get("knowledge_suggestions")
     if isinstance(suggestions, list):
-        state["knowledge_suggestions"] = [dict(s) for s in suggestions if isinstance(s, Mapping)]
+        state["knowledge_suggestions"] = [
+            s for s in (_suggestion(raw) for raw in suggestions) if s is not None
+        ]
     return state
 
 
@@ -148,6 +199,9 @@ class Cycle:
     usage: SessionUsageProxy | None = None
     """The run's usage ledger, captured by the history node."""
     history_note: str = ""
+    group_data: dict[str, Any] = field(default_factory=dict)
+    """Scratch space of the tool groups for this cycle, by group name (e.g. the
+    knowledge suggestions read in this cycle); dropped with the cycle."""
 
     def describe_actions(self) -> str:
         """A short Chinese account of what the cycle changed."""
@@ -158,6 +212,10 @@ class Cycle:
             "memo": "更新备忘录",
             "send": "发送消息",
             "note": "记下待转达消息",
+            "knowledge_create": "新建知识",
+            "knowledge_update": "修改知识",
+            "knowledge_delete": "删除知识",
+            "profile": "修改画像",
         }
         parts = [f"{labels.get(k, k)} {n} 次" for k, n in self.actions.items() if n]
         return "、".join(parts) if parts else "没有修改任何内容"
