@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from amrita_core import FunctionDefinitionSchema, FunctionParametersSchema, FunctionPropertySchema
 from nonebot import logger
 
 from .embed import EmbeddingError
@@ -89,13 +90,10 @@ def caller_for_user(target: ChatTarget) -> Caller:
 # ---------------------------------------------------------------------------
 
 
-def _text(
-    args: Mapping[str, Any], name: str, *, max_chars: int, required: bool = True
-) -> str | None:
+def parse_optional_text(args: Mapping[str, Any], name: str, *, max_chars: int) -> str | None:
+    """A stripped, bounded, non-empty string, or ``None`` when the argument is absent."""
     value = args.get(name)
     if value is None:
-        if required:
-            raise ToolArgError(f"缺少参数 {name}")
         return None
     if not isinstance(value, str):
         raise ToolArgError(f"参数 {name} 必须是字符串")
@@ -106,6 +104,14 @@ def _text(
         raise ToolArgError(
             f"参数 {name} 过长（{len(value)} 字，上限 {max_chars} 字），请精简后重试"
         )
+    return value
+
+
+def parse_text(args: Mapping[str, Any], name: str, *, max_chars: int) -> str:
+    """A required, stripped, bounded, non-empty string."""
+    value = parse_optional_text(args, name, max_chars=max_chars)
+    if value is None:
+        raise ToolArgError(f"缺少参数 {name}")
     return value
 
 
@@ -120,7 +126,7 @@ def _enum(
     return value.strip().lower()
 
 
-def _int(args: Mapping[str, Any], name: str, *, low: int, high: int, default: int) -> int:
+def parse_int(args: Mapping[str, Any], name: str, *, low: int, high: int, default: int) -> int:
     value = args.get(name, default)
     if value is None:
         return default
@@ -163,9 +169,39 @@ def _memory_id(args: Mapping[str, Any]) -> str:
     value = args.get("id")
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
-    result = _text({"id": value}, "id", max_chars=LIMITS.id_chars)
-    assert result is not None
-    return result
+    return parse_text({"id": value}, "id", max_chars=LIMITS.id_chars)
+
+
+async def guard_tool_call(
+    prefix: str,
+    name: str,
+    call: Callable[[], Awaitable[dict[str, Any]]],
+    *,
+    expected: tuple[type[Exception], ...] = (),
+) -> dict[str, Any]:
+    """Run a tool body, turning every expected failure into an error result.
+
+    Shared by the surface tools and the L3 loop's tools: bad arguments
+    (:class:`ToolArgError` and the caller's ``expected`` types) come back as
+    they are, service failures with a clear "nothing was done" message, so no
+    exception ever reaches the framework (or a traceback the chat).
+    """
+    try:
+        return await call()
+    except (ToolArgError, MemoryLimitReached, *expected) as exc:
+        return tool_error(str(exc))
+    except EmbeddingError as exc:
+        logger.warning(f"{prefix} {name} 失败：嵌入服务错误：{exc}")
+        return tool_error(f"嵌入服务不可用，本次操作未执行：{exc}")
+    except DimensionMismatch as exc:
+        logger.warning(f"{prefix} {name} 失败：{exc}")
+        return tool_error(f"嵌入服务返回的向量与记忆库不匹配，本次操作未执行：{exc}")
+    except VectorStoreError as exc:
+        logger.warning(f"{prefix} {name} 失败：{exc}")
+        return tool_error(f"向量数据库不可用，本次操作未执行：{exc}")
+    except OSError as exc:
+        logger.warning(f"{prefix} {name} 失败：文件读写错误：{exc}")
+        return tool_error(f"文件读写失败，本次操作未执行：{exc.__class__.__name__}")
 
 
 def dump_result(result: Mapping[str, Any]) -> str:
@@ -173,7 +209,8 @@ def dump_result(result: Mapping[str, Any]) -> str:
     return json.dumps(result, ensure_ascii=False, separators=(",", ":"))
 
 
-def _error(message: str) -> dict[str, Any]:
+def tool_error(message: str) -> dict[str, Any]:
+    """The result of a tool call that did nothing."""
     return {"ok": False, "error": message}
 
 
@@ -205,28 +242,13 @@ class MemoryTools:
     async def _guard(
         self, name: str, call: Callable[[], Awaitable[dict[str, Any]]]
     ) -> dict[str, Any]:
-        """Turn every expected failure into an error result the model can act on."""
-        try:
-            return await call()
-        except ToolArgError as exc:
-            return _error(str(exc))
-        except MemoryLimitReached as exc:
-            return _error(str(exc))
-        except EmbeddingError as exc:
-            logger.warning(f"[Memory] {name} 失败：嵌入服务错误：{exc}")
-            return _error(f"嵌入服务不可用，本次操作未执行：{exc}")
-        except DimensionMismatch as exc:
-            logger.warning(f"[Memory] {name} 失败：{exc}")
-            return _error(f"嵌入服务返回的向量与记忆库不匹配，本次操作未执行：{exc}")
-        except VectorStoreError as exc:
-            logger.warning(f"[Memory] {name} 失败：{exc}")
-            return _error(f"向量数据库不可用，本次操作未执行：{exc}")
+        return await guard_tool_call("[Memory]", name, call)
 
     # -- L2 ------------------------------------------------------------------
 
     async def write_memory(self, caller: Caller, args: Mapping[str, Any]) -> dict[str, Any]:
         async def run() -> dict[str, Any]:
-            content = _text(args, "content", max_chars=LIMITS.content_chars)
+            content = parse_text(args, "content", max_chars=LIMITS.content_chars)
             tags = _tags(args, required=True)
             importance = _enum(args, "importance", IMPORTANCE_LEVELS, "medium")
             scope = _enum(args, "scope", SCOPES, "user")
@@ -242,8 +264,10 @@ class MemoryTools:
 
     async def read_memory(self, caller: Caller, args: Mapping[str, Any]) -> dict[str, Any]:
         async def run() -> dict[str, Any]:
-            query = _text(args, "query", max_chars=LIMITS.query_chars)
-            top_k = _int(args, "top_k", low=1, high=LIMITS.top_k_max, default=LIMITS.top_k_default)
+            query = parse_text(args, "query", max_chars=LIMITS.query_chars)
+            top_k = parse_int(
+                args, "top_k", low=1, high=LIMITS.top_k_max, default=LIMITS.top_k_default
+            )
             importance = _enum(args, "importance", IMPORTANCE_LEVELS, None)
             scope = _enum(args, "scope", SCOPES, "user")
             assert query is not None and scope
@@ -257,7 +281,7 @@ class MemoryTools:
         async def run() -> dict[str, Any]:
             memory_id = _memory_id(args)
             scope = _enum(args, "scope", SCOPES, "user")
-            content = _text(args, "content", max_chars=LIMITS.content_chars, required=False)
+            content = parse_optional_text(args, "content", max_chars=LIMITS.content_chars)
             tags = _tags(args)
             importance = _enum(args, "importance", IMPORTANCE_LEVELS, None)
             assert scope
@@ -291,8 +315,10 @@ class MemoryTools:
 
     async def list_memory(self, caller: Caller, args: Mapping[str, Any]) -> dict[str, Any]:
         async def run() -> dict[str, Any]:
-            limit = _int(args, "limit", low=1, high=LIMITS.list_max, default=LIMITS.list_default)
-            offset = _int(args, "offset", low=0, high=1_000_000, default=0)
+            limit = parse_int(
+                args, "limit", low=1, high=LIMITS.list_max, default=LIMITS.list_default
+            )
+            offset = parse_int(args, "offset", low=0, high=1_000_000, default=0)
             scope = _enum(args, "scope", SCOPES, "user")
             assert scope
             partition = self.partition_for(caller, scope)
@@ -340,38 +366,62 @@ class MemoryTools:
 # ---------------------------------------------------------------------------
 
 
-def _schemas() -> dict[str, Any]:
-    from amrita_core import (
-        FunctionDefinitionSchema,
-        FunctionParametersSchema,
-        FunctionPropertySchema,
+def prop(type_: str, description: str, **kw: Any) -> FunctionPropertySchema:
+    """One parameter of a tool schema."""
+    return FunctionPropertySchema(type=type_, description=description, **kw)  # type: ignore[arg-type]
+
+
+def define(
+    name: str, description: str, props: dict[str, FunctionPropertySchema], required: list[str]
+) -> FunctionDefinitionSchema:
+    """A tool schema (surface tools and the L3 loop's tools alike)."""
+    return FunctionDefinitionSchema(
+        name=name,
+        description=description,
+        parameters=FunctionParametersSchema(type="object", properties=props, required=required),
     )
 
-    def prop(type_: str, description: str, **kw: Any) -> FunctionPropertySchema:
-        return FunctionPropertySchema(type=type_, description=description, **kw)  # type: ignore[arg-type]
 
-    scope = prop(
-        "string",
-        "记忆范围：user=说话人个人记忆（私聊群聊互通）；group=本群共享记忆（仅群聊可用）",
-        enum=list(SCOPES),
-    )
-    importance = prop("string", "重要性", enum=list(IMPORTANCE_LEVELS))
-    tags = prop(
+def importance_prop() -> FunctionPropertySchema:
+    return prop("string", "重要性", enum=list(IMPORTANCE_LEVELS))
+
+
+def tags_prop() -> FunctionPropertySchema:
+    return prop(
         "array",
         f"标签（最多 {LIMITS.tags} 个，每个不超过 {LIMITS.tag_chars} 字）",
         items=prop("string", "标签", maxLength=LIMITS.tag_chars),
         maxItems=LIMITS.tags,
     )
-    memory_id = prop(
-        "string", "记忆 ID（来自 read_memory / list_memory 的结果）", maxLength=LIMITS.id_chars
+
+
+def memory_id_prop() -> FunctionPropertySchema:
+    return prop("string", "记忆 ID（来自检索或列出记忆的结果）", maxLength=LIMITS.id_chars)
+
+
+def top_k_prop() -> FunctionPropertySchema:
+    return prop(
+        "integer", "返回条数", minimum=1, maximum=LIMITS.top_k_max, default=LIMITS.top_k_default
     )
 
-    def define(name: str, description: str, props: dict[str, Any], required: list[str]) -> Any:
-        return FunctionDefinitionSchema(
-            name=name,
-            description=description,
-            parameters=FunctionParametersSchema(type="object", properties=props, required=required),
-        )
+
+def limit_prop() -> FunctionPropertySchema:
+    return prop("integer", "条数", minimum=1, maximum=LIMITS.list_max, default=LIMITS.list_default)
+
+
+def offset_prop() -> FunctionPropertySchema:
+    return prop("integer", "跳过的条数（翻页）", minimum=0, default=0)
+
+
+def _schemas() -> dict[str, FunctionDefinitionSchema]:
+    scope = prop(
+        "string",
+        "记忆范围：user=说话人个人记忆（私聊群聊互通）；group=本群共享记忆（仅群聊可用）",
+        enum=list(SCOPES),
+    )
+    importance = importance_prop()
+    tags = tags_prop()
+    memory_id = memory_id_prop()
 
     return {
         "write_memory": define(
@@ -391,13 +441,7 @@ def _schemas() -> dict[str, Any]:
             "按语义检索 L2 记忆。结果中的 distance 越小越相似。",
             {
                 "query": prop("string", "检索内容", maxLength=LIMITS.query_chars),
-                "top_k": prop(
-                    "integer",
-                    "返回条数",
-                    minimum=1,
-                    maximum=LIMITS.top_k_max,
-                    default=LIMITS.top_k_default,
-                ),
+                "top_k": top_k_prop(),
                 "importance": importance,
                 "scope": scope,
             },
@@ -425,14 +469,8 @@ def _schemas() -> dict[str, Any]:
             "list_memory",
             "列出 L2 记忆（按写入时间）。",
             {
-                "limit": prop(
-                    "integer",
-                    "条数",
-                    minimum=1,
-                    maximum=LIMITS.list_max,
-                    default=LIMITS.list_default,
-                ),
-                "offset": prop("integer", "跳过的条数（翻页）", minimum=0, default=0),
+                "limit": limit_prop(),
+                "offset": offset_prop(),
                 "scope": scope,
             },
             ["limit", "scope"],
@@ -493,7 +531,7 @@ def register_surface_tools(tools: MemoryTools) -> list[str]:
         async def run(ctx: ToolContext) -> str:
             caller = await caller_from_tool_context(ctx)
             if caller is None:
-                return dump_result(_error("该工具只能在聊天会话中使用"))
+                return dump_result(tool_error("该工具只能在聊天会话中使用"))
             args = ctx.data if isinstance(ctx.data, Mapping) else {}
             return dump_result(await handler(caller, args))
 

@@ -38,13 +38,18 @@ from typing import TYPE_CHECKING, Any, Final
 from amrita_core import FunctionDefinitionSchema, ToolContext
 from nonebot import logger
 
-from ..embed import EmbeddingError
-from ..tools import ToolArgError, caller_from_tool_context, dump_result
-from ..vector import VectorStoreError
+from ..tools import (
+    ToolArgError,
+    caller_from_tool_context,
+    dump_result,
+    guard_tool_call,
+    parse_int,
+    tool_error,
+)
 from .knowledge import SUMMARY_MAX, TITLE_MAX, KnowledgeBaseManager, KnowledgeError
 from .profile import MAX_WINDOW, ProfileError, ProfileStore
 from .schemas import define, prop
-from .tools import LoopTool, _int
+from .tools import LoopTool
 from .types import (
     SUGGESTION_ACTIONS,
     Cycle,
@@ -100,25 +105,11 @@ _SUGGESTION_NOTE = (
 )
 
 
-def _error(message: str) -> dict[str, Any]:
-    return {"ok": False, "error": message}
-
-
 async def _guard(name: str, call: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
     """Every expected failure as an error result the model can act on."""
-    try:
-        return await call()
-    except (ToolArgError, KnowledgeError, ProfileError) as exc:
-        return _error(str(exc))
-    except EmbeddingError as exc:
-        logger.warning(f"[Subconscious] {name} 失败：嵌入服务错误：{exc}")
-        return _error(f"嵌入服务不可用，本次操作未执行：{exc}")
-    except VectorStoreError as exc:
-        logger.warning(f"[Subconscious] {name} 失败：{exc}")
-        return _error(f"向量数据库不可用，本次操作未执行：{exc}")
-    except OSError as exc:
-        logger.warning(f"[Subconscious] {name} 失败：文件读写错误：{exc}")
-        return _error(f"文件读写失败，本次操作未执行：{exc.__class__.__name__}")
+    return await guard_tool_call(
+        "[Subconscious]", name, call, expected=(KnowledgeError, ProfileError)
+    )
 
 
 def _optional_text(args: Mapping[str, Any], name: str, *, max_chars: int) -> str | None:
@@ -163,7 +154,7 @@ def _kid(args: Mapping[str, Any], *, required: bool = True) -> str | None:
 def _line(args: Mapping[str, Any], name: str, *, default: int | None) -> int | None:
     if args.get(name) is None:
         return default
-    return _int(args, name, low=1, high=LINE_NO_MAX, default=default or 1)
+    return parse_int(args, name, low=1, high=LINE_NO_MAX, default=default or 1)
 
 
 def _window_hint(result: dict[str, Any]) -> dict[str, Any]:
@@ -517,8 +508,8 @@ class KnowledgeTools:
         self, args: Mapping[str, Any], ctx: ToolContext | None = None
     ) -> dict[str, Any]:
         async def run() -> dict[str, Any]:
-            limit = _int(args, "limit", low=1, high=LIST_MAX, default=LIST_DEFAULT)
-            offset = _int(args, "offset", low=0, high=LINE_NO_MAX, default=0)
+            limit = parse_int(args, "limit", low=1, high=LIST_MAX, default=LIST_DEFAULT)
+            offset = parse_int(args, "offset", low=0, high=LINE_NO_MAX, default=0)
             entries = await self.kb.list()
             result: dict[str, Any] = {
                 "ok": True,
@@ -552,7 +543,9 @@ class KnowledgeTools:
     ) -> dict[str, Any]:
         async def run() -> dict[str, Any]:
             query = _required_text(args, "query", max_chars=QUERY_CHARS)
-            top_k = _int(args, "top_k", low=1, high=SEARCH_TOP_K_MAX, default=SEARCH_TOP_K_DEFAULT)
+            top_k = parse_int(
+                args, "top_k", low=1, high=SEARCH_TOP_K_MAX, default=SEARCH_TOP_K_DEFAULT
+            )
             if not await self.kb.list():
                 return {"ok": True, "results": [], "note": "知识库为空"}
             return {"ok": True, "results": await self.kb.search(query, top_k)}
@@ -594,10 +587,10 @@ class KnowledgeTools:
 
     async def read_suggestions(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         async def run() -> dict[str, Any]:
-            limit = _int(
+            limit = parse_int(
                 args, "limit", low=1, high=SUGGESTIONS_MAX, default=SUGGESTIONS_PAGE_DEFAULT
             )
-            offset = _int(args, "offset", low=0, high=LINE_NO_MAX, default=0)
+            offset = parse_int(args, "offset", low=0, high=LINE_NO_MAX, default=0)
             queue = list(self.runner.state["knowledge_suggestions"])
             page = queue[offset : offset + limit]
             cycle = self.runner.current_cycle
@@ -676,7 +669,7 @@ class KnowledgeTools:
 
             added, dropped, pending = await self.runner.mutate_state(change)
             if not added:
-                return _error("已有一条相同的建议在等待审查，无需重复提交")
+                return tool_error("已有一条相同的建议在等待审查，无需重复提交")
             for old in dropped:
                 logger.warning(
                     f"[Subconscious] Knowledge suggestion queue full ({SUGGESTIONS_MAX}); "
@@ -740,7 +733,7 @@ class SurfaceKnowledgeTools:
         runner = self.runner
         logic = runner.knowledge_tools if runner is not None and runner.active else None
         if logic is None:
-            return _error("知识库当前不可用")
+            return tool_error("知识库当前不可用")
         args = ctx.data if isinstance(ctx.data, Mapping) else {}
         if name == "knowledge_list":
             return await logic.list_entries({"limit": LIST_MAX})
@@ -763,7 +756,7 @@ class SurfaceKnowledgeTools:
                     result = await self.call(name, ctx)
                 except Exception as exc:  # never raise into the chat
                     logger.opt(exception=exc).error(f"[Subconscious] {name} crashed")
-                    result = _error(f"工具内部错误：{exc.__class__.__name__}")
+                    result = tool_error(f"工具内部错误：{exc.__class__.__name__}")
                 return dump_result(result)
 
             run.__name__ = f"tool_{name}"

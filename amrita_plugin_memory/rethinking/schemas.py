@@ -8,12 +8,19 @@ memories), so no tool takes a ``scope``.
 
 from __future__ import annotations
 
-from typing import Any
+from amrita_core import FunctionDefinitionSchema
 
-from amrita_core import FunctionDefinitionSchema, FunctionParametersSchema, FunctionPropertySchema
-
-from ..tools import LIMITS
-from ..vector import IMPORTANCE_LEVELS
+from ..tools import (
+    LIMITS,
+    define,
+    importance_prop,
+    limit_prop,
+    memory_id_prop,
+    offset_prop,
+    prop,
+    tags_prop,
+    top_k_prop,
+)
 
 __all__ = [
     "DUPLICATE_DEFAULT_DISTANCE",
@@ -40,39 +47,6 @@ DUPLICATE_MAX_DISTANCE = 2.0
 DUPLICATE_NEIGHBOURS = 5
 
 
-def prop(type_: str, description: str, **kw: Any) -> FunctionPropertySchema:
-    """One parameter of a tool schema."""
-    return FunctionPropertySchema(type=type_, description=description, **kw)  # type: ignore[arg-type]
-
-
-def define(
-    name: str, description: str, props: dict[str, FunctionPropertySchema], required: list[str]
-) -> FunctionDefinitionSchema:
-    """A tool schema (for this module and for further tool groups)."""
-    return FunctionDefinitionSchema(
-        name=name,
-        description=description,
-        parameters=FunctionParametersSchema(type="object", properties=props, required=required),
-    )
-
-
-def _importance() -> FunctionPropertySchema:
-    return prop("string", "重要性", enum=list(IMPORTANCE_LEVELS))
-
-
-def _tags() -> FunctionPropertySchema:
-    return prop(
-        "array",
-        f"标签（最多 {LIMITS.tags} 个，每个不超过 {LIMITS.tag_chars} 字）",
-        items=prop("string", "标签", maxLength=LIMITS.tag_chars),
-        maxItems=LIMITS.tags,
-    )
-
-
-def _memory_id() -> FunctionPropertySchema:
-    return prop("string", "记忆 ID（来自其他记忆工具的结果）", maxLength=LIMITS.id_chars)
-
-
 def memory_schemas() -> dict[str, FunctionDefinitionSchema]:
     """L2 memory tools on the target user's personal partition."""
     content = prop("string", "记忆内容（陈述句）", maxLength=LIMITS.content_chars)
@@ -82,52 +56,40 @@ def memory_schemas() -> dict[str, FunctionDefinitionSchema]:
             "按语义检索该用户的 L2 记忆。结果中的 distance 越小越相似。",
             {
                 "query": prop("string", "检索内容", maxLength=LIMITS.query_chars),
-                "top_k": prop(
-                    "integer",
-                    "返回条数",
-                    minimum=1,
-                    maximum=LIMITS.top_k_max,
-                    default=LIMITS.top_k_default,
-                ),
-                "importance": _importance(),
+                "top_k": top_k_prop(),
+                "importance": importance_prop(),
             },
             ["query"],
         ),
         "subconscious_write_memory": define(
             "subconscious_write_memory",
             "为该用户写入一条新的 L2 记忆（例如把备忘录里的细节下放到 L2）。",
-            {"content": content, "tags": _tags(), "importance": _importance()},
+            {"content": content, "tags": tags_prop(), "importance": importance_prop()},
             ["content", "tags", "importance"],
         ),
         "subconscious_update_memory": define(
             "subconscious_update_memory",
             "修改该用户的一条 L2 记忆（内容、标签或重要性，至少提供一项）。合并重复记忆时用它写入融合后的内容。",
             {
-                "id": _memory_id(),
+                "id": memory_id_prop(),
                 "content": prop("string", "新内容（完整替换）", maxLength=LIMITS.content_chars),
-                "tags": _tags(),
-                "importance": _importance(),
+                "tags": tags_prop(),
+                "importance": importance_prop(),
             },
             ["id"],
         ),
         "subconscious_delete_memory": define(
             "subconscious_delete_memory",
             "删除该用户的一条 L2 记忆。删除前确认其内容已保留在别处或确实无用。",
-            {"id": _memory_id()},
+            {"id": memory_id_prop()},
             ["id"],
         ),
         "subconscious_list_memory": define(
             "subconscious_list_memory",
             "按写入时间列出该用户的 L2 记忆（可翻页）。",
             {
-                "limit": prop(
-                    "integer",
-                    "条数",
-                    minimum=1,
-                    maximum=LIMITS.list_max,
-                    default=LIMITS.list_default,
-                ),
-                "offset": prop("integer", "跳过的条数（翻页）", minimum=0, default=0),
+                "limit": limit_prop(),
+                "offset": offset_prop(),
             },
             [],
         ),

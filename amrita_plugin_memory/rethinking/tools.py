@@ -25,7 +25,14 @@ from amrita_core import FunctionDefinitionSchema, ToolContext
 from nonebot import logger
 
 from ..embed import EmbeddingError
-from ..tools import ToolArgError, caller_for_user
+from ..tools import (
+    ToolArgError,
+    caller_for_user,
+    guard_tool_call,
+    parse_int,
+    parse_text,
+    tool_error,
+)
 from ..vector import MemoryRecord, VectorStoreError
 from . import schemas
 from .consts import HISTORY_MESSAGE_CHARS, PENDING_MAX
@@ -113,27 +120,6 @@ class _Group:
         return ""
 
 
-def _error(message: str) -> dict[str, Any]:
-    return {"ok": False, "error": message}
-
-
-def _int(args: Mapping[str, Any], name: str, *, low: int, high: int, default: int) -> int:
-    value = args.get(name, default)
-    if value is None:
-        return default
-    if isinstance(value, bool):
-        raise ToolArgError(f"参数 {name} 必须是整数")
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        value = int(value.strip())
-    if not isinstance(value, int):
-        raise ToolArgError(f"参数 {name} 必须是整数")
-    if not low <= value <= high:
-        raise ToolArgError(f"参数 {name} 必须在 {low} 到 {high} 之间（收到 {value}）")
-    return value
-
-
 def _number(
     args: Mapping[str, Any], name: str, *, low: float, high: float, default: float
 ) -> float:
@@ -152,29 +138,8 @@ def _number(
     return float(value)
 
 
-def _text(args: Mapping[str, Any], name: str, *, max_chars: int) -> str:
-    value = args.get(name)
-    if not isinstance(value, str) or not value.strip():
-        raise ToolArgError(f"参数 {name} 必须是非空字符串")
-    value = value.strip()
-    if len(value) > max_chars:
-        raise ToolArgError(
-            f"参数 {name} 过长（{len(value)} 字，上限 {max_chars} 字），请精简后重试"
-        )
-    return value
-
-
 async def _guard(name: str, call: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
-    try:
-        return await call()
-    except ToolArgError as exc:
-        return _error(str(exc))
-    except EmbeddingError as exc:
-        logger.warning(f"[Subconscious] {name} 失败：嵌入服务错误：{exc}")
-        return _error(f"嵌入服务不可用，本次操作未执行：{exc}")
-    except VectorStoreError as exc:
-        logger.warning(f"[Subconscious] {name} 失败：{exc}")
-        return _error(f"向量数据库不可用，本次操作未执行：{exc}")
+    return await guard_tool_call("[Subconscious]", name, call)
 
 
 def find_duplicate_groups(
@@ -412,7 +377,7 @@ class SubconsciousTools:
 
     async def read_chat_context(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         async def run() -> dict[str, Any]:
-            limit = _int(
+            limit = parse_int(
                 args,
                 "limit",
                 low=1,
@@ -435,10 +400,10 @@ class SubconsciousTools:
 
     async def read_sessions(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         async def run() -> dict[str, Any]:
-            limit = _int(
+            limit = parse_int(
                 args, "limit", low=1, high=schemas.SESSIONS_MAX, default=schemas.SESSIONS_DEFAULT
             )
-            offset = _int(args, "offset", low=0, high=100_000, default=0)
+            offset = parse_int(args, "offset", low=0, high=100_000, default=0)
             sessions = sorted(
                 await self.runner.read_archived_sessions(), key=lambda s: s.created_at, reverse=True
             )
@@ -466,7 +431,7 @@ class SubconsciousTools:
 
     async def iter_stop(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         async def run() -> dict[str, Any]:
-            summary = _text(args, "summary", max_chars=schemas.SUMMARY_CHARS)
+            summary = parse_text(args, "summary", max_chars=schemas.SUMMARY_CHARS)
             cycle = self.runner.current_cycle
             if cycle is not None:
                 cycle.stop_requested = True
@@ -477,10 +442,12 @@ class SubconsciousTools:
 
     async def note_for_user(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         async def run() -> dict[str, Any]:
-            intent = _text(args, "intent", max_chars=schemas.INTENT_CHARS)
+            intent = parse_text(args, "intent", max_chars=schemas.INTENT_CHARS)
             added = await self.runner.pending.add(intent)
             if added is None:
-                return _error(f"待转达的消息已达上限（{PENDING_MAX} 条）或已有相同内容，本次未记录")
+                return tool_error(
+                    f"待转达的消息已达上限（{PENDING_MAX} 条）或已有相同内容，本次未记录"
+                )
             self._count("note")
             return {
                 "ok": True,
@@ -501,10 +468,10 @@ class SubconsciousTools:
 
     async def send_to_user(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         async def run() -> dict[str, Any]:
-            intent = _text(args, "intent", max_chars=schemas.INTENT_CHARS)
+            intent = parse_text(args, "intent", max_chars=schemas.INTENT_CHARS)
             cycle = self.runner.current_cycle
             if cycle is not None and cycle.sends >= 1:
-                return _error("本轮已经主动发送过一条消息，不要再打扰用户")
+                return tool_error("本轮已经主动发送过一条消息，不要再打扰用户")
             if cycle is not None:
                 cycle.sends += 1
             try:
