@@ -90,8 +90,14 @@ def caller_for_user(target: ChatTarget) -> Caller:
 # ---------------------------------------------------------------------------
 
 
-def parse_optional_text(args: Mapping[str, Any], name: str, *, max_chars: int) -> str | None:
-    """A stripped, bounded, non-empty string, or ``None`` when the argument is absent."""
+def parse_optional_text(
+    args: Mapping[str, Any], name: str, *, max_chars: int, blank_is_absent: bool = False
+) -> str | None:
+    """A stripped, bounded, non-empty string, or ``None`` when the argument is absent.
+
+    ``blank_is_absent`` treats ``""`` like a missing argument (for optional
+    fields models tend to send empty), instead of refusing it.
+    """
     value = args.get(name)
     if value is None:
         return None
@@ -99,6 +105,8 @@ def parse_optional_text(args: Mapping[str, Any], name: str, *, max_chars: int) -
         raise ToolArgError(f"参数 {name} 必须是字符串")
     value = value.strip()
     if not value:
+        if blank_is_absent:
+            return None
         raise ToolArgError(f"参数 {name} 不能为空")
     if len(value) > max_chars:
         raise ToolArgError(

@@ -44,6 +44,8 @@ from ..tools import (
     dump_result,
     guard_tool_call,
     parse_int,
+    parse_optional_text,
+    parse_text,
     tool_error,
 )
 from .knowledge import SUMMARY_MAX, TITLE_MAX, KnowledgeBaseManager, KnowledgeError
@@ -110,30 +112,6 @@ async def _guard(name: str, call: Callable[[], Awaitable[dict[str, Any]]]) -> di
     return await guard_tool_call(
         "[Subconscious]", name, call, expected=(KnowledgeError, ProfileError)
     )
-
-
-def _optional_text(args: Mapping[str, Any], name: str, *, max_chars: int) -> str | None:
-    """A text argument that may be absent (``None`` / missing / blank → ``None``)."""
-    value = args.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise ToolArgError(f"参数 {name} 必须是字符串")
-    value = value.strip()
-    if not value:
-        return None
-    if len(value) > max_chars:
-        raise ToolArgError(
-            f"参数 {name} 过长（{len(value)} 字，上限 {max_chars} 字），请精简后重试"
-        )
-    return value
-
-
-def _required_text(args: Mapping[str, Any], name: str, *, max_chars: int) -> str:
-    value = _optional_text(args, name, max_chars=max_chars)
-    if value is None:
-        raise ToolArgError(f"缺少参数 {name}（非空字符串）")
-    return value
 
 
 def _single_line(text: str) -> str:
@@ -542,7 +520,7 @@ class KnowledgeTools:
         self, args: Mapping[str, Any], ctx: ToolContext | None = None
     ) -> dict[str, Any]:
         async def run() -> dict[str, Any]:
-            query = _required_text(args, "query", max_chars=QUERY_CHARS)
+            query = parse_text(args, "query", max_chars=QUERY_CHARS)
             top_k = parse_int(
                 args, "top_k", low=1, high=SEARCH_TOP_K_MAX, default=SEARCH_TOP_K_DEFAULT
             )
@@ -625,10 +603,14 @@ class KnowledgeTools:
                 )
             action: SuggestionAction = next(a for a in SUGGESTION_ACTIONS if a == normalized)
             kid = _kid(args, required=action != "create")
-            title = _single_line(_required_text(args, "title", max_chars=TITLE_MAX))
-            summary = _optional_text(args, "summary", max_chars=SUMMARY_MAX)
-            body = _optional_text(args, "body", max_chars=self.suggestion_body_max)
-            reason = _required_text(args, "reason", max_chars=REASON_CHARS)
+            title = _single_line(parse_text(args, "title", max_chars=TITLE_MAX))
+            summary = parse_optional_text(
+                args, "summary", max_chars=SUMMARY_MAX, blank_is_absent=True
+            )
+            body = parse_optional_text(
+                args, "body", max_chars=self.suggestion_body_max, blank_is_absent=True
+            )
+            reason = parse_text(args, "reason", max_chars=REASON_CHARS)
             if action == "create":
                 if summary is None or body is None:
                     raise ToolArgError("action=create 需要 title、summary、body")
