@@ -460,7 +460,7 @@ async def test_suggestion_queue_bounds_and_persistence(
         "的值 'merge' 无效": {**suggestion(0), "action": "merge"},
         "需要 title、summary、body": {**suggestion(0), "body": None},
         "参数 reason 不能为空": {**suggestion(0), "reason": "  "},
-        "缺少参数 title": {**suggestion(0), "title": ""},
+        "参数 title 不能为空": {**suggestion(0), "title": ""},
         "过长（101 字": {**suggestion(0), "title": "长" * 101},
         "过长（301 字，上限 300 字）": {**suggestion(0), "body": "长" * 301},
         "缺少参数 kid": {**suggestion(0), "action": "delete"},
