@@ -101,3 +101,19 @@ async def test_ask_without_tty_refuses_the_plugin_but_the_bot_runs(project: BotP
         assert (await E.stored_fingerprint(rt)).model == NOMIC
     finally:
         await rt.close()
+
+
+async def test_invalid_config_disables_only_the_plugin(project: BotProject) -> None:
+    config = project.root / "config" / "amrita_plugin_memory" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text("memo_max_chars = 500\nkey_from_a_newer_version = 1\n", encoding="utf-8")
+    project.write_env(EMBED_MISMATCH_POLICY="sometimes")
+    log = run_bot_until_started(project)
+    assert "配置无效，插件未启用" in log
+    assert "EMBED_MISMATCH_POLICY" in log and "'ask', 'auto' or 'never'" in log
+    assert "[Memory] 已加载" not in log and "Traceback" not in log
+
+    project.write_env(EMBED_MISMATCH_POLICY="never")
+    log = run_bot_until_started(project)
+    assert "未知配置项 key_from_a_newer_version" in log  # a warning, not an error
+    assert "[Memory] 已加载" in log
