@@ -32,7 +32,6 @@ __plugin_meta__ = PluginMetadata(
     description="Amrita 长期记忆插件：L1 备忘录 + L2 向量记忆 + L3 离线巩固循环",
     usage="/memory user list|search <关键词>|delete <ID>；/memory group list|search|delete",
     type="application",
-    homepage="https://github.com/",
     config=EnvConfig,
     supported_adapters={"~onebot.v11"},
 )

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
-from datetime import datetime
 
 from amrita_core import PreCompletionEvent
 from nonebot_plugin_amrita.cache import LRUCache
 from nonebot_plugin_orm import get_session
 
-from .models import UserMemo
+from .models import UserMemo, db_now
 from .vector import PartitionLocks
 
 __all__ = [
@@ -75,12 +74,10 @@ class MemoService:
             async with get_session() as session:
                 row = await session.get(UserMemo, uni_id)
                 if row is None:
-                    session.add(
-                        UserMemo(user_id=uni_id, content=content, updated_at=datetime.utcnow())
-                    )
+                    session.add(UserMemo(user_id=uni_id, content=content, updated_at=db_now()))
                 else:
                     row.content = content
-                    row.updated_at = datetime.utcnow()
+                    row.updated_at = db_now()
                 await session.commit()
             self._cache.put(uni_id, content)
             return MemoWriteResult(True, attempted, attempted, self.max_chars)

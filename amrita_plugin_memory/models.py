@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from nonebot_plugin_orm import Model
 from sqlalchemy import JSON, DateTime, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-__all__ = ["SubconsciousState", "UserMemo"]
+__all__ = ["SubconsciousState", "UserMemo", "db_now"]
+
+
+def db_now() -> datetime:
+    """Current UTC time as stored in the tables (naive, as SQLite keeps it)."""
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 class UserMemo(Model):
@@ -19,7 +24,7 @@ class UserMemo(Model):
 
     user_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     content: Mapped[str] = mapped_column(Text, default="")
-    updated_at: Mapped[datetime] = mapped_column(DateTime, default=datetime.utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime, default=db_now)
 
 
 class SubconsciousState(Model):
@@ -29,4 +34,4 @@ class SubconsciousState(Model):
 
     uid: Mapped[str] = mapped_column(String(64), primary_key=True)
     data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    updated_at: Mapped[datetime] = mapped_column(DateTime, default=datetime.utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime, default=db_now)

@@ -76,7 +76,7 @@ from nonebot_plugin_orm import get_session
 
 from ..config import SubconsciousConfig
 from ..keys import ChatTarget, target_from_ids
-from ..models import SubconsciousState
+from ..models import SubconsciousState, db_now
 from ..tools import dump_result
 from .backend import SubconsciousBackend, build_cycle_tools
 from .consts import (
@@ -219,12 +219,10 @@ class StateStore:
         async with get_session() as session:
             row = await session.get(SubconsciousState, self.uid)
             if row is None:
-                session.add(
-                    SubconsciousState(uid=self.uid, data=document, updated_at=datetime.utcnow())
-                )
+                session.add(SubconsciousState(uid=self.uid, data=document, updated_at=db_now()))
             else:
                 row.data = document  # a new object, so the JSON column is marked dirty
-                row.updated_at = datetime.utcnow()
+                row.updated_at = db_now()
             await session.commit()
 
 
