@@ -106,7 +106,13 @@ def explain(rows: Sequence[Row], facts: Mapping[str, float], scale: Scale) -> li
         )
     ratio_failed = any(r.item == "4" and r.verdict == "FAIL" and "items/s" in r.what for r in rows)
     if ratio_failed:
-        names = ("JSON backup", "read source pages", "embedding (our client, HTTP)", "Chroma add")
+        names = (
+            "JSON backup",
+            "read source pages",
+            "embedding (our client, HTTP)",
+            "Chroma add",
+            "verify pass",
+        )
         phases = f"{' + '.join(names)} = " + f.series(
             ["reembed.wall", *(f"reembed.phase.{n}" for n in names)], ".0f"
         )
@@ -123,8 +129,9 @@ def explain(rows: Sequence[Row], facts: Mapping[str, float], scale: Scale) -> li
         out += _para(
             "[4] remap() reads its source with offset paging and does not overlap embedding and adds.",
             f"""remap() total, {phases} s (the rest is Python on the event loop); the Chroma
-            add alone is what the bound measures. (a) _live_pages() and create_backup()
-            page with get(limit, offset): Chroma skips `offset` rows on every call, so a page of
+            add alone is what the bound measures. (a) _live_pages() — used by the build, by
+            create_backup() and by the verification pass _same_contents() — pages with
+            get(limit, offset): Chroma skips `offset` rows on every call, so a page of
             {scale.batch} costs {f.series(["page.offset 0", "page.offset n/2", "page.offset n-1"])}
             at offset 0 / n/2 / n-1 — the whole read is quadratic in the collection size — whereas get(ids=<{scale.batch} ids>) costs
             {f.each("page.by ids")} and the whole id list once {f.each("page.id list")}. (b)
@@ -132,7 +139,8 @@ def explain(rows: Sequence[Row], facts: Mapping[str, float], scale: Scale) -> li
             Proposed fix (embedding.py, NOT applied — for its owner): read the id list once
             (col.get(include=[]), about 8 MB for 100,000 ids) and fetch pages with
             col.get(ids=chunk, include=["documents", "metadatas"]) (a missing id means the
-            source changed: RemapError), in _live_pages() and create_backup(); read pages of
+            source changed: RemapError) — one id list serves the backup, the build and the
+            verification; read pages of
             ~1,024 items and embed them in REEMBED_BATCH_SIZE batches; pipeline one batch
             ahead (embed batch k+1 while batch k is added: two batches in memory at most); the
             backup could be written during the same pass (the originals stay untouched until the
@@ -153,10 +161,9 @@ def explain(rows: Sequence[Row], facts: Mapping[str, float], scale: Scale) -> li
         )
     lag_modes = sorted(m for (item, m) in failed if item == "7")
     if "local" in lag_modes:
-        longest = f.label("local", "reembed.longest_is")
-        longest_text = f"{longest} {f.ms('local', 'reembed.longest_call')}"
-        if longest == "delete_collection":
-            longest_text += " (the swap drops the old collection)"
+        blame = f.label("local", "reembed.blame")
+        if "delete_collection" in blame:
+            blame += ", the swap dropping the old collection"
         batch = scale.batch
         out += _para(
             "[7 local] the embedded ChromaDB holds the GIL during writes.",
@@ -169,9 +176,8 @@ def explain(rows: Sequence[Row], facts: Mapping[str, float], scale: Scale) -> li
             ({f.ms("local", "gil.query where.lag")} for {f.ms("local", "gil.query where.call")}).
             chromadb_rust_bindings keep the GIL in add/update/delete/delete_collection, so
             asyncio.to_thread cannot keep the event loop free: every add of a remap blocks the
-            loop for its whole duration, and the remap's max lag
-            ({f.ms("local", "reembed.lag_max")}, during: {f.label("local", "reembed.blame")})
-            comes from its longest Chroma call, {longest_text}. In local mode a remap never runs
+            loop for its whole duration; the remap's max lag, {f.ms("local", "reembed.lag_max")},
+            happened during {blame}. In local mode a remap never runs
             while the bot answers users: the startup check runs it at import time, before the
             bot serves, and `ambot memory reindex` needs the bot stopped (the data dir is
             flock'ed) — so this cannot hurt a chat, but the target cannot be met in local mode.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ async def proposed_rebuild(
         await clocked("read id list", conn.run(functools.partial(source.get, include=[])))
     )["ids"]
 
-    async def batches() -> Any:
+    async def batches() -> AsyncIterator[tuple[Any, Any, Any]]:
         for start in range(0, len(ids), read_page):
             chunk = ids[start : start + read_page]
             res = await clocked(

@@ -27,7 +27,9 @@ from .vector_bench import bench_by_id, bench_physical_limit, bench_read, bench_w
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.run", description="amrita_plugin_memory benchmarks (issue 7)"
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
     parser.add_argument("--modes", default="local,remote", help="local,remote (default both)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary work directory")
