@@ -187,9 +187,9 @@ class PeakRss:
         self.before_kb = _status_kb("VmRSS")
 
     def stop(self) -> float:
-        """Growth of the peak over the starting RSS, in MB."""
+        """Growth of the peak over the starting RSS, in MiB (0 if it did not grow)."""
         self.peak_kb = _status_kb("VmHWM")
-        return (self.peak_kb - self.before_kb) / 1024
+        return max(0.0, (self.peak_kb - self.before_kb) / 1024)
 
 
 def load_average() -> str:
