@@ -42,7 +42,12 @@ def _write_bot_project(work: Path, chat_base_url: str) -> None:
     (chat_dir / "config.toml").write_text("enable = true\n", encoding="utf-8")
     (chat_dir / "models" / "default.json").write_text(
         json.dumps(
-            {"name": "default", "model": "mock-model", "base_url": chat_base_url, "api_key": "sk-test"}
+            {
+                "name": "default",
+                "model": "mock-model",
+                "base_url": chat_base_url,
+                "api_key": "sk-test",
+            }
         ),
         encoding="utf-8",
     )
@@ -112,6 +117,18 @@ def chroma_server() -> Iterator[ChromaServer]:
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def no_retries() -> Iterator[None]:
+    """Fail fast when the LLM server answers 500 (no SDK retries with backoff)."""
+    from amrita_core import get_config
+
+    llm = get_config().llm
+    saved = llm.max_retries
+    llm.max_retries = 0
+    yield
+    llm.max_retries = saved
 
 
 @pytest.fixture

@@ -116,17 +116,6 @@ def logs() -> Any:
 
 
 @pytest.fixture
-def no_retries() -> Any:
-    from amrita_core import get_config
-
-    llm = get_config().llm
-    saved = llm.max_retries
-    llm.max_retries = 0
-    yield
-    llm.max_retries = saved
-
-
-@pytest.fixture
 def fail_fast_embedding() -> Any:
     """No retries with backoff when the embedding server fails on purpose."""
     embedder = runtime().embedder

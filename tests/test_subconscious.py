@@ -85,18 +85,6 @@ KNOWLEDGE_TOOLS = {
 
 
 @pytest.fixture
-def no_retries() -> Any:
-    """Fail fast when the LLM server answers 500 (no SDK retries with backoff)."""
-    from amrita_core import get_config
-
-    llm = get_config().llm
-    saved = llm.max_retries
-    llm.max_retries = 0
-    yield
-    llm.max_retries = saved
-
-
-@pytest.fixture
 async def make_runner(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
     from amrita_plugin_memory.rethinking import create_runner
 

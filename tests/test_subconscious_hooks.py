@@ -75,18 +75,6 @@ def logs() -> Any:
 
 
 @pytest.fixture
-def no_retries() -> Any:
-    """Fail fast when the LLM server answers 500 (no SDK retries with backoff)."""
-    from amrita_core import get_config
-
-    llm = get_config().llm
-    saved = llm.max_retries
-    llm.max_retries = 0
-    yield
-    llm.max_retries = saved
-
-
-@pytest.fixture
 async def make_runner(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
     """Runners with hooks registered on request; everything removed afterwards."""
     from amrita_plugin_memory.rethinking import create_runner
