@@ -1,9 +1,10 @@
 """``ambot memory``: maintenance commands (fingerprint, remap, backups, partition keys).
 
-ambot-inlinectl loads this group through the ``ambot.commands`` entry point
-``memory = "amrita_plugin_memory.cli:memory [full_load]"``: it sets
-``AMBOT_COMMAND_CONTEXT=1`` (the plugin then skips its startup check), runs
-``amrita.init()`` + ``amrita.load_plugins()`` and imports this module. The
+``ambot memory`` reaches this group through the launcher
+:mod:`amrita_plugin_memory_ctl` (the ``ambot.commands`` entry point): it checks
+for a bot project, sets ``AMBOT_COMMAND_CONTEXT=1`` (the plugin then skips its
+startup check), runs ``amrita.init()`` + ``amrita.load_plugins()`` and imports
+this module. The
 bot's startup hooks have not run (no AmritaConfig, no scheduler), so every
 command builds its own event loop with :func:`asyncio.run` and uses only the
 plugin's :class:`~.runtime.MemoryRuntime`.

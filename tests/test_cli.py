@@ -258,3 +258,29 @@ async def test_remote_chromadb(project: BotProject, chroma_server: ChromaServer)
         assert await dims(rt, MEM) == {768}
     finally:
         await rt.close()
+
+
+@pytest.mark.parametrize("layout", ["no_pyproject", "not_a_bot", "plugin_not_enabled"])
+def test_outside_a_bot_project(tmp_path: Path, layout: str) -> None:
+    """Run where it cannot work: one clear line, exit 1, nothing created on disk."""
+    project = BotProject(tmp_path / "bot")
+    if layout == "no_pyproject":
+        (project.root / "pyproject.toml").unlink()
+        expected = "不在 AmritaBot 项目中"
+    elif layout == "not_a_bot":
+        (project.root / "pyproject.toml").write_text(
+            '[project]\nname = "not-a-bot"\nversion = "0"\n', encoding="utf-8"
+        )
+        expected = "不在 AmritaBot 项目中"
+    else:
+        text = (project.root / "pyproject.toml").read_text(encoding="utf-8")
+        (project.root / "pyproject.toml").write_text(
+            text.replace('plugins = ["amrita_plugin_memory"]', "plugins = []"), encoding="utf-8"
+        )
+        expected = "没有加载 amrita_plugin_memory 插件"
+    before = sorted(p.name for p in project.root.iterdir())
+    line = _error(project.ambot("status", timeout=120))
+    assert expected in line
+    if layout != "plugin_not_enabled":  # nothing was bootstrapped, so nothing was created
+        assert sorted(p.name for p in project.root.iterdir()) == before
+    assert not project.data_dir.exists()
