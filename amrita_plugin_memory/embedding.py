@@ -62,7 +62,15 @@ import os
 import re
 import sys
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -318,27 +326,37 @@ async def _count(conn: ChromaConnection, col: Collection) -> int:
     return await conn.run(col.count)
 
 
+READ_PAGE_SIZE = 1024
+"""Items per Chroma read while paging through a collection (bounded memory)."""
+
+
 async def _live_pages(
-    conn: ChromaConnection, col: Collection, page_size: int
+    conn: ChromaConnection, col: Collection, page_size: int | None = None
 ) -> AsyncIterator[list[_Item]]:
-    """Every item of ``col``, one bounded page at a time."""
-    offset = 0
-    while True:
+    """Every item of ``col``, one bounded page at a time.
+
+    The id list is read once (ids only, a few MB at 100,000 items) and pages
+    are fetched by id: ``get(limit, offset)`` makes Chroma skip ``offset``
+    rows on every call, so paging by offset grows quadratically with the
+    collection. An item deleted meanwhile is simply missing from its page;
+    every caller compares the number of items it saw with the expected count.
+    """
+    page_size = page_size or READ_PAGE_SIZE
+    res = await conn.run(functools.partial(col.get, include=[]))
+    ids = list(res["ids"])
+    for start in range(0, len(ids), page_size):
         res = await conn.run(
             functools.partial(
-                col.get, limit=page_size, offset=offset, include=["documents", "metadatas"]
+                col.get, ids=ids[start : start + page_size], include=["documents", "metadatas"]
             )
         )
-        ids = list(res["ids"])
-        if not ids:
-            return
-        docs = res.get("documents") or [None] * len(ids)
-        metas = res.get("metadatas") or [None] * len(ids)
+        got = list(res["ids"])
+        docs = res.get("documents") or [None] * len(got)
+        metas = res.get("metadatas") or [None] * len(got)
         yield [
             _Item(i, d, dict(m) if m is not None else None)
-            for i, d, m in zip(ids, docs, metas, strict=False)
+            for i, d, m in zip(got, docs, metas, strict=False)
         ]
-        offset += len(ids)
 
 
 async def _list_pages(items: Sequence[_Item], page_size: int) -> AsyncIterator[list[_Item]]:
@@ -473,7 +491,6 @@ async def create_backup(
     """
     conn = runtime.connection
     backup_dir = runtime.config.backup_dir
-    page_size = max(runtime.config.env.reembed_batch_size, 256)
     sources: list[tuple[str, Collection]] = []
     for cov in reversed(_covered(runtime)):  # memory first in the file
         col = await (runtime.store.collection() if cov.role == "memory" else _open(conn, cov.name))
@@ -514,7 +531,7 @@ async def create_backup(
                     ("," if n else "") + "\n" + json.dumps(name) + ": " + head + ', "items": ['
                 )
                 written = 0
-                async for page in _live_pages(conn, col, page_size):
+                async for page in _live_pages(conn, col):
                     for item in page:
                         record = {
                             "id": item.id,
@@ -723,24 +740,52 @@ async def _build_temp(
     if plan.space:
         meta["hnsw:space"] = plan.space
     temp = await conn.create_collection(plan.cov.temp, meta)
-    async for page in plan.pages():
-        vectors = await runtime.embedder.embed([item.document or "" for item in page])
-        await conn.run(
-            functools.partial(
-                temp.add,
-                ids=[item.id for item in page],
-                documents=[item.document for item in page],  # type: ignore[arg-type]
-                embeddings=vectors,  # type: ignore[arg-type]
-                metadatas=[item.metadata for item in page],  # type: ignore[arg-type]
+    batch_size = runtime.config.env.reembed_batch_size
+
+    async def batches() -> AsyncGenerator[list[_Item], None]:
+        async for page in plan.pages():
+            for start in range(0, len(page), batch_size):
+                yield page[start : start + batch_size]
+
+    source = batches()
+
+    async def next_embedded() -> tuple[list[_Item], list[list[float]]] | None:
+        batch = await anext(source, None)
+        if batch is None:
+            return None
+        return batch, await runtime.embedder.embed([item.document or "" for item in batch])
+
+    # A one-batch pipeline: batch k+1 is read and embedded while batch k is
+    # added to Chroma, so the two services work at the same time; at most two
+    # batches are in memory. Each step starts only after the previous one is
+    # done, so the source generator is never entered twice at once.
+    pending = asyncio.ensure_future(next_embedded())
+    try:
+        while (current := await pending) is not None:
+            pending = asyncio.ensure_future(next_embedded())
+            batch, vectors = current
+            await conn.run(
+                functools.partial(
+                    temp.add,
+                    ids=[item.id for item in batch],
+                    documents=[item.document for item in batch],  # type: ignore[arg-type]
+                    embeddings=vectors,  # type: ignore[arg-type]
+                    metadatas=[item.metadata for item in batch],  # type: ignore[arg-type]
+                )
             )
-        )
-        done[0] += len(page)
-        line = f"[Memory] 重映射进度 {done[0]}/{total}（{plan.cov.name}）"
-        if progress is None:
-            logger.info(line)
-        else:  # a progress bar shows it already (CLI)
-            logger.debug(line)
-            progress(done[0], total)
+            done[0] += len(batch)
+            line = f"[Memory] 重映射进度 {done[0]}/{total}（{plan.cov.name}）"
+            if progress is None:
+                logger.info(line)
+            else:  # a progress bar shows it already (CLI)
+                logger.debug(line)
+                progress(done[0], total)
+    finally:
+        if not pending.done():
+            pending.cancel()
+        with contextlib.suppress(BaseException):
+            await pending  # retrieve its outcome; the failure that matters is ours
+        await source.aclose()
     got = await _count(conn, temp)
     if got != plan.expected:
         raise RemapError(
@@ -760,7 +805,7 @@ async def _same_contents(
     if await _count(conn, live) != expected:
         return False
     seen = 0
-    async for page in _live_pages(conn, live, 512):
+    async for page in _live_pages(conn, live):
         seen += len(page)
         res = await conn.run(
             functools.partial(
@@ -843,7 +888,6 @@ async def remap(runtime: MemoryRuntime, *, progress: ProgressCallback | None = N
     conn = runtime.connection
     await recover_interrupted_remap(runtime)
     target = await current_fingerprint(runtime)
-    page_size = runtime.config.env.reembed_batch_size
     plans: list[_Plan] = []
     for cov in _covered(runtime):
         col = await (runtime.store.collection() if cov.role == "memory" else _open(conn, cov.name))
@@ -855,7 +899,7 @@ async def remap(runtime: MemoryRuntime, *, progress: ProgressCallback | None = N
                 await _count(conn, col),
                 _meta_of(col),
                 _space_of(col),
-                functools.partial(_live_pages, conn, col, page_size),
+                functools.partial(_live_pages, conn, col),
                 live=col,
             )
         )
@@ -889,7 +933,6 @@ async def restore_backup(
         logger.warning(f"[Memory] 备份中的集合 {name} 不在当前配置中，已忽略")
     await recover_interrupted_remap(runtime)
     target = await current_fingerprint(runtime)
-    page_size = runtime.config.env.reembed_batch_size
     plans: list[_Plan] = []
     for cov in _covered(runtime):
         saved = contents.get(cov.name)
@@ -900,7 +943,7 @@ async def restore_backup(
                     len(saved.items),
                     saved.metadata,
                     saved.space,
-                    functools.partial(_list_pages, saved.items, page_size),
+                    functools.partial(_list_pages, saved.items, READ_PAGE_SIZE),
                 )
             )
             continue
@@ -912,7 +955,7 @@ async def restore_backup(
                     await _count(conn, col),
                     _meta_of(col),
                     _space_of(col),
-                    functools.partial(_live_pages, conn, col, page_size),
+                    functools.partial(_live_pages, conn, col),
                     live=col,
                 )
             )

@@ -3,9 +3,12 @@
 :class:`ChromaConnection` owns the one Chroma client of the process (embedded
 ``PersistentClient`` under the plugin data dir, or ``HttpClient`` for a remote
 server). :class:`MemoryStore` wraps one collection of memories and confines
-every read and write to one partition **inside the database query** (``where
-user_id == partition``), so an id of another partition behaves exactly like
-an id that does not exist.
+every read and write to one partition, so an id of another partition behaves
+exactly like an id that does not exist: searches, listings and counts filter
+inside the database query (``where user_id == partition``); operations on one
+id fetch that id alone and check the stored partition before anything is
+returned or changed (a ``where`` next to ``ids`` makes Chroma evaluate the
+filter over the whole partition, which made by-id cost grow with its size).
 
 Every Chroma call runs in a worker thread (``asyncio.to_thread``): the Rust
 bindings and the HTTP client are blocking and must never stall the bot's
@@ -20,8 +23,10 @@ import contextlib
 import fcntl
 import json
 import os
+import time
 import uuid
 import weakref
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -45,6 +50,7 @@ __all__ = [
     "DimensionMismatch",
     "MemoryRecord",
     "MemoryStore",
+    "PartitionCounts",
     "PartitionLocks",
     "VectorStoreError",
 ]
@@ -105,6 +111,55 @@ class PartitionLocks:
 
     def __len__(self) -> int:
         return len(self._locks)
+
+
+class PartitionCounts:
+    """Memory counts per partition for the limit check, so a write does not list its partition.
+
+    Owned by :class:`MemoryStore` and changed only under the partition's lock.
+    An entry is an exact count taken from Chroma, then kept by the store's own
+    adds and deletes; it expires after ``ttl`` seconds so that writes of another
+    process (a second bot or a CLI on a remote Chroma) are seen again, and the
+    store re-counts before it refuses a write, so a refusal is always exact.
+    At most ``max_entries`` partitions are remembered (least recently used go).
+    """
+
+    def __init__(self, *, ttl: float = 60.0, max_entries: int = 4096) -> None:
+        self.ttl = ttl
+        self.max_entries = max_entries
+        self._entries: OrderedDict[str, tuple[int, float]] = OrderedDict()
+
+    def get(self, partition: str) -> int | None:
+        entry = self._entries.get(partition)
+        if entry is None:
+            return None
+        count, taken = entry
+        if time.monotonic() - taken > self.ttl:
+            del self._entries[partition]
+            return None
+        self._entries.move_to_end(partition)
+        return count
+
+    def set(self, partition: str, count: int) -> None:
+        self._entries[partition] = (count, time.monotonic())
+        self._entries.move_to_end(partition)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+
+    def adjust(self, partition: str, delta: int) -> None:
+        """Apply a write of ours to a known count (unknown partitions stay unknown)."""
+        entry = self._entries.get(partition)
+        if entry is not None:
+            self._entries[partition] = (max(entry[0] + delta, 0), entry[1])
+
+    def drop(self, partition: str) -> None:
+        self._entries.pop(partition, None)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 # ---------------------------------------------------------------------------
@@ -401,6 +456,7 @@ class MemoryStore:
         self.embedder = embedder
         self.name = name
         self.locks = PartitionLocks()
+        self.counts = PartitionCounts()
         self._collection: Collection | None = None
 
     # -- collection handle --------------------------------------------------
@@ -413,8 +469,9 @@ class MemoryStore:
         return self._collection
 
     def invalidate(self) -> None:
-        """Forget the cached handle (after the collection was replaced)."""
+        """Forget the cached handle and counts (after the collection was replaced)."""
         self._collection = None
+        self.counts.clear()
 
     async def _run(self, fn: Callable[[Collection], T]) -> T:
         col = await self.collection()
@@ -484,17 +541,25 @@ class MemoryStore:
         )
         async with self.locks.hold(partition):
             if limit is not None:
-                count = await self.count(partition)
+                count = self.counts.get(partition)
+                if count is None or count >= limit:  # unknown, or about to refuse: exact
+                    count = await self.count(partition)
+                    self.counts.set(partition, count)
                 if count >= limit:
                     raise MemoryLimitReached(limit, count)
-            await self._run(
-                lambda c: c.add(
-                    ids=[record.id],
-                    documents=[record.content],
-                    embeddings=[vector],  # type: ignore[arg-type]
-                    metadatas=[record.to_metadata()],
+            try:
+                await self._run(
+                    lambda c: c.add(
+                        ids=[record.id],
+                        documents=[record.content],
+                        embeddings=[vector],  # type: ignore[arg-type]
+                        metadatas=[record.to_metadata()],
+                    )
                 )
-            )
+            except BaseException:
+                self.counts.drop(partition)  # the add may or may not have landed
+                raise
+            self.counts.adjust(partition, +1)
         return record
 
     async def update(
@@ -528,24 +593,36 @@ class MemoryStore:
     async def delete(self, partition: str, memory_id: str) -> bool:
         """Delete a memory of ``partition``; ``False`` if it is not there."""
         async with self.locks.hold(partition):
+            # Ownership is checked under the partition's lock; only key
+            # migration moves a memory between partitions, and it runs before
+            # the bot serves anyone.
             if await self.get(partition, memory_id) is None:
                 return False
-            await self._run(lambda c: c.delete(ids=[memory_id], where=_where(partition)))
+            try:
+                await self._run(lambda c: c.delete(ids=[memory_id]))
+            except BaseException:
+                self.counts.drop(partition)
+                raise
+            self.counts.adjust(partition, -1)
         return True
 
     # -- reads ------------------------------------------------------------------------
 
     async def get(self, partition: str, memory_id: str) -> MemoryRecord | None:
-        res = await self._run(
-            lambda c: c.get(
-                ids=[memory_id], where=_where(partition), include=["documents", "metadatas"]
-            )
-        )
+        """The memory ``memory_id`` if it belongs to ``partition``, else ``None``.
+
+        Fetches by id alone and compares the stored partition: as cheap in a
+        10,000-memory partition as in an empty one. A memory of another
+        partition is never returned, and callers mutate only what this returned.
+        """
+        res = await self._run(lambda c: c.get(ids=[memory_id], include=["documents", "metadatas"]))
         if not res["ids"]:
             return None
+        meta = (res.get("metadatas") or [None])[0]
+        if meta is None or meta.get("user_id") != partition:
+            return None
         docs = res.get("documents") or [None]
-        metas = res.get("metadatas") or [None]
-        return MemoryRecord.from_chroma(res["ids"][0], docs[0], metas[0])
+        return MemoryRecord.from_chroma(res["ids"][0], docs[0], meta)
 
     async def query(
         self,
@@ -633,8 +710,11 @@ class MemoryStore:
             meta = dict(meta or {})
             meta["user_id"] = updates[memory_id]
             new_metas.append(meta)
-        if res["ids"]:
-            await self._run(lambda c: c.update(ids=list(res["ids"]), metadatas=new_metas))
+        try:
+            if res["ids"]:
+                await self._run(lambda c: c.update(ids=list(res["ids"]), metadatas=new_metas))
+        finally:
+            self.counts.clear()  # memories moved between partitions
 
     async def distribution(self, page_size: int = 1000) -> dict[tuple[str, str], int]:
         """Memory count per ``(partition, scope)``, paging through the collection."""

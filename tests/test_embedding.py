@@ -298,8 +298,14 @@ async def test_unknown_fingerprint_on_existing_data_is_a_mismatch(
 
 
 async def test_failure_in_the_middle_of_a_remap_loses_nothing_and_retry_succeeds(
-    tmp_path: Path, runtimes: Callable[..., Any], embed_server: EmbeddingServer
+    tmp_path: Path,
+    runtimes: Callable[..., Any],
+    embed_server: EmbeddingServer,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # Read pages of 7 and embed batches of 8: batches straddle pages, and the
+    # failure hits while the next batch is being embedded ahead of an add.
+    monkeypatch.setattr(_real(), "READ_PAGE_SIZE", 7)
     old = await _seeded(runtimes, tmp_path, memories=40, knowledge=6)
     mem_before, know_before = await snapshot(old, MEM), await snapshot(old, KNOW)
     old_fp = (await E.stored_fingerprint(old)).fingerprint

@@ -107,6 +107,54 @@ async def test_limit_is_atomic_under_concurrency(store: Any) -> None:
     assert await store.count(ALICE) == 5
 
 
+async def test_limit_follows_deletes_and_key_rewrites(store: Any) -> None:
+    """The kept count tracks our own adds and deletes; a refusal is always re-counted."""
+    ids = [(await store.add(ALICE, "user", f"记忆 {i}", limit=3)).id for i in range(3)]
+    assert store.counts.get(ALICE) == 3
+    with pytest.raises(V.MemoryLimitReached):
+        await store.add(ALICE, "user", "第四条", limit=3)
+    assert await store.delete(ALICE, ids[0]) is True
+    assert store.counts.get(ALICE) == 2
+    await store.add(ALICE, "user", "删除后再写", limit=3)
+    with pytest.raises(V.MemoryLimitReached, match="3/3"):
+        await store.add(ALICE, "user", "又满了", limit=3)
+    # Key migration moves memories between partitions: every kept count is dropped.
+    await store.rewrite_partition_keys({ids[1]: BOB})
+    assert len(store.counts) == 0
+    await store.add(ALICE, "user", "迁走一条后还能写", limit=3)
+    assert await store.count(ALICE) == 3 and await store.count(BOB) == 1
+
+
+async def test_limit_sees_writes_of_another_process(store: Any) -> None:
+    """Another writer on the same collection: seen after the TTL, and before any refusal."""
+    other = V.MemoryStore(store.connection, store.embedder, name=store.name)
+    await store.add(ALICE, "user", "本进程写的", limit=3)
+    for i in range(2):
+        await other.add(ALICE, "user", f"另一个进程写的 {i}")
+    # The kept count (1) is stale, but the partition is full: an exact count decides.
+    store.counts.ttl = 0.0
+    with pytest.raises(V.MemoryLimitReached, match="3/3"):
+        await store.add(ALICE, "user", "超出上限", limit=3)
+    assert await store.count(ALICE) == 3
+    # A refusal from a stale "full" count is re-checked too.
+    store.counts.ttl = 60.0
+    store.counts.set(ALICE, 3)
+    await other.delete(ALICE, (await other.list(ALICE, limit=1))[0].id)
+    await store.add(ALICE, "user", "对方删除后可以写", limit=3)
+    assert await store.count(ALICE) == 3
+
+
+def test_partition_counts_are_bounded() -> None:
+    counts = V.PartitionCounts(max_entries=3)
+    for i in range(5):
+        counts.set(f"p{i}", i)
+    assert len(counts) == 3 and counts.get("p0") is None and counts.get("p4") == 4
+    counts.adjust("unknown", +1)
+    assert counts.get("unknown") is None
+    counts.adjust("p4", -10)
+    assert counts.get("p4") == 0
+
+
 async def test_embedding_failure_writes_nothing(store: Any, embed_server: EmbeddingServer) -> None:
     await store.add(ALICE, "user", "已有记忆")
     rec = (await store.list(ALICE))[0]
