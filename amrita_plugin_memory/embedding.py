@@ -763,6 +763,7 @@ async def _build_temp(
     try:
         while (current := await pending) is not None:
             pending = asyncio.ensure_future(next_embedded())
+            await _let_request_leave()
             batch, vectors = current
             await conn.run(
                 functools.partial(
@@ -792,6 +793,22 @@ async def _build_temp(
             f"集合 {plan.cov.name} 重映射后条数不符（应为 {plan.expected}，实际 {got}；可能有其他进程同时写入）"
         )
     return temp
+
+
+DISPATCH_YIELDS = 10
+"""Event-loop turns granted to the next embedding request before an add starts."""
+
+
+async def _let_request_leave() -> None:
+    """Let the next embedding request reach its socket before a Chroma add starts.
+
+    The embedded ChromaDB holds the GIL for a whole add: a request still inside
+    this process when the add starts waits for it, and the pipeline overlaps
+    nothing. A few loop turns are enough for aiohttp to write the request; the
+    embedding service then works while the add runs.
+    """
+    for _ in range(DISPATCH_YIELDS):
+        await asyncio.sleep(0)
 
 
 async def _same_contents(

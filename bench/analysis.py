@@ -1,4 +1,4 @@
-"""The notes printed under the table: causes of missed targets and proposed fixes.
+"""The notes printed under the table: causes of missed targets.
 
 Every figure quoted here was measured in the same run (``facts``). A note is
 printed for every item with a FAIL row; item 8 (informational) always gets
@@ -60,49 +60,29 @@ def explain(rows: Sequence[Row], facts: Mapping[str, float], scale: Scale) -> li
     failed = {(r.item, r.mode) for r in rows if r.verdict == "FAIL"}
     failed_items = {item for item, _ in failed}
     big, small, mid = scale.big, scale.small, scale.mid
-    out = ["Notes — causes of missed targets, measured in this run, and proposed fixes", ""]
+    out = ["Notes — causes of missed targets, measured in this run", ""]
 
     if "2" in failed_items:
         out += _para(
-            "[2] get by id grows with the partition.",
-            f"""MemoryStore.get (also used inside update and delete) calls Chroma
-            get(ids=[id], where={{"user_id": partition}}). Chroma evaluates the where filter
-            on the partition before it intersects with the id: raw get(ids, where) costs
-            {f.series([f"raw_get_where.{big}", f"raw_get_where.{small}"])} in the {big:,} /
-            {small:,}-memory partitions, while get(ids) alone costs
-            {f.series([f"raw_get_plain.{big}", f"raw_get_plain.{small}"])}. Proposed fix
-            (vector.py, NOT applied — for the owner): fetch by id only,
-            c.get(ids=[memory_id], include=["documents", "metadatas"]), and return None unless
-            metadatas[0]["user_id"] == partition (same contract: an id of another partition
-            is "not there"); delete then calls c.delete(ids=[memory_id]) — the ownership check
-            is the get just before it under the same partition lock. Prototype of the fix:
-            {big:,} vs {small:,} ratio of get {f.each("by_id.get.proto_ratio", ".2f")}. update and
-            delete pass: their cost is Chroma's own write (raw update
-            {f.each(f"raw_update.{big}")}), the lookup is a small part of it.""",
+            "[2] by-id cost grows with the partition.",
+            f"""MemoryStore.get / update / delete look the memory up with get(ids=[id]) alone and
+            compare the stored partition (no where filter, no listing). Raw get(ids) alone costs
+            {f.series([f"raw_get_plain.{big}", f"raw_get_plain.{small}"])} in the {big:,} /
+            {small:,}-memory partitions (with a where filter:
+            {f.series([f"raw_get_where.{big}", f"raw_get_where.{small}"])}), and a raw update
+            {f.each(f"raw_update.{big}")}: a remaining difference is Chroma's own write or
+            machine noise; check the load printed above and re-run.""",
         )
     if "3" in failed_items:
         out += _para(
-            "[3] write_memory pays a filtered listing of the partition on every write.",
-            f"""MemoryStore.add checks the limit with count(partition) = get(where user_id,
-            include=[]), which lists the whole partition: p50 {f.each(f"write.count_p50.{small}")}
-            for {small:,} memories and {f.each(f"write.count_p50.{big}")} for {big:,}, next to
-            a raw single add of {f.series([f"write.raw_p50.{small}", f"write.raw_p50.{big}"])}
-            ({small:,} / {big:,}).
-            Bounding the listing (limit=...) removes only part of it: get(where, limit=1) still
-            costs {f.each(f"where_first.{mid}")} at {scale.total:,} in all, because Chroma's where
-            filter cost grows with the whole collection (item 8). Proposed fix (vector.py, NOT
-            applied — for the owner): keep an exact count per partition in MemoryStore
-            (self._counts, LRU-bounded, e.g. 10,000 partitions): loaded by one count(partition)
-            the first time a partition is written, then +1 after each successful add and -1
-            after each successful delete, both inside locks.hold(partition) — so 100
-            concurrent writers with limit 50 still store exactly 50; cleared by invalidate()
-            (collection replaced by remap/restore) and by rewrite_partition_keys(). In local
-            mode the flock makes this process the only writer, so the count is exact; in remote
-            mode another process may write the same collection, so re-count exactly when the
-            cached value is within a margin of the limit (e.g. >= limit - 10) or older than
-            60 s. Prototype of the fix:
-            {f.series([f"write.proto_ratio.{small}", f"write.proto_ratio.{big}"], ".2f")} times
-            the raw add throughput ({small:,} / {big:,}).""",
+            "[3] write_memory below the raw add throughput.",
+            f"""The limit check uses the count kept per partition (one exact count per partition
+            and minute, and before any refusal); count(partition) itself costs
+            {f.each(f"write.count_p50.{small}")} for {small:,} memories and
+            {f.each(f"write.count_p50.{big}")} for {big:,}, next to a raw single add of
+            {f.series([f"write.raw_p50.{small}", f"write.raw_p50.{big}"])} ({small:,} /
+            {big:,}). Rows of a partition written for the first time pay one count; check the
+            load printed above and re-run.""",
         )
     ratio_failed = any(r.item == "4" and r.verdict == "FAIL" and "items/s" in r.what for r in rows)
     if ratio_failed:
@@ -116,36 +96,17 @@ def explain(rows: Sequence[Row], facts: Mapping[str, float], scale: Scale) -> li
         phases = f"{' + '.join(names)} = " + f.series(
             ["reembed.wall", *(f"reembed.phase.{n}" for n in names)], ".0f"
         )
-        proto = f.each("reembed.proto_ratio", ".2f")
-        proto_text = (
-            f"""Prototype of this loop, same run, same data, into a scratch collection (no
-            backup, no swap): {proto}× of the bound. In local mode the embedded Chroma holds the
-            GIL during each add (item 7), so only the embedding service's own work overlaps
-            with it: the next request must leave the process before the add starts (the
-            prototype yields to the loop before each add)."""
-            if proto != "-"
-            else "Run `python -m bench.run --prototypes` to time a prototype of the proposed loop."
-        )
         out += _para(
-            "[4] remap() reads its source with offset paging and does not overlap embedding and adds.",
-            f"""remap() total, {phases} s (the rest is Python on the event loop); the Chroma
-            add alone is what the bound measures. (a) _live_pages() — used by the build, by
-            create_backup() and by the verification pass _same_contents() — pages with
-            get(limit, offset): Chroma skips `offset` rows on every call, so a page of
-            {scale.batch} costs {f.series(["page.offset 0", "page.offset n/2", "page.offset n-1"])}
-            at offset 0 / n/2 / n-1 — the whole read is quadratic in the collection size — whereas get(ids=<{scale.batch} ids>) costs
-            {f.each("page.by ids")} and the whole id list once {f.each("page.id list")}. (b)
-            every batch is embedded, then added: the embedding time adds to the add time.
-            Proposed fix (embedding.py, NOT applied — for its owner): read the id list once
-            (col.get(include=[]), about 8 MB for 100,000 ids) and fetch pages with
-            col.get(ids=chunk, include=["documents", "metadatas"]) (a missing id means the
-            source changed: RemapError) — one id list serves the backup, the build and the
-            verification; read pages of
-            ~1,024 items and embed them in REEMBED_BATCH_SIZE batches; pipeline one batch
-            ahead (embed batch k+1 while batch k is added: two batches in memory at most); the
-            backup could be written during the same pass (the originals stay untouched until the
-            commit point, so it only has to be complete and fsynced before the commit).
-            {proto_text}""",
+            "[4] remap() below the bound.",
+            f"""remap() total, {phases} s (embedding and adds overlap, one batch ahead, so
+            the phases may add up to more than the total). Besides building the new collection,
+            remap() writes a JSON backup and reads the live collection a second time to verify
+            it was not changed meanwhile; both are whole passes the bound does not include.
+            Source pages are read by id (the id list once: {f.each("page.id list")}; a page
+            of {scale.batch} by ids {f.each("page.by ids")}, by offset n/2
+            {f.each("page.offset n/2")}). In local mode the embedded Chroma holds the GIL
+            during each add (item 7), so only the embedding service's own work overlaps with
+            it.""",
         )
     rss_failed = [r.mode for r in rows if r.item == "4" and r.verdict == "FAIL" and "RSS" in r.what]
     if rss_failed:

@@ -24,7 +24,6 @@ import numpy as np
 from .common import ModeContext, caller_of, timed_sync
 from .data import memory_metadata
 from .harness import EMBED_MODEL
-from .prototypes import proposed_rebuild
 from .stats import GcProbe, LoopLagProbe, PeakRss, Summary, fmt_ms, verdict
 
 REEMBED_RATIO_TARGET = 0.8
@@ -366,7 +365,7 @@ def _gil_probe(ctx: ModeContext) -> dict[str, tuple[float, float]]:
     return out
 
 
-async def bench_reembed(ctx: ModeContext, env_url: str, *, prototype: bool = False) -> None:
+async def bench_reembed(ctx: ModeContext, env_url: str) -> None:
     emb = embedding_module()
     if emb is None or not hasattr(emb, "remap"):
         ctx.row("4", "re-embedding", value="not available", verdict="SKIP")
@@ -407,24 +406,6 @@ async def bench_reembed(ctx: ModeContext, env_url: str, *, prototype: bool = Fal
             p50="",
             value=f"max lag {fmt_ms(max_lag)} for a {fmt_ms(took)} call",
             target="info",
-        )
-    if prototype:
-        done, seconds, phases = await proposed_rebuild(
-            rt, ctx.col, "bench_proposed_rebuild", dispatch_yields=10
-        )
-        rate = done / seconds
-        ctx.fact("reembed.proto_ratio", rate / bound)
-        ctx.row(
-            "4",
-            "  proposed loop (prototype: keyset pages, embed/add pipelined)",
-            value=(
-                f"{rate / bound:.2f}× of {bound_name} ({rate:,.0f} items/s, {seconds:.0f} s; "
-                "overlapped: "
-                + ", ".join(f"{PHASE_SHORT.get(k, k)} {v:.0f} s" for k, v in phases.items())
-                + ")"
-            ),
-            target=f"≥ {REEMBED_RATIO_TARGET}×",
-            verdict="INFO",
         )
     clock = PhaseClock()
     with clock.installed(rt, emb):

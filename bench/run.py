@@ -33,11 +33,6 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
     parser.add_argument("--modes", default="local,remote", help="local,remote (default both)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary work directory")
-    parser.add_argument(
-        "--prototypes",
-        action="store_true",
-        help="also time the proposed re-embedding loop (item 4; adds a full rebuild per mode)",
-    )
     args = parser.parse_args(argv)
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not set(args.modes) <= {"local", "remote"}:
@@ -87,7 +82,7 @@ async def run(argv: list[str] | None = None) -> int:
             _progress(f"[{mode}] item 3 (writes)", started)
             await bench_write(ctx)
             _progress(f"[{mode}] item 4 (re-embedding) + item 7 (lag during reindex)", started)
-            await bench_reembed(ctx, env.embed.url, prototype=args.prototypes)
+            await bench_reembed(ctx, env.embed.url)
             loads.append(load_average())
     rows.sort(key=lambda r: (int(r.item), r.mode != "sqlite", r.mode))
     elapsed = time.perf_counter() - started
@@ -103,8 +98,7 @@ async def run(argv: list[str] | None = None) -> int:
     )
     print(
         "Side-by-side ratios compare p50s (item 3: mean throughput); absolute latency targets "
-        "use p95, lag targets the max. Rows marked 'prototype' time a proposed fix (bench/"
-        "prototypes.py), not the plugin."
+        "use p95, lag targets the max."
     )
     print()
     print(format_table(rows))

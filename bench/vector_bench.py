@@ -259,18 +259,13 @@ async def _by_id_samples(
 
 
 async def bench_by_id(ctx: ModeContext) -> None:
-    from .prototypes import proposed_store
-
     ds, col, reps = ctx.ds, ctx.col, ctx.scale.reps
     small, big = ds.small, ds.big
     ours = await _by_id_samples(ctx, ctx.rt.store, "ours")
-    fixed = await _by_id_samples(ctx, proposed_store(ctx.rt.store), "proto")
     for op in BY_ID_OPS:
         s_small, s_big = ours[(op, small)], ours[(op, big)]
         r = s_big.p50 / s_small.p50
-        p_small, p_big = fixed[(op, small)], fixed[(op, big)]
         ctx.fact(f"by_id.{op}.ratio", r)
-        ctx.fact(f"by_id.{op}.proto_ratio", p_big.p50 / p_small.p50)
         ctx.row(
             "2",
             f"MemoryStore.{op} by id, {ctx.label(big)} vs {ctx.label(small)}",
@@ -279,15 +274,6 @@ async def bench_by_id(ctx: ModeContext) -> None:
             value=f"{r:.2f}× (small p50 {fmt_ms(s_small.p50)})",
             target=f"≤ {BY_ID_TARGET}×",
             verdict=verdict(r <= BY_ID_TARGET),
-        )
-        ctx.row(
-            "2",
-            "  same, proposed fix (prototype: no where, partition checked)",
-            p50=fmt_ms(p_big.p50),
-            p95=fmt_ms(p_big.p95),
-            value=f"{p_big.p50 / p_small.p50:.2f}× (small p50 {fmt_ms(p_small.p50)})",
-            target=f"≤ {BY_ID_TARGET}×",
-            verdict="INFO",
         )
     # Attribution: the lookup with and without the partition filter, and the raw writes.
     rng = random.Random(33)
@@ -389,31 +375,23 @@ async def bench_write(ctx: ModeContext) -> None:
     from amrita_plugin_memory.vector import MemoryStore
     from tests.servers import embed_text
 
-    from .prototypes import proposed_store
-
     ds, rt, col, n = ctx.ds, ctx.rt, ctx.col, ctx.scale.write_reps
     texts = [f"基准写入 {i}：用户提到要在周六去看一场话剧" for i in range(8 * (n + 3))]
     vectors = {t: embed_text(t, ds.vectors.shape[1]) for t in texts}
     store = MemoryStore(rt.connection, precomputed_embedder(vectors), rt.store.name)
     limit = rt.config.file.per_session_memory_limit
     tools = MemoryTools(store, rt.memo, memory_limit=limit)
-    proto_tools = MemoryTools(proposed_store(store), rt.memo, memory_limit=limit)
     written: list[str] = []
     text_iter = iter(texts)
     for partition in (ds.small, ds.big):
         s_ours, s_raw = await _write_round(ctx, tools, partition, text_iter, vectors, written)
-        s_proto, s_raw2 = await _write_round(
-            ctx, proto_tools, partition, text_iter, vectors, written
-        )
         s_count = Summary.of(
             [await timed(lambda p=partition: store.count(p)) for _ in range(ctx.scale.reps)]
         )
         tput_raw, tput_ours = 1 / s_raw.mean, 1 / s_ours.mean
         r = tput_ours / tput_raw
-        r_proto = (1 / s_proto.mean) / (1 / s_raw2.mean)
         size = ds.size(partition)
         ctx.fact(f"write.ratio.{size}", r)
-        ctx.fact(f"write.proto_ratio.{size}", r_proto)
         ctx.fact(f"write.count_p50.{size}", s_count.p50)
         ctx.fact(f"write.raw_p50.{size}", s_raw.p50)
         ctx.fact(f"write.ours_p50.{size}", s_ours.p50)
@@ -428,15 +406,6 @@ async def bench_write(ctx: ModeContext) -> None:
             ),
             target=f"≥ {WRITE_TARGET}×",
             verdict=verdict(r >= WRITE_TARGET),
-        )
-        ctx.row(
-            "3",
-            "  same, proposed fix (prototype: partition count kept in memory)",
-            p50=fmt_ms(s_proto.p50),
-            p95=fmt_ms(s_proto.p95),
-            value=f"{r_proto:.2f}× (raw add p50 {fmt_ms(s_raw2.p50)})",
-            target=f"≥ {WRITE_TARGET}×",
-            verdict="INFO",
         )
     emb = Summary.of([await timed(lambda t=t: rt.embedder.embed([t])) for t in texts[: n + 3]][3:])
     ctx.row(
