@@ -365,6 +365,12 @@ def _gil_probe(ctx: ModeContext) -> dict[str, tuple[float, float]]:
     return out
 
 
+def _add_batch(emb: Any, mode: str, batch: int) -> int:
+    """Items per Chroma add in remap() (gathered from several embedding batches)."""
+    name = "ADD_BATCH_REMOTE" if mode == "remote" else "ADD_BATCH_LOCAL"
+    return max(batch, int(getattr(emb, name, batch)))
+
+
 async def bench_reembed(ctx: ModeContext, env_url: str) -> None:
     emb = embedding_module()
     if emb is None or not hasattr(emb, "remap"):
@@ -426,7 +432,10 @@ async def bench_reembed(ctx: ModeContext, env_url: str) -> None:
     ctx.row(
         "4",
         f"remap() of {total:,} memories, items/s",
-        value=f"{r:.2f}× of {bound_name} ({rate:,.0f} vs {bound:,.0f} items/s; {wall:.1f} s)",
+        value=(
+            f"{r:.2f}× of {bound_name} ({rate:,.0f} vs {bound:,.0f} items/s; {wall:.1f} s; "
+            f"embeds of {scale.batch}, adds of {_add_batch(emb, ctx.mode, scale.batch)})"
+        ),
         target=f"≥ {REEMBED_RATIO_TARGET}×",
         verdict=verdict(r >= REEMBED_RATIO_TARGET),
     )

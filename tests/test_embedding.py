@@ -303,9 +303,10 @@ async def test_failure_in_the_middle_of_a_remap_loses_nothing_and_retry_succeeds
     embed_server: EmbeddingServer,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Read pages of 7 and embed batches of 8: batches straddle pages, and the
-    # failure hits while the next batch is being embedded ahead of an add.
+    # Read pages of 7, embed batches of 8, add chunks of 16: batches straddle
+    # pages, and the failure hits while the next chunk is embedded ahead of an add.
     monkeypatch.setattr(_real(), "READ_PAGE_SIZE", 7)
+    monkeypatch.setattr(_real(), "ADD_BATCH_LOCAL", 16)
     old = await _seeded(runtimes, tmp_path, memories=40, knowledge=6)
     mem_before, know_before = await snapshot(old, MEM), await snapshot(old, KNOW)
     old_fp = (await E.stored_fingerprint(old)).fingerprint
@@ -576,8 +577,9 @@ async def test_backups_are_atomic_private_unique_and_rotated(
 
 
 async def test_restore_round_trip_replaces_current_contents(
-    tmp_path: Path, runtimes: Callable[..., Any]
+    tmp_path: Path, runtimes: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(_real(), "ADD_BATCH_LOCAL", 8)  # one add (and progress step) per batch
     rt = await _seeded(runtimes, tmp_path, memories=25, knowledge=4, reembed_batch_size=8)
     mem_before, know_before = await snapshot(rt, MEM), await snapshot(rt, KNOW)
     backup = await E.create_backup(rt)
