@@ -730,7 +730,7 @@ embedded ChromaDB holds the GIL during an add, so the bot's event loop stalls
 for its duration: 256 keeps that near 100 ms.
 """
 
-ADD_BATCH_REMOTE = 1024
+ADD_BATCH_REMOTE = 512
 """Items per Chroma add while re-embedding, remote ChromaDB (an HTTP call; no stall)."""
 
 DISPATCH_YIELDS = 10
