@@ -731,7 +731,12 @@ for its duration: 256 keeps that near 100 ms.
 """
 
 ADD_BATCH_REMOTE = 512
-"""Items per Chroma add while re-embedding, remote ChromaDB (an HTTP call; no stall)."""
+"""Items per Chroma add while re-embedding, remote ChromaDB.
+
+An HTTP call, so the event loop runs during the request; but the client
+serialises the request holding the GIL, and 1,024 items raised the loop's
+worst stall to about 50 ms, while 512 kept it near 30 ms at 1,200 items/s.
+"""
 
 DISPATCH_YIELDS = 10
 """Event-loop turns granted to the next embedding request before an add starts."""

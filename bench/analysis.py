@@ -113,12 +113,15 @@ def explain(rows: Sequence[Row], facts: Mapping[str, float], scale: Scale) -> li
         out += _para(
             "[4] peak RSS in local mode is the embedded Chroma's new index, not the remap.",
             f"""The remap grows this process by {f.each("reembed.rss_mb", ".0f")} MB; filling
-            a fresh collection with the same {scale.total:,} vectors with raw adds grows it by
-            {f.each("fill.rss_mb", ".0f")} MB too: in local mode the new collection's HNSW index
-            lives in this process ({scale.total:,} × 384 × 4 B = {scale.total * 384 * 4 / 2**20:.0f}
-            MB of vectors alone, plus graph links and SQLite caches). The remap's own buffers are
-            what remote mode shows. Cannot be met in local mode at this size with an embedded
-            ChromaDB (the index must be built somewhere); met in remote mode.""",
+            a fresh collection with the same {scale.total:,} vectors with raw adds of
+            {scale.batch} grows it by {f.each("fill.rss_mb", ".0f")} MB: in local mode the new
+            collection's HNSW index lives in this process ({scale.total:,} × 384 × 4 B =
+            {scale.total * 384 * 4 / 2**20:.0f} MB of vectors alone, plus graph links and SQLite
+            caches). The difference is Chroma's larger buffers for remap()'s larger adds (adds
+            of 64 measured +265 MB at 0.69× the bound in an earlier run; we chose the rate); the
+            remap's own buffers are what remote mode shows. Cannot be met in local mode at this
+            size with an embedded ChromaDB (the index must be built somewhere); met in remote
+            mode.""",
         )
     lag_modes = sorted(m for (item, m) in failed if item == "7")
     if "local" in lag_modes:
