@@ -916,6 +916,22 @@ async def _write_fingerprint(runtime: MemoryRuntime, info: FingerprintInfo) -> N
     await runtime.store.set_meta(info.as_meta())
 
 
+async def _live_plan(runtime: MemoryRuntime, cov: _Covered) -> _Plan | None:
+    """Re-embed ``cov`` from its own live contents (``None`` if it does not exist)."""
+    conn = runtime.connection
+    col = await (runtime.store.collection() if cov.role == "memory" else _open(conn, cov.name))
+    if col is None:
+        return None
+    return _Plan(
+        cov,
+        await _count(conn, col),
+        _meta_of(col),
+        _space_of(col),
+        functools.partial(_live_pages, conn, col),
+        live=col,
+    )
+
+
 async def remap(runtime: MemoryRuntime, *, progress: ProgressCallback | None = None) -> RemapReport:
     """Re-embed every covered collection with the current model (``ambot memory reindex``).
 
@@ -924,24 +940,9 @@ async def remap(runtime: MemoryRuntime, *, progress: ProgressCallback | None = N
     :func:`recover_interrupted_remap`). Embedding and Chroma failures that
     happen before the backup propagate unchanged.
     """
-    conn = runtime.connection
     await recover_interrupted_remap(runtime)
     target = await current_fingerprint(runtime)
-    plans: list[_Plan] = []
-    for cov in _covered(runtime):
-        col = await (runtime.store.collection() if cov.role == "memory" else _open(conn, cov.name))
-        if col is None:
-            continue
-        plans.append(
-            _Plan(
-                cov,
-                await _count(conn, col),
-                _meta_of(col),
-                _space_of(col),
-                functools.partial(_live_pages, conn, col),
-                live=col,
-            )
-        )
+    plans = [plan for cov in _covered(runtime) if (plan := await _live_plan(runtime, cov))]
     if sum(p.expected for p in plans) == 0:
         await _write_fingerprint(runtime, target)
         logger.info(f"[Memory] 集合为空，已直接写入嵌入指纹：{target.describe()}")
@@ -965,7 +966,6 @@ async def restore_backup(
     fingerprint. Uses the same temporary-collection-and-swap procedure as
     :func:`remap`; the partition keys are migrated afterwards.
     """
-    conn = runtime.connection
     _, contents = load_backup(path)
     known = {cov.name for cov in _covered(runtime)}
     for name in sorted(set(contents) - known):
@@ -986,18 +986,8 @@ async def restore_backup(
                 )
             )
             continue
-        col = await (runtime.store.collection() if cov.role == "memory" else _open(conn, cov.name))
-        if col is not None:
-            plans.append(
-                _Plan(
-                    cov,
-                    await _count(conn, col),
-                    _meta_of(col),
-                    _space_of(col),
-                    functools.partial(_live_pages, conn, col),
-                    live=col,
-                )
-            )
+        if (plan := await _live_plan(runtime, cov)) is not None:
+            plans.append(plan)
     info = await create_backup(runtime, protect=[path])
     logger.info(f"[Memory] 从备份 {path} 恢复，恢复前的内容已备份到 {info.path}")
     report = await _run_remap(runtime, plans, target, info.path, progress)

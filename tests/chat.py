@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,3 +111,20 @@ async def run_turn(bot: Any, event: Any, *, settle: float = 0.05) -> None:
         if not chat_tasks:
             break
         await asyncio.sleep(settle)
+
+
+def offered(request: dict[str, Any]) -> set[str]:
+    """Names of the tools offered in one model request."""
+    return {t["function"]["name"] for t in request.get("tools") or []}
+
+
+def request_tool_results(request: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tool results carried by one model request, parsed, in order."""
+    out = []
+    for message in request["messages"]:
+        if message["role"] == "tool":
+            try:
+                out.append(json.loads(message["content"]))
+            except ValueError:
+                out.append({"raw": message["content"]})
+    return out

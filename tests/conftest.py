@@ -132,6 +132,18 @@ def no_retries() -> Iterator[None]:
 
 
 @pytest.fixture
+def whole_replies() -> Iterator[None]:
+    """Send chat replies in one piece: "natural chat style" sleeps 1-3 s per sentence."""
+    from amrita.plugins.chat.config import config_manager
+
+    function = config_manager.config.function
+    saved = function.nature_chat_style
+    function.nature_chat_style = False
+    yield
+    function.nature_chat_style = saved
+
+
+@pytest.fixture
 def work_dir() -> Path:
     return WORK
 

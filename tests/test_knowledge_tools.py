@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.chat import BotRecorder, make_bot, run_turn
+from tests.chat import BotRecorder, make_bot, offered, request_tool_results, run_turn
 from tests.events import group_event, private_event
 from tests.servers import ChatServer, EmbeddingServer, Reply
 from tests.test_knowledge import assert_in_step
@@ -39,6 +39,8 @@ KNOWLEDGE_LOOP_TOOLS = {
     "subconscious_read_suggestions",
 }
 PROFILE_LOOP_TOOLS = {"subconscious_get_profile", "subconscious_update_profile"}
+
+pytestmark = pytest.mark.usefixtures("whole_replies")
 
 
 def runtime() -> Any:
@@ -67,20 +69,8 @@ def chat_requests(server: ChatServer) -> list[dict[str, Any]]:
     return out
 
 
-def offered(request: dict[str, Any]) -> set[str]:
-    return {t["function"]["name"] for t in request.get("tools") or []}
 
 
-def results_of(request: dict[str, Any]) -> list[dict[str, Any]]:
-    """The tool results carried by ``request`` (in order)."""
-    out = []
-    for message in request["messages"]:
-        if message["role"] == "tool":
-            try:
-                out.append(json.loads(message["content"]))
-            except ValueError:
-                out.append({"raw": message["content"]})
-    return out
 
 
 def stop(summary: str = "完成") -> Reply:
@@ -91,16 +81,6 @@ def call(name: str, **args: Any) -> Reply:
     return Reply.tool_call(name, args)
 
 
-@pytest.fixture(autouse=True)
-def whole_replies() -> Any:
-    """Send chat replies in one piece ("natural chat style" sleeps per sentence)."""
-    from amrita.plugins.chat.config import config_manager
-
-    function = config_manager.config.function
-    saved = function.nature_chat_style
-    function.nature_chat_style = False
-    yield
-    function.nature_chat_style = saved
 
 
 @pytest.fixture
@@ -201,7 +181,7 @@ async def test_loop_creates_updates_deletes_knowledge_in_step(
     system = requests[0]["messages"][0]["content"]
     assert "全局知识库使用指南" in system and "知识库现有 0 条；待审查的知识建议 0 条" in system
     assert "用户画像构建指南" in system and "当前画像为空" in system
-    bad, created, listed = results_of(requests[-1])
+    bad, created, listed = request_tool_results(requests[-1])
     assert bad["ok"] is False and "title" in bad["error"]
     assert created["ok"] is True
     kid = created["entry"]["kid"]
@@ -227,7 +207,7 @@ async def test_loop_creates_updates_deletes_knowledge_in_step(
     assert second.outcome == "success" and second.actions == {"knowledge_update": 1}
     requests = loop_requests(chat_server)
     assert "知识库现有 1 条" in requests[0]["messages"][0]["content"]
-    window, beyond, missing, empty_update, updated, hits = results_of(requests[-1])
+    window, beyond, missing, empty_update, updated, hits = request_tool_results(requests[-1])
     assert window["lines"] == ["2: 2. uv sync --frozen"] and window["total_lines"] == 3
     assert "start_line=3" in window["more"]
     assert beyond["ok"] is True and beyond["lines"] == [] and "超出范围" in beyond["more"]
@@ -248,7 +228,7 @@ async def test_loop_creates_updates_deletes_knowledge_in_step(
     )
     third = await runner.run_cycle()
     assert third.outcome == "success" and third.actions == {"knowledge_delete": 1}
-    deleted, again, search = results_of(loop_requests(chat_server)[-1])
+    deleted, again, search = request_tool_results(loop_requests(chat_server)[-1])
     assert deleted == {"ok": True, "deleted": kid}
     assert again["ok"] is False and "不存在" in again["error"]
     assert search["results"] == []
@@ -273,7 +253,7 @@ async def test_embedding_down_during_a_cycle_is_a_clear_error(
     result = await runner.run_cycle()
     embed_server.set_mode("ok")
     assert result.outcome == "success" and result.actions == {}
-    (created,) = results_of(loop_requests(chat_server)[-1])
+    (created,) = request_tool_results(loop_requests(chat_server)[-1])
     assert created["ok"] is False and "嵌入服务" in created["error"]
     assert runner.knowledge is not None and await runner.knowledge.list() == []
 
@@ -561,7 +541,7 @@ async def test_suggestions_cleared_only_by_a_successful_cycle_that_read_them(
         "待审查的知识建议 3 条，请用 subconscious_read_suggestions 审阅"
         in (requests[0]["messages"][0]["content"])
     )
-    (page,) = results_of(requests[-1])
+    (page,) = request_tool_results(requests[-1])
     assert [s["id"] for s in page["suggestions"]] == ids[:2]
     assert page["total"] == 3 and "offset=2" in page["more"] and "线索" in page["note"]
     assert await stored_ids() == ids[2:]
@@ -620,7 +600,7 @@ async def test_profile_tools_in_a_cycle(
         window,
         beyond_read,
         whole,
-    ) = results_of(requests[-1])
+    ) = request_tool_results(requests[-1])
     assert empty["ok"] is True and empty["body"]["lines"] == [] and "画像为空" in empty["note"]
     assert beyond_insert["ok"] is False and "超出范围" in beyond_insert["error"]
     assert inserted == {"ok": True, "section": "body", "total_lines": 3}
@@ -780,7 +760,7 @@ async def test_setup_with_knowledge_offers_the_tools_while_running(
     )
     requests = chat_requests(chat_server)
     assert SURFACE_NAMES <= offered(requests[0])
-    (listed,) = [r for r in results_of(requests[-1])]
+    (listed,) = [r for r in request_tool_results(requests[-1])]
     assert listed == {"ok": True, "total": 0, "offset": 0, "entries": [], "note": "知识库为空"}
 
     # A second setup in the same process (e.g. a reload) does not register twice.

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.chat import offered, request_tool_results
 from tests.servers import ChatServer, Reply
 
 _users = iter(range(31001, 31999))
@@ -43,19 +44,8 @@ def loop_requests(server: ChatServer) -> list[dict[str, Any]]:
     ]
 
 
-def offered(request: dict[str, Any]) -> set[str]:
-    return {t["function"]["name"] for t in request.get("tools") or []}
 
 
-def tool_results(request: dict[str, Any]) -> list[dict[str, Any]]:
-    out = []
-    for message in request["messages"]:
-        if message["role"] == "tool":
-            try:
-                out.append(json.loads(message["content"]))
-            except ValueError:
-                out.append({"raw": message["content"]})
-    return out
 
 
 MEMORY_TOOLS = {
@@ -176,7 +166,7 @@ async def test_full_cycle_merges_duplicates(
     assert "开始第 1 轮整理" in user and "L2 记忆：3 条" in user
 
     # The duplicate helper found exactly the coffee pair.
-    helper = tool_results(requests[1])[0]
+    helper = request_tool_results(requests[1])[0]
     assert helper["ok"] is True and helper["scanned"] == 3
     assert len(helper["groups"]) == 1
     assert {m["id"] for m in helper["groups"][0]["memories"]} == {a.id, b.id}
@@ -578,7 +568,7 @@ async def test_memo_compression_and_argument_validation(
     result = await runner.run_cycle()
     assert result.outcome == "success"
     assert result.actions == {"write": 1, "memo": 1}
-    results = tool_results(loop_requests(chat_server)[-1])
+    results = request_tool_results(loop_requests(chat_server)[-1])
     # The last request carries every result but iter_stop's (no request follows it).
     memo, too_long, written, memo_ok, bad_enum, missing, stats = results
     assert memo["content"].startswith("用户叫小王") and memo["limit"] == rt.memo.max_chars
@@ -617,7 +607,7 @@ async def test_read_sessions_summaries_are_cached(
         assert (await runner.run_cycle()).outcome == "success"
     summaries = [r for r in chat_server.requests if not r.get("tools")]
     assert len(summaries) == 1  # the second cycle used the cached summary
-    sessions = [tool_results(r)[0] for r in loop_requests(chat_server) if len(tool_results(r)) == 1]
+    sessions = [request_tool_results(r)[0] for r in loop_requests(chat_server) if len(request_tool_results(r)) == 1]
     assert len(sessions) == 2
     for result in sessions:
         assert result["total"] == 1

@@ -23,6 +23,8 @@ from tests.servers import ChatServer, Reply
 
 _users = iter(range(32001, 32999))
 
+pytestmark = pytest.mark.usefixtures("whole_replies")
+
 
 def runtime() -> Any:
     import amrita_plugin_memory
@@ -52,16 +54,6 @@ def chat_requests(server: ChatServer) -> list[dict[str, Any]]:
     return out
 
 
-@pytest.fixture(autouse=True)
-def whole_replies() -> Any:
-    """Send replies in one piece: "natural chat style" sleeps 1-3 s per sentence."""
-    from amrita.plugins.chat.config import config_manager
-
-    function = config_manager.config.function
-    saved = function.nature_chat_style
-    function.nature_chat_style = False
-    yield
-    function.nature_chat_style = saved
 
 
 @pytest.fixture

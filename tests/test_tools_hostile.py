@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -45,7 +46,7 @@ async def snapshot() -> dict[str, Any]:
 
 
 @pytest.fixture
-async def seeded() -> dict[str, Any]:
+async def seeded() -> AsyncIterator[dict[str, Any]]:
     rt = runtime()
     mine = await rt.store.add(f"QQPlatform_Private_{UID}", "user", "我的记忆", tags=["a"])
     group = await rt.store.add(f"QQPlatform_Group_{GID}", "group", "群的记忆")
