@@ -1,6 +1,6 @@
 """Run every benchmark of issue 7 and print one table.
 
-    uv run --frozen python -m bench.run            # full: 100,000 memories (~15 min)
+    uv run --frozen python -m bench.run            # full: 100,000 memories (~8 min)
     uv run --frozen python -m bench.run --quick    # smoke test: 2,000 memories (< 1 min)
 
 Options: ``--modes local,remote`` (default both), ``--keep`` (keep the work dir).
