@@ -10,6 +10,7 @@ temporary bot project (the working directory of the whole session). A real
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -129,6 +130,33 @@ def no_retries() -> Iterator[None]:
     llm.max_retries = 0
     yield
     llm.max_retries = saved
+
+
+@contextlib.contextmanager
+def captured_logs(level: str, *, with_level: bool = True) -> Iterator[list[str]]:
+    """Log lines at ``level`` and above while the block runs ("LEVEL message" or the message)."""
+    from nonebot import logger
+
+    lines: list[str] = []
+
+    def sink(message: Any) -> None:
+        record = message.record
+        lines.append(
+            f"{record['level'].name} {record['message']}" if with_level else record["message"]
+        )
+
+    handler = logger.add(sink, level=level)
+    try:
+        yield lines
+    finally:
+        logger.remove(handler)
+
+
+@pytest.fixture
+def logs() -> Iterator[list[str]]:
+    """INFO and above as "LEVEL message" lines (modules may override the level)."""
+    with captured_logs("INFO") as lines:
+        yield lines
 
 
 @pytest.fixture

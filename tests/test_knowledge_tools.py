@@ -83,16 +83,6 @@ def call(name: str, **args: Any) -> Reply:
 
 
 
-@pytest.fixture
-def logs() -> Any:
-    from nonebot import logger
-
-    lines: list[str] = []
-    sink = logger.add(
-        lambda m: lines.append(f"{m.record['level'].name} {m.record['message']}"), level="INFO"
-    )
-    yield lines
-    logger.remove(sink)
 
 
 @pytest.fixture

@@ -12,13 +12,14 @@ import asyncio
 import json
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.chat import offered, request_tool_results
+from tests.conftest import captured_logs
 from tests.servers import ChatServer, Reply
 
 _users = iter(range(31001, 31999))
@@ -385,15 +386,9 @@ async def test_shutdown_terminates_a_stuck_cycle(
 
 
 @pytest.fixture
-def logs() -> Any:
-    from nonebot import logger
-
-    lines: list[str] = []
-    sink = logger.add(
-        lambda m: lines.append(f"{m.record['level'].name} {m.record['message']}"), level="DEBUG"
-    )
-    yield lines
-    logger.remove(sink)
+def logs() -> Iterator[list[str]]:
+    with captured_logs("DEBUG") as lines:
+        yield lines
 
 
 @pytest.mark.parametrize(

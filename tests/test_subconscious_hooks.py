@@ -10,7 +10,7 @@ import copy
 import dataclasses
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.chat import BotRecorder, make_bot, run_turn
+from tests.conftest import captured_logs
 from tests.events import group_event, private_event
 from tests.servers import ChatServer, Reply
 
@@ -57,13 +58,9 @@ def chat_requests(server: ChatServer) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def logs() -> Any:
-    from nonebot import logger
-
-    lines: list[str] = []
-    sink = logger.add(lambda m: lines.append(m.record["message"]), level="INFO")
-    yield lines
-    logger.remove(sink)
+def logs() -> Iterator[list[str]]:
+    with captured_logs("INFO", with_level=False) as lines:
+        yield lines
 
 
 @pytest.fixture
