@@ -33,13 +33,14 @@ from typing import Any, NoReturn
 
 import click
 
-__all__ = ["memory"]
+__all__ = ["fail", "find_bot_project", "memory"]
 
 PLUGIN_NAME = "amrita_plugin_memory"
 COMMAND_CONTEXT_ENV = "AMBOT_COMMAND_CONTEXT"
 
 
-def _fail(message: str) -> NoReturn:
+def fail(message: str) -> NoReturn:
+    """One red ``错误：…`` line on stderr and exit code 1 (no traceback)."""
     click.secho(f"错误：{message}", fg="red", err=True)
     raise click.exceptions.Exit(1)
 
@@ -71,7 +72,7 @@ def _bootstrap() -> click.Command:
     """Load the bot project's plugins and return the real ``memory`` group."""
     project = find_bot_project()
     if project is None:
-        _fail(
+        fail(
             "当前目录不在 AmritaBot 项目中（向上未找到含 [tool.nonebot] 的 pyproject.toml），"
             "请在 Bot 项目根目录运行 ambot memory …"
         )
@@ -83,7 +84,7 @@ def _bootstrap() -> click.Command:
     amrita.init()
     amrita.load_plugins()
     if nonebot.get_plugin(PLUGIN_NAME) is None:
-        _fail(
+        fail(
             f"项目 {project} 没有加载 {PLUGIN_NAME} 插件"
             f"（请在 [tool.amrita] plugins 中启用它，或查看上方的加载错误）"
         )

@@ -2,7 +2,7 @@
 
 L1 memo (always injected), L2 vector memory (tools), L3 offline consolidation
 loop. This module is framework glue only: it loads the configuration, builds
-the :class:`~.runtime.MemoryRuntime` and registers hooks, tools and commands.
+the :class:`~.services.MemoryRuntime` and registers hooks, tools and commands.
 """
 
 from nonebot import get_driver, logger, require
@@ -16,14 +16,15 @@ require("amrita.plugins.chat")
 import nonebot_plugin_localstore as localstore  # noqa: E402
 from nonebot.plugin import PluginMetadata  # noqa: E402
 
-from . import models as models  # noqa: E402  (registers the ORM tables)
-from .config import ConfigError, EnvConfig, PluginConfig  # noqa: E402
-from .embedding import run_startup_check  # noqa: E402
-from .matchers import MemoryCommands, register_commands  # noqa: E402
-from .memo import register_memo_hook  # noqa: E402
-from .rethinking import setup_subconscious  # noqa: E402
-from .runtime import MemoryRuntime  # noqa: E402
-from .tools import caller_from_event, register_surface_tools  # noqa: E402
+from .adapters.matchers import register_commands  # noqa: E402
+from .adapters.memo_hook import register_memo_hook  # noqa: E402
+from .adapters.subconscious import setup_subconscious  # noqa: E402
+from .adapters.surface_tools import register_surface_tools  # noqa: E402
+from .core.config import ConfigError, EnvConfig, PluginConfig  # noqa: E402
+from .embedding.startup import run_startup_check  # noqa: E402
+from .services import MemoryRuntime  # noqa: E402
+from .storage import models as models  # noqa: E402  (registers the ORM tables)
+from .tools.commands import MemoryCommands  # noqa: E402
 
 __all__ = ["EnvConfig", "MemoryRuntime", "PluginConfig", "runtime"]
 
@@ -57,14 +58,14 @@ def _setup() -> MemoryRuntime | None:
     # The embedding fingerprint check runs before anything is registered: a
     # refusal (e.g. EMBED_MISMATCH_POLICY=ask without a TTY) leaves the plugin
     # inert while the rest of the bot keeps running.
-    check = run_startup_check(rt)
+    check = run_startup_check(rt.maintenance)
     if not check.ok:
         rt.connection.close()  # release the data dir for `ambot memory …`
         return None
     get_driver().on_shutdown(rt.close)
     register_memo_hook(rt.memo)
     register_surface_tools(rt.tools)
-    register_commands(MemoryCommands(rt.tools), caller_from_event)
+    register_commands(MemoryCommands(rt.tools))
     setup_subconscious(rt)
     logger.info(
         f"[Memory] 已加载：向量库 {rt.connection.describe()}，嵌入服务 {rt.embedder.describe()}"

@@ -7,7 +7,7 @@ startup check), runs ``amrita.init()`` + ``amrita.load_plugins()`` and imports
 this module. The
 bot's startup hooks have not run (no AmritaConfig, no scheduler), so every
 command builds its own event loop with :func:`asyncio.run` and uses only the
-plugin's :class:`~.runtime.MemoryRuntime`.
+plugin's :class:`~.services.MemoryRuntime`.
 
 Every expected failure (embedding service or Chroma unreachable, local data
 dir held by a running bot, bad backup file, no TTY for a confirmation) ends
@@ -17,16 +17,19 @@ with one Chinese line on stderr and exit code 1, never a traceback.
 from __future__ import annotations
 
 import asyncio
-import sys
 import unicodedata
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import click
 
-from .embed import EmbeddingError
+from amrita_plugin_memory_ctl import fail as _fail
+
+from .core.console import ask_yes_no as _confirm
+from .core.console import stdin_is_tty as _is_tty
+from .core.errors import EmbeddingError, VectorStoreError
 from .embedding import (
     BackupError,
     FingerprintInfo,
@@ -43,11 +46,8 @@ from .embedding import (
     restore_backup,
     stored_fingerprint,
 )
-from .keys import migrate_partition_keys
-from .vector import VectorStoreError
-
-if TYPE_CHECKING:
-    from .runtime import MemoryRuntime
+from .services import MemoryRuntime
+from .storage.keys import migrate_partition_keys
 
 __all__ = ["memory"]
 
@@ -61,17 +61,17 @@ _EXPECTED_ERRORS = (EmbeddingError, VectorStoreError, RemapError, BackupError, O
 # ---------------------------------------------------------------------------
 
 
-def _fail(message: str) -> NoReturn:
-    click.secho(f"错误：{message}", fg="red", err=True)
-    raise click.exceptions.Exit(1)
-
-
 def _runtime() -> MemoryRuntime:
-    """The plugin's runtime; the local data dir lock is released when the command ends."""
-    import amrita_plugin_memory
+    """The plugin's runtime; the local data dir lock is released when the command ends.
 
-    rt: MemoryRuntime | None = getattr(amrita_plugin_memory, "runtime", None)
-    if rt is None:
+    Looked up through NoneBot's plugin registry (the launcher has loaded the
+    plugin), so this module never imports the plugin entry module.
+    """
+    import nonebot
+
+    plugin = nonebot.get_plugin("amrita_plugin_memory")
+    rt = getattr(plugin.module, "runtime", None) if plugin is not None else None
+    if not isinstance(rt, MemoryRuntime):
         _fail("插件配置无效，未能初始化（详见上方 [Memory] 日志），请修正配置后重试")
     click.get_current_context().call_on_close(rt.connection.close)
     return rt
@@ -92,23 +92,9 @@ def _run(rt: MemoryRuntime, work: Callable[[], Awaitable[T]]) -> T:
         _fail(str(exc))
 
 
-def _is_tty() -> bool:
-    try:
-        return sys.stdin is not None and sys.stdin.isatty()
-    except (ValueError, OSError):
-        return False
-
-
 def _require_confirmation(yes: bool) -> None:
     if not yes and not _is_tty():
         _fail("该操作需要确认，但当前不是交互终端；确认无误后加 --yes 重新运行")
-
-
-def _confirm(question: str) -> bool:
-    try:
-        return click.confirm(question, default=False)
-    except click.Abort:
-        return False
 
 
 class _Progress:
@@ -190,7 +176,7 @@ def status_cmd() -> None:
 
     async def work() -> StatusReport | VectorStoreError:
         try:
-            return await collect_status(rt)
+            return await collect_status(rt.maintenance)
         except VectorStoreError as exc:
             return exc
 
@@ -250,9 +236,9 @@ def reindex_cmd(yes: bool) -> None:
     progress = _Progress("重映射")
 
     async def work() -> None:
-        await recover_interrupted_remap(rt)
-        current = await current_fingerprint(rt)
-        stored = await stored_fingerprint(rt)
+        await recover_interrupted_remap(rt.maintenance)
+        current = await current_fingerprint(rt.embedder)
+        stored = await stored_fingerprint(rt.store)
         total = await rt.store.count()
         click.echo(f"已存储指纹：{_fp(stored)}")
         click.echo(f"当前配置：  {_fp(current)}")
@@ -261,7 +247,7 @@ def reindex_cmd(yes: bool) -> None:
             click.echo("已取消。")
             raise click.exceptions.Exit(1)
         try:
-            report = await remap(rt, progress=progress)
+            report = await remap(rt.maintenance, progress=progress)
         finally:
             progress.close()
         if report.backup is None:
@@ -282,7 +268,7 @@ def migrate_keys_cmd(dry_run: bool) -> None:
     rt = _runtime()
 
     async def work() -> None:
-        await recover_interrupted_remap(rt)
+        await recover_interrupted_remap(rt.maintenance)
         report = await migrate_partition_keys(rt.store, dry_run=dry_run)
         click.echo(f"已存储格式：{report.stored_format or '未记录'}")
         click.echo(f"当前格式：  {report.current_format}")
@@ -307,8 +293,8 @@ def reset_fingerprint_cmd() -> None:
     rt = _runtime()
 
     async def work() -> None:
-        before = await stored_fingerprint(rt)
-        after = await reset_fingerprint(rt)
+        before = await stored_fingerprint(rt.store)
+        after = await reset_fingerprint(rt.maintenance)
         click.echo(f"原指纹：{_fp(before)}")
         click.echo(f"新指纹：{_fp(after)}")
         click.secho(
@@ -334,7 +320,7 @@ def backup_list_cmd() -> None:
 def backup_create_cmd() -> None:
     """立即创建一份备份（不需要嵌入服务）。"""
     rt = _runtime()
-    info = _run(rt, lambda: create_backup(rt))
+    info = _run(rt, lambda: create_backup(rt.maintenance))
     counts = "，".join(f"{name} {n} 条" for name, n in info.counts.items())
     click.echo(f"已创建备份：{info.path}")
     click.echo(f"内容：{counts}（{_size(info.size)}）")
@@ -358,7 +344,7 @@ def backup_restore_cmd(file: Path, yes: bool) -> None:
     progress = _Progress("恢复")
 
     async def work() -> None:
-        current = await current_fingerprint(rt)
+        current = await current_fingerprint(rt.embedder)
         click.echo(f"备份：{path}（创建于 {_when(str(header.get('created_at', '')))}）")
         for name, saved in contents.items():
             click.echo(f"  {name}：{len(saved.items)} 条")
@@ -367,7 +353,7 @@ def backup_restore_cmd(file: Path, yes: bool) -> None:
             click.echo("已取消。")
             raise click.exceptions.Exit(1)
         try:
-            report = await restore_backup(rt, path, progress=progress)
+            report = await restore_backup(rt.maintenance, path, progress=progress)
         finally:
             progress.close()
         counts = "，".join(f"{name} {n} 条" for name, n in report.counts.items())

@@ -13,9 +13,9 @@ from .stats import Row, Summary
 if TYPE_CHECKING:
     from chromadb.api.models.Collection import Collection
 
-    from amrita_plugin_memory.embed import EmbeddingClient
-    from amrita_plugin_memory.runtime import MemoryRuntime
-    from amrita_plugin_memory.tools import Caller
+    from amrita_plugin_memory.embedding.client import EmbeddingClient
+    from amrita_plugin_memory.services import MemoryRuntime
+    from amrita_plugin_memory.tools.memory_tools import Caller
 
 BASE_UID = 100_000  # QQ number of partition 0's user
 
@@ -26,8 +26,8 @@ def uid_of(index: int) -> str:
 
 def caller_of(ds: Dataset, partition: str) -> Caller:
     """A tool caller whose personal partition is ``partition``."""
-    from amrita_plugin_memory.keys import target_from_ids
-    from amrita_plugin_memory.tools import caller_for_user
+    from amrita_plugin_memory.storage.keys import target_from_ids
+    from amrita_plugin_memory.tools.memory_tools import caller_for_user
 
     return caller_for_user(target_from_ids(uid_of(ds.keys.index(partition))))
 
@@ -64,7 +64,7 @@ def precomputed_embedder(vectors: dict[str, list[float]]) -> EmbeddingClient:
 
     Defined lazily: the plugin package can only be imported once NoneBot runs.
     """
-    from amrita_plugin_memory.embed import EmbeddingClient
+    from amrita_plugin_memory.embedding.client import EmbeddingClient
 
     class PrecomputedEmbedder(EmbeddingClient):
         async def embed(self, texts: Sequence[str]) -> list[list[float]]:

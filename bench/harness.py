@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from tests.servers import ChromaServer
 
 if TYPE_CHECKING:
-    from amrita_plugin_memory.runtime import MemoryRuntime
+    from amrita_plugin_memory.services import MemoryRuntime
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -100,8 +100,8 @@ class BenchEnv:
         self, name: str, mode: str, *, batch_size: int = 64, memory_limit: int = 100_000
     ) -> MemoryRuntime:
         """A real :class:`MemoryRuntime` on its own data dir (local) or on the server."""
-        from amrita_plugin_memory.config import ConfigFile, EnvConfig, PluginConfig
-        from amrita_plugin_memory.runtime import MemoryRuntime
+        from amrita_plugin_memory.core.config import ConfigFile, EnvConfig, PluginConfig
+        from amrita_plugin_memory.services import MemoryRuntime
 
         values: dict[str, Any] = {
             "vector_db_type": mode,

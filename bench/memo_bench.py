@@ -24,7 +24,8 @@ MEMO = (
 
 
 async def bench_memo(rows: list[Row], *, hits: int, misses: int) -> None:
-    from amrita_plugin_memory.memo import MemoService, insert_memo_block, render_memo_block
+    from amrita_plugin_memory.core.blocks import insert_block, render_memo_block
+    from amrita_plugin_memory.storage.memo_store import MemoService
 
     service = MemoService(max_chars=1000)
     uni_id = "QQPlatform_Private_424242"
@@ -32,9 +33,9 @@ async def bench_memo(rows: list[Row], *, hits: int, misses: int) -> None:
     if not result.ok:
         raise RuntimeError(f"memo setup failed: {result}")
 
-    async def turn() -> str:
-        memo = await service.get(uni_id)
-        return insert_memo_block(SYSTEM_PROMPT, render_memo_block(memo, is_group=False))
+    async def turn(source: MemoService = service) -> str:
+        memo = await source.get(uni_id)
+        return insert_block(SYSTEM_PROMPT, render_memo_block(memo, is_group=False))
 
     await turn()
     hit_times: list[float] = []
@@ -44,9 +45,9 @@ async def bench_memo(rows: list[Row], *, hits: int, misses: int) -> None:
         hit_times.append(time.perf_counter() - started)
     miss_times: list[float] = []
     for _ in range(misses + 3):
-        service.forget(uni_id)
+        cold = MemoService(max_chars=1000)  # an empty cache: the row comes from SQLite
         started = time.perf_counter()
-        await turn()
+        await turn(cold)
         miss_times.append(time.perf_counter() - started)
     hit, miss = Summary.of(hit_times), Summary.of(miss_times[3:])
     rows.append(

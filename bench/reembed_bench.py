@@ -61,10 +61,10 @@ async def bench_startup(ctx: ModeContext, reps: int) -> None:
     if emb is None or not hasattr(emb, "run_startup_check"):
         ctx.row("6", "startup check", value="not available", verdict="SKIP")
         return
-    from amrita_plugin_memory.keys import KEY_FORMAT_META, current_key_format
+    from amrita_plugin_memory.storage.keys import KEY_FORMAT_META, current_key_format
 
     rt = ctx.rt
-    await emb.reset_fingerprint(rt)
+    await emb.reset_fingerprint(rt.maintenance)
     # The memories were written with the current keys: record that, as a
     # completed key migration would have.
     await rt.store.set_meta({KEY_FORMAT_META: current_key_format()})
@@ -72,7 +72,7 @@ async def bench_startup(ctx: ModeContext, reps: int) -> None:
     actions: set[str] = set()
     for _ in range(reps + 1):
         started = time.perf_counter()
-        result = emb.run_startup_check(rt, interactive=False)
+        result = emb.run_startup_check(rt.maintenance, interactive=False)
         times.append(time.perf_counter() - started)
         actions.add(result.action)
     if actions != {"match"}:
@@ -415,7 +415,7 @@ async def bench_reembed(ctx: ModeContext, env_url: str) -> None:
         )
     clock = PhaseClock()
     with clock.installed(rt, emb):
-        obs = await _observed(lambda: emb.remap(rt))
+        obs = await _observed(lambda: emb.remap(rt.maintenance))
     report, wall, lag, rss_mb = obs.result, obs.wall, obs.lag, obs.rss_mb
     if report.total != total or await rt.store.count() != total:
         raise RuntimeError(f"remap lost items: {report.total} / {total}")

@@ -52,7 +52,7 @@ async def run(argv: list[str] | None = None) -> int:
     facts: dict[str, float] = {}
     loads = [load_average()]
     async with bench_env(keep=args.keep) as env:
-        from amrita_plugin_memory.keys import user_key
+        from amrita_plugin_memory.storage.keys import user_key
 
         _progress(f"NoneBot up, work dir {env.work}; generating {scale.total:,} memories", started)
         ds = make_dataset(scale, lambda i: user_key(uid_of(i)))

@@ -25,8 +25,8 @@ from .data import Dataset, memory_metadata
 from .stats import PeakRss, Summary, fmt_ms, verdict
 
 if TYPE_CHECKING:
-    from amrita_plugin_memory.tools import Caller, MemoryTools
-    from amrita_plugin_memory.vector import MemoryStore
+    from amrita_plugin_memory.storage.memory_store import MemoryStore
+    from amrita_plugin_memory.tools.memory_tools import Caller, MemoryTools
 
 INCLUDE: Any = ["documents", "metadatas", "distances"]
 READ_TARGET = 1.25
@@ -371,8 +371,8 @@ async def _write_round(
 
 
 async def bench_write(ctx: ModeContext) -> None:
-    from amrita_plugin_memory.tools import MemoryTools
-    from amrita_plugin_memory.vector import MemoryStore
+    from amrita_plugin_memory.storage.memory_store import MemoryStore
+    from amrita_plugin_memory.tools.memory_tools import MemoryTools
     from tests.servers import embed_text
 
     ds, rt, col, n = ctx.ds, ctx.rt, ctx.col, ctx.scale.write_reps

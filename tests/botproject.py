@@ -40,8 +40,8 @@ def make_runtime(
     **env: Any,
 ) -> Any:
     """A real runtime whose data dir is ``data_dir`` (fast-failing embedder)."""
-    from amrita_plugin_memory.config import ConfigFile, PluginConfig, SubconsciousConfig
-    from amrita_plugin_memory.runtime import MemoryRuntime
+    from amrita_plugin_memory.core.config import ConfigFile, PluginConfig, SubconsciousConfig
+    from amrita_plugin_memory.services import MemoryRuntime
 
     file = ConfigFile()
     if knowledge_name:

@@ -92,8 +92,16 @@ def make_bot(recorder: BotRecorder) -> Any:
     return bot
 
 
-async def run_turn(bot: Any, event: Any, *, settle: float = 0.05) -> None:
-    """Deliver one event and wait until every matcher it started has finished."""
+async def run_turn(bot: Any, event: Any, *, deadline: float = 120.0) -> None:
+    """Deliver one event and wait until the chat turn it started has completed.
+
+    ``handle_event`` returns when the matchers return; the Amrita chat turn
+    itself runs as a ChatObject task that may still be committing the
+    history. The end of a turn is that ChatObject being done: every ChatObject
+    registered in Amrita's chat manager is awaited (``deadline`` guards a
+    hang, it is not a measurement).
+    """
+    from amrita.plugins.chat.runtime import bot_chat_manager
     from amrita.plugins.manager.checker import watch_group, watch_user
     from nonebot.message import handle_event
 
@@ -102,15 +110,16 @@ async def run_turn(bot: Any, event: Any, *, settle: float = 0.05) -> None:
     watch_user.clear()
     watch_group.clear()
     await handle_event(bot, event)
-    # Amrita may finish some bookkeeping in tasks; let them run.
-    for _ in range(50):
-        pending = [
-            t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()
-        ]
-        chat_tasks = [t for t in pending if "chat" in repr(t.get_coro()).lower()]
-        if not chat_tasks:
-            break
-        await asyncio.sleep(settle)
+    running = [
+        chat
+        for chats in bot_chat_manager.running_chat_object.values()
+        for chat in chats
+        if not chat.is_done()
+    ]
+    if running:
+        async with asyncio.timeout(deadline):
+            # A ChatObject that never began raises at once; a failed turn is the test's to check.
+            await asyncio.gather(*running, return_exceptions=True)
 
 
 def offered(request: dict[str, Any]) -> set[str]:

@@ -182,7 +182,7 @@ def work_dir() -> Path:
 
 
 def env_for(mode: str, chroma: ChromaServer | None = None, **extra: Any):
-    from amrita_plugin_memory.config import EnvConfig
+    from amrita_plugin_memory.core.config import EnvConfig
 
     values: dict[str, Any] = {
         "embedding_model_url": EMBED.url,
@@ -202,8 +202,9 @@ async def store(
     request: pytest.FixtureRequest, tmp_path: Path, embed_server: EmbeddingServer
 ) -> AsyncIterator[Any]:
     """A :class:`MemoryStore` on its own collection, embedded or remote."""
-    from amrita_plugin_memory.embed import EmbeddingClient
-    from amrita_plugin_memory.vector import ChromaConnection, MemoryStore
+    from amrita_plugin_memory.embedding.client import EmbeddingClient
+    from amrita_plugin_memory.storage.chroma import ChromaConnection
+    from amrita_plugin_memory.storage.memory_store import MemoryStore
 
     chroma = request.getfixturevalue("chroma_server") if request.param == "remote" else None
     env = env_for(request.param, chroma)

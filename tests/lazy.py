@@ -13,14 +13,17 @@ from typing import Any
 
 
 class _LazyModule:
-    def __init__(self, name: str) -> None:
-        self._name = name
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self._names = names
 
     def __getattr__(self, attr: str) -> Any:
-        module: ModuleType = importlib.import_module(self._name)
-        return getattr(module, attr)
+        for name in self._names:
+            module: ModuleType = importlib.import_module(name)
+            if hasattr(module, attr):
+                return getattr(module, attr)
+        raise AttributeError(f"none of {self._names} has {attr!r}")
 
 
-def lazy_import(name: str) -> Any:
-    """A stand-in that imports ``name`` on first attribute access."""
-    return _LazyModule(name)
+def lazy_import(*names: str) -> Any:
+    """A stand-in that imports ``names`` on first attribute access (first that has it wins)."""
+    return _LazyModule(names)

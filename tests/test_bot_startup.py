@@ -17,7 +17,7 @@ from tests.botproject import BGE, NOMIC, VENV_BIN, BotProject, sample_memories, 
 from tests.lazy import lazy_import
 from tests.servers import EmbeddingServer, free_port
 
-E = lazy_import("amrita_plugin_memory.embedding")
+E = lazy_import("amrita_plugin_memory.embedding", "amrita_plugin_memory.embedding.remap", "amrita_plugin_memory.core.errors")
 
 
 @pytest.fixture
@@ -85,7 +85,7 @@ async def test_ask_without_tty_refuses_the_plugin_but_the_bot_runs(project: BotP
     rt = project.runtime()
     try:
         await seed(rt, rt.store.name, sample_memories(5))
-        await E.reset_fingerprint(rt)  # fingerprint of nomic-embed-text
+        await E.reset_fingerprint(rt.maintenance)  # fingerprint of nomic-embed-text
     finally:
         await rt.close()
     project.write_env(EMBEDDING_MODEL_NAME=BGE, EMBED_MISMATCH_POLICY="ask")
@@ -98,7 +98,7 @@ async def test_ask_without_tty_refuses_the_plugin_but_the_bot_runs(project: BotP
     rt = project.runtime(embedding_model_name=NOMIC)
     try:
         assert await rt.store.count() == 5
-        assert (await E.stored_fingerprint(rt)).model == NOMIC
+        assert (await E.stored_fingerprint(rt.store)).model == NOMIC
     finally:
         await rt.close()
 

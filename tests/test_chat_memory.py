@@ -14,14 +14,8 @@ import pytest
 from tests.chat import BotRecorder, make_bot, run_turn
 from tests.conftest import SUPERUSER
 from tests.events import group_event, private_event
+from tests.helpers import runtime, system_prompt
 from tests.servers import ChatServer, EmbeddingServer, Reply
-
-
-def runtime() -> Any:
-    import amrita_plugin_memory
-
-    assert amrita_plugin_memory.runtime is not None
-    return amrita_plugin_memory.runtime
 
 
 def model_requests(server: ChatServer) -> list[dict[str, Any]]:
@@ -51,12 +45,6 @@ def tool_results(server: ChatServer) -> list[dict[str, Any]]:
                 except ValueError:
                     seen[message["tool_call_id"]] = {"raw": message["content"]}
     return list(seen.values())
-
-
-def system_prompt(request: dict[str, Any]) -> str:
-    first = request["messages"][0]
-    assert first["role"] == "system"
-    return first["content"] if isinstance(first["content"], str) else json.dumps(first["content"])
 
 
 async def turn(

@@ -34,8 +34,8 @@ from tests.botproject import (
 from tests.lazy import lazy_import
 from tests.servers import ChromaServer, EmbeddingServer
 
-E = lazy_import("amrita_plugin_memory.embedding")
-K = lazy_import("amrita_plugin_memory.keys")
+E = lazy_import("amrita_plugin_memory.embedding", "amrita_plugin_memory.embedding.remap", "amrita_plugin_memory.core.errors")
+K = lazy_import("amrita_plugin_memory.storage.keys", "amrita_plugin_memory.adapters.events")
 MEM = "amrita_user_memory"
 KNOW = "amrita_global_knowledge"
 
@@ -62,7 +62,7 @@ async def _seed(
         if knowledge:
             await seed(rt, KNOW, sample_knowledge(knowledge))
         if fingerprint:
-            await E.reset_fingerprint(rt)
+            await E.reset_fingerprint(rt.maintenance)
             await K.migrate_partition_keys(rt.store)
         return await snapshot(rt, MEM), (await snapshot(rt, KNOW) if knowledge else {})
     finally:
@@ -115,7 +115,7 @@ async def test_model_change_reindex_backup_and_restore(project: BotProject) -> N
     try:
         assert await snapshot(rt, MEM) == mem_before and await snapshot(rt, KNOW) == know_before
         assert await dims(rt, MEM) == {768} and await dims(rt, KNOW) == {768}
-        assert (await E.stored_fingerprint(rt)).model == BGE
+        assert (await E.stored_fingerprint(rt.store)).model == BGE
         assert sorted(await rt.connection.list_collections()) == [KNOW, MEM]
     finally:
         await rt.close()
@@ -202,8 +202,8 @@ async def test_migrate_keys_and_reset_fingerprint(project: BotProject) -> None:
         snap = await snapshot(rt, MEM)
         assert (snap["old-user"][1] or {})["user_id"] == ALICE
         assert (snap["old-group"][1] or {})["user_id"] == GROUP
-        assert (await E.stored_fingerprint(rt)).model == NOMIC
-        assert E.run_startup_check(rt, interactive=False).action == "match"
+        assert (await E.stored_fingerprint(rt.store)).model == NOMIC
+        assert E.run_startup_check(rt.maintenance, interactive=False).action == "match"
     finally:
         await rt.close()
 
@@ -222,10 +222,10 @@ async def test_failure_in_the_middle_of_reindex(
     rt = project.runtime()
     try:
         assert await snapshot(rt, MEM) == mem_before and await dims(rt, MEM) == {384}
-        assert (await E.stored_fingerprint(rt)).model == NOMIC
+        assert (await E.stored_fingerprint(rt.store)).model == NOMIC
         assert await rt.connection.list_collections() == [MEM]
         # The retry succeeds from a clean state.
-        report = await E.remap(rt)
+        report = await E.remap(rt.maintenance)
         assert report.total == 64 and await dims(rt, MEM) == {768}
         assert await snapshot(rt, MEM) == mem_before
     finally:

@@ -9,15 +9,10 @@ import pytest
 from tests.chat import BotRecorder, make_bot, run_turn
 from tests.conftest import SUPERUSER
 from tests.events import group_event, private_event
+from tests.helpers import runtime
 from tests.lazy import lazy_import
 
-M = lazy_import("amrita_plugin_memory.matchers")
-
-
-def runtime() -> Any:
-    import amrita_plugin_memory
-
-    return amrita_plugin_memory.runtime
+M = lazy_import("amrita_plugin_memory.tools.commands")
 
 
 async def command(event: Any, recorder: BotRecorder | None = None) -> BotRecorder:

@@ -11,7 +11,7 @@ import pytest
 from tests.lazy import lazy_import
 
 # The plugin package is importable only once NoneBot has loaded it (pitfall P10).
-C = lazy_import("amrita_plugin_memory.config")
+C = lazy_import("amrita_plugin_memory.core.config")
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT.parent / "shared" / "spec" / "amrita_plugin_memory-0.4.0.md"

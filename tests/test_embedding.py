@@ -30,8 +30,8 @@ from tests.botproject import (
 from tests.lazy import lazy_import
 from tests.servers import ChromaServer, EmbeddingServer
 
-E = lazy_import("amrita_plugin_memory.embedding")
-K = lazy_import("amrita_plugin_memory.keys")
+E = lazy_import("amrita_plugin_memory.embedding", "amrita_plugin_memory.embedding.remap", "amrita_plugin_memory.core.errors")
+K = lazy_import("amrita_plugin_memory.storage.keys", "amrita_plugin_memory.adapters.events")
 MEM = "amrita_user_memory"
 KNOW = "amrita_global_knowledge"
 
@@ -65,16 +65,16 @@ async def _seeded(
         await seed(
             rt, rt.config.file.subconscious.knowledge_collection_name, sample_knowledge(knowledge)
         )
-    await E.reset_fingerprint(rt)
+    await E.reset_fingerprint(rt.maintenance)
     await K.migrate_partition_keys(rt.store)
     return rt
 
 
-def _real() -> Any:
-    """The embedding module itself (monkeypatching the lazy proxy would patch nothing)."""
+def _real(name: str = "amrita_plugin_memory.embedding.remap") -> Any:
+    """A module itself (monkeypatching the lazy proxy would patch nothing)."""
     import importlib
 
-    return importlib.import_module("amrita_plugin_memory.embedding")
+    return importlib.import_module(name)
 
 
 def _never_called(question: str) -> bool:
@@ -92,7 +92,7 @@ async def test_fingerprint_is_sha256_of_protocol_model_url(
     expected = hashlib.sha256(f"ollama-embed|{NOMIC}|{embed_server.url}".encode()).hexdigest()
     assert E.compute_fingerprint("ollama-embed", NOMIC, embed_server.url) == expected
     rt = runtimes(tmp_path, embedding_model_name="auto")  # resolved through /api/tags
-    info = await E.current_fingerprint(rt)
+    info = await E.current_fingerprint(rt.embedder)
     assert (info.fingerprint, info.protocol, info.model, info.base_url) == (
         expected,
         "ollama-embed",
@@ -101,7 +101,7 @@ async def test_fingerprint_is_sha256_of_protocol_model_url(
     )
     await rt.embedder.close()
     rt2 = runtimes(tmp_path / "b", embedding_model_name=BGE, embedding_proctol="openai")
-    assert (await E.current_fingerprint(rt2)).fingerprint == E.compute_fingerprint(
+    assert (await E.current_fingerprint(rt2.embedder)).fingerprint == E.compute_fingerprint(
         "openai", BGE, embed_server.url
     )
 
@@ -111,11 +111,11 @@ def test_fresh_store_records_fingerprint_without_running_loop(
 ) -> None:
     """``ambot run`` path: no event loop is running while plugins load."""
     rt = runtimes(tmp_path, embedding_model_name="auto", embed_mismatch_policy="ask")
-    result = E.run_startup_check(rt, interactive=False, confirm=_never_called)
+    result = E.run_startup_check(rt.maintenance, interactive=False, confirm=_never_called)
     assert (result.ok, result.action) == (True, "fresh")
     assert result.current.model == NOMIC
     assert rt.embedder._session is None  # the private loop's HTTP session was closed
-    again = E.run_startup_check(rt, interactive=False, confirm=_never_called)
+    again = E.run_startup_check(rt.maintenance, interactive=False, confirm=_never_called)
     assert (again.ok, again.action) == (True, "fresh")  # still empty
     assert again.migration is not None and again.migration.skipped
 
@@ -124,7 +124,7 @@ async def test_fresh_store_inside_running_loop_writes_metadata(
     tmp_path: Path, runtimes: Callable[..., Any], embed_server: EmbeddingServer
 ) -> None:
     rt = runtimes(tmp_path, embedding_model_name=NOMIC, embed_mismatch_policy="ask")
-    result = E.run_startup_check(rt, interactive=False, confirm=_never_called)
+    result = E.run_startup_check(rt.maintenance, interactive=False, confirm=_never_called)
     assert (result.ok, result.action) == (True, "fresh")
     meta = await collection_meta(rt, MEM)
     assert meta["embedding_fingerprint"] == E.compute_fingerprint(
@@ -145,11 +145,11 @@ async def test_command_context_and_disabled_check_skip_everything(
 ) -> None:
     monkeypatch.setenv("AMBOT_COMMAND_CONTEXT", "1")
     rt = runtimes(tmp_path / "a", embed_mismatch_policy="ask")
-    result = E.run_startup_check(rt, interactive=False, confirm=_never_called)
+    result = E.run_startup_check(rt.maintenance, interactive=False, confirm=_never_called)
     assert (result.ok, result.action) == (True, "skipped")
     monkeypatch.delenv("AMBOT_COMMAND_CONTEXT")
     rt2 = runtimes(tmp_path / "b", embed_check_on_startup=False)
-    assert E.run_startup_check(rt2, interactive=False).action == "skipped"
+    assert E.run_startup_check(rt2.maintenance, interactive=False).action == "skipped"
     # Nothing was opened: no Chroma client, no lock file, no HTTP session.
     assert rt.connection._client is None and rt2.connection._client is None
     assert not (tmp_path / "a" / "vector_db.chroma").exists()
@@ -167,7 +167,7 @@ async def test_legacy_partition_keys_are_migrated_before_the_fingerprint_check(
             ("g", "旧键群记忆", memory_meta("group_20001", "group")),
         ],
     )
-    result = E.run_startup_check(rt, interactive=False)
+    result = E.run_startup_check(rt.maintenance, interactive=False)
     assert result.migration.rewritten == 2
     snap = await snapshot(rt, MEM)
     assert (snap["a"][1] or {})["user_id"] == ALICE and (snap["g"][1] or {})["user_id"] == GROUP
@@ -187,7 +187,7 @@ async def test_policy_never_keeps_data_and_old_fingerprint(
     old_meta = await collection_meta(old, MEM)
     old.connection.close()
     rt = runtimes(tmp_path, embedding_model_name=BGE, embed_mismatch_policy="never")
-    result = E.run_startup_check(rt, interactive=True, confirm=_never_called)
+    result = E.run_startup_check(rt.maintenance, interactive=True, confirm=_never_called)
     assert (result.ok, result.action) == (True, "kept")
     assert "ambot memory reindex" in result.message
     assert result.stored.model == NOMIC and result.current.model == BGE
@@ -206,7 +206,7 @@ async def test_policy_ask_without_tty_refuses_cleanly(
     before = await snapshot(old, MEM)
     old.connection.close()
     rt = runtimes(tmp_path, embedding_model_name=BGE, embed_mismatch_policy="ask")
-    result = E.run_startup_check(rt, interactive=False, confirm=_never_called)
+    result = E.run_startup_check(rt.maintenance, interactive=False, confirm=_never_called)
     assert (result.ok, result.action) == (False, "refused")
     for hint in (
         "EMBED_MISMATCH_POLICY=auto",
@@ -216,7 +216,7 @@ async def test_policy_ask_without_tty_refuses_cleanly(
     ):
         assert hint in result.message
     assert await snapshot(rt, MEM) == before
-    assert (await E.stored_fingerprint(rt)).model == NOMIC
+    assert (await E.stored_fingerprint(rt.store)).model == NOMIC
 
 
 async def test_policy_ask_on_tty_answered_no_keeps_data(
@@ -226,8 +226,7 @@ async def test_policy_ask_on_tty_answered_no_keeps_data(
     old.connection.close()
     rt = runtimes(tmp_path, embedding_model_name=BGE, embed_mismatch_policy="ask")
     questions: list[str] = []
-    result = E.run_startup_check(
-        rt, interactive=True, confirm=lambda q: questions.append(q) or False
+    result = E.run_startup_check(rt.maintenance, interactive=True, confirm=lambda q: questions.append(q) or False
     )
     assert (result.ok, result.action) == (True, "kept")
     assert len(questions) == 1 and BGE in questions[0] and "25 条" in questions[0]
@@ -243,7 +242,7 @@ async def test_policy_ask_on_tty_answered_yes_remaps_with_dimension_change(
     rt = runtimes(
         tmp_path, embedding_model_name=BGE, embed_mismatch_policy="ask", reembed_batch_size=8
     )
-    result = E.run_startup_check(rt, interactive=True, confirm=lambda q: True)
+    result = E.run_startup_check(rt.maintenance, interactive=True, confirm=lambda q: True)
     assert (result.ok, result.action) == (True, "remapped"), result.message
     assert result.remap.counts == {MEM: 20, KNOW: 5}
     assert await snapshot(rt, MEM) == mem_before
@@ -266,7 +265,7 @@ async def test_policy_ask_on_tty_answered_yes_remaps_with_dimension_change(
     assert len(backups) == 1 and backups[0].counts == {MEM: 20, KNOW: 5}
     assert stat.S_IMODE(backups[0].path.stat().st_mode) == 0o600
     # Next start: everything matches.
-    assert E.run_startup_check(rt, interactive=False, confirm=_never_called).action == "match"
+    assert E.run_startup_check(rt.maintenance, interactive=False, confirm=_never_called).action == "match"
 
 
 async def test_policy_auto_remaps_knowledge_even_when_memories_are_empty(
@@ -276,7 +275,7 @@ async def test_policy_auto_remaps_knowledge_even_when_memories_are_empty(
     know_before = await snapshot(old, KNOW)
     old.connection.close()
     rt = runtimes(tmp_path, embedding_model_name=BGE, embed_mismatch_policy="auto")
-    result = E.run_startup_check(rt, interactive=False, confirm=_never_called)
+    result = E.run_startup_check(rt.maintenance, interactive=False, confirm=_never_called)
     assert (result.ok, result.action) == (True, "remapped"), result.message
     assert await snapshot(rt, KNOW) == know_before and await dims(rt, KNOW) == {768}
 
@@ -287,7 +286,7 @@ async def test_unknown_fingerprint_on_existing_data_is_a_mismatch(
     """Data written by an older plugin (no fingerprint) is not silently trusted."""
     rt = runtimes(tmp_path, embedding_model_name=NOMIC, embed_mismatch_policy="ask")
     await seed(rt, MEM, sample_memories(3))
-    result = E.run_startup_check(rt, interactive=False)
+    result = E.run_startup_check(rt.maintenance, interactive=False)
     assert result.action == "refused" and "未记录" in result.message
     assert "reset-fingerprint" in result.message
 
@@ -306,21 +305,22 @@ async def test_failure_in_the_middle_of_a_remap_loses_nothing_and_retry_succeeds
     # Read pages of 7, embed batches of 8, add chunks of 16: batches straddle
     # pages, and the failure hits while the next chunk is embedded ahead of an add.
     monkeypatch.setattr(_real(), "READ_PAGE_SIZE", 7)
+    monkeypatch.setattr(_real("amrita_plugin_memory.storage.paging"), "READ_PAGE_SIZE", 7)
     monkeypatch.setattr(_real(), "ADD_BATCH_LOCAL", 16)
     old = await _seeded(runtimes, tmp_path, memories=40, knowledge=6)
     mem_before, know_before = await snapshot(old, MEM), await snapshot(old, KNOW)
-    old_fp = (await E.stored_fingerprint(old)).fingerprint
+    old_fp = (await E.stored_fingerprint(old.store)).fingerprint
     old.connection.close()
     rt = runtimes(
         tmp_path, embedding_model_name=BGE, embed_mismatch_policy="auto", reembed_batch_size=8
     )
     embed_server.set_mode("error500", after=3)  # three batches succeed, then the service breaks
-    result = E.run_startup_check(rt, interactive=False)
+    result = E.run_startup_check(rt.maintenance, interactive=False)
     assert (result.ok, result.action) == (True, "remap_failed")
     assert "HTTP 500" in result.message and "ambot memory reindex" in result.message
     assert await snapshot(rt, MEM) == mem_before and await snapshot(rt, KNOW) == know_before
     assert await dims(rt, MEM) == {384}
-    assert (await E.stored_fingerprint(rt)).fingerprint == old_fp
+    assert (await E.stored_fingerprint(rt.store)).fingerprint == old_fp
     assert sorted(await rt.connection.list_collections()) == [KNOW, MEM]  # temporaries dropped
     backups = E.list_backups(rt.config.backup_dir)
     assert len(backups) == 1 and backups[0].total == 46
@@ -329,10 +329,10 @@ async def test_failure_in_the_middle_of_a_remap_loses_nothing_and_retry_succeeds
     assert len(hits) == 3
     # The next start retries from a clean state and succeeds.
     embed_server.set_mode("ok")
-    retry = E.run_startup_check(rt, interactive=False)
+    retry = E.run_startup_check(rt.maintenance, interactive=False)
     assert retry.action == "remapped", retry.message
     assert await snapshot(rt, MEM) == mem_before and await dims(rt, MEM) == {768}
-    assert (await E.stored_fingerprint(rt)).model == BGE
+    assert (await E.stored_fingerprint(rt.store)).model == BGE
 
 
 async def test_embedding_service_down_with_auto_model_still_loads(
@@ -344,12 +344,12 @@ async def test_embedding_service_down_with_auto_model_still_loads(
     rt = runtimes(
         tmp_path, embedding_model_name="auto", embedding_model_url=dead, embed_mismatch_policy="ask"
     )
-    result = E.run_startup_check(rt, interactive=False, confirm=_never_called)
+    result = E.run_startup_check(rt.maintenance, interactive=False, confirm=_never_called)
     assert (result.ok, result.action) == (True, "unavailable")
     assert "无法确定当前嵌入模型" in result.message and result.stored.model == NOMIC
     # A fresh machine without any embedding service starts too.
     fresh = runtimes(tmp_path / "fresh", embedding_model_name="auto", embedding_model_url=dead)
-    assert E.run_startup_check(fresh, interactive=False).ok
+    assert E.run_startup_check(fresh.maintenance, interactive=False).ok
 
 
 async def test_explicit_model_with_service_down_fails_the_remap_safely(
@@ -364,9 +364,9 @@ async def test_explicit_model_with_service_down_fails_the_remap_safely(
         embedding_model_url="http://127.0.0.1:9",
         embed_mismatch_policy="auto",
     )
-    result = E.run_startup_check(rt, interactive=False)
+    result = E.run_startup_check(rt.maintenance, interactive=False)
     assert (result.ok, result.action) == (True, "remap_failed")
-    assert await snapshot(rt, MEM) == before and (await E.stored_fingerprint(rt)).model == NOMIC
+    assert await snapshot(rt, MEM) == before and (await E.stored_fingerprint(rt.store)).model == NOMIC
 
 
 async def test_locked_data_dir_refuses_to_register(
@@ -375,7 +375,7 @@ async def test_locked_data_dir_refuses_to_register(
     holder = runtimes(tmp_path)
     await holder.connection.client()
     rt = runtimes(tmp_path, embed_mismatch_policy="auto")
-    result = E.run_startup_check(rt, interactive=False)
+    result = E.run_startup_check(rt.maintenance, interactive=False)
     assert (result.ok, result.action) == (False, "locked")
     assert "正被另一个进程" in result.message
     holder.connection.close()
@@ -416,7 +416,7 @@ async def test_concurrent_change_during_live_remap_aborts_safely(
 
     rt.embedder.embed = embed_and_write
     with pytest.raises(E.RemapFailed, match=r"被修改|条数不符"):
-        await E.remap(rt)
+        await E.remap(rt.maintenance)
     snap = await snapshot(rt, MEM)  # the other writer's change is kept, nothing else lost
     if change == "add":
         assert len(snap) == 31 and "late" in snap
@@ -425,7 +425,7 @@ async def test_concurrent_change_during_live_remap_aborts_safely(
     else:
         assert len(snap) == 29 and "m0000" not in snap
     assert await rt.connection.list_collections() == [MEM]
-    assert (await E.stored_fingerprint(rt)).model == NOMIC
+    assert (await E.stored_fingerprint(rt.store)).model == NOMIC
     assert await dims(rt, MEM) == {384}
 
 
@@ -456,7 +456,7 @@ async def test_kill_at_any_step_is_recovered_by_the_next_start(
             async def killed_swap(*args: Any) -> None:
                 raise Killed
 
-            m.setattr(_real(), "_swap", killed_swap)
+            m.setattr(_real(), "swap_collections", killed_swap)
         elif kill_at == "after_delete":
             real_rename = rt.connection.rename_collection
 
@@ -471,7 +471,7 @@ async def test_kill_at_any_step_is_recovered_by_the_next_start(
             async def killed_finalize(*args: Any) -> None:
                 raise Killed
 
-            m.setattr(_real(), "_finalize", killed_finalize)
+            m.setattr(_real(), "finalize_remap", killed_finalize)
         else:
             # A kill while building leaves an incomplete temporary (no cleanup runs).
             async def killed_drop(*args: Any) -> bool:
@@ -481,12 +481,12 @@ async def test_kill_at_any_step_is_recovered_by_the_next_start(
 
             async def build(*args: Any) -> Any:
                 await real_build(*args)  # the memory temporary is fully written...
-                m.setattr(_real(), "_drop", killed_drop)  # ...and no cleanup will run
+                m.setattr(_real(), "drop_collection", killed_drop)  # ...and no cleanup will run
                 raise Killed
 
             m.setattr(_real(), "_build_temp", build)
         with pytest.raises(Killed):
-            await E.remap(rt)
+            await E.remap(rt.maintenance)
     await rt.close()
 
     names = set(await _names(tmp_path, runtimes))
@@ -498,7 +498,7 @@ async def test_kill_at_any_step_is_recovered_by_the_next_start(
         assert MEM + "__reembed" in names and MEM in names
 
     nxt = runtimes(tmp_path, embedding_model_name=BGE, embed_mismatch_policy="ask")
-    result = E.run_startup_check(nxt, interactive=False, confirm=_never_called)
+    result = E.run_startup_check(nxt.maintenance, interactive=False, confirm=_never_called)
     assert sorted(await nxt.connection.list_collections()) == [KNOW, MEM]
     assert await snapshot(nxt, MEM) == mem_before and await snapshot(nxt, KNOW) == know_before
     if kill_at == "during_build":
@@ -532,14 +532,14 @@ async def test_recovery_uses_the_fingerprint_of_the_vectors_not_the_new_config(
         raise Killed
 
     with monkeypatch.context() as m:
-        m.setattr(_real(), "_swap", killed_swap)
+        m.setattr(_real(), "swap_collections", killed_swap)
         with pytest.raises(Killed):
-            await E.remap(rt)
+            await E.remap(rt.maintenance)
     await rt.close()
     nxt = runtimes(
         tmp_path, embedding_model_name="text-embedding-3-small", embed_mismatch_policy="never"
     )
-    result = E.run_startup_check(nxt, interactive=False)
+    result = E.run_startup_check(nxt.maintenance, interactive=False)
     assert result.action == "kept" and result.stored.model == BGE
     assert await dims(nxt, MEM) == {768}
 
@@ -553,7 +553,7 @@ async def test_backups_are_atomic_private_unique_and_rotated(
     tmp_path: Path, runtimes: Callable[..., Any]
 ) -> None:
     rt = await _seeded(runtimes, tmp_path, memories=10, knowledge=3, reembed_backup_keep=2)
-    made = [await E.create_backup(rt) for _ in range(4)]
+    made = [await E.create_backup(rt.maintenance) for _ in range(4)]
     assert len({b.path.name for b in made}) == 4  # unique even within one second
     listed = E.list_backups(rt.config.backup_dir)
     assert [b.path for b in listed] == [made[3].path, made[2].path]  # newest first, 2 kept
@@ -582,7 +582,7 @@ async def test_restore_round_trip_replaces_current_contents(
     monkeypatch.setattr(_real(), "ADD_BATCH_LOCAL", 8)  # one add (and progress step) per batch
     rt = await _seeded(runtimes, tmp_path, memories=25, knowledge=4, reembed_batch_size=8)
     mem_before, know_before = await snapshot(rt, MEM), await snapshot(rt, KNOW)
-    backup = await E.create_backup(rt)
+    backup = await E.create_backup(rt.maintenance)
     # Change things after the backup.
     await rt.store.delete(ALICE, "m0001")
     await rt.store.add(ALICE, "user", "备份之后的新记忆")
@@ -592,11 +592,11 @@ async def test_restore_round_trip_replaces_current_contents(
     # Restore with another model: same ids/documents/metadatas, new vectors.
     rt2 = runtimes(tmp_path, embedding_model_name=BGE, reembed_batch_size=8)
     progress: list[tuple[int, int]] = []
-    report = await E.restore_backup(rt2, backup.path, progress=lambda d, t: progress.append((d, t)))
+    report = await E.restore_backup(rt2.maintenance, backup.path, progress=lambda d, t: progress.append((d, t)))
     assert report.counts == {MEM: 25, KNOW: 4}
     assert await snapshot(rt2, MEM) == mem_before and await snapshot(rt2, KNOW) == know_before
     assert await dims(rt2, MEM) == {768}
-    assert (await E.stored_fingerprint(rt2)).model == BGE
+    assert (await E.stored_fingerprint(rt2.store)).model == BGE
     assert progress[-1] == (29, 29) and len(progress) == 5  # 4 memory pages + 1 knowledge page
     # The pre-restore state was backed up and the restored file kept.
     assert report.backup is not None and report.backup != backup.path and backup.path.exists()
@@ -609,12 +609,12 @@ async def test_restore_rejects_bad_files(tmp_path: Path, runtimes: Callable[...,
     bad = tmp_path / "bad.json"
     bad.write_text("{not json", encoding="utf-8")
     with pytest.raises(E.BackupError, match="不是合法的 JSON"):
-        await E.restore_backup(rt, bad)
+        await E.restore_backup(rt.maintenance, bad)
     bad.write_text(json.dumps({"header": {"format": "other"}}), encoding="utf-8")
     with pytest.raises(E.BackupError, match="不是本插件的嵌入备份文件"):
-        await E.restore_backup(rt, bad)
+        await E.restore_backup(rt.maintenance, bad)
     with pytest.raises(E.BackupError, match="不存在"):
-        await E.restore_backup(rt, tmp_path / "missing.json")
+        await E.restore_backup(rt.maintenance, tmp_path / "missing.json")
 
 
 # ---------------------------------------------------------------------------
@@ -627,10 +627,10 @@ async def test_status_with_embedding_service_down(
 ) -> None:
     old = await _seeded(runtimes, tmp_path, memories=4, knowledge=2)
     await seed(old, MEM, [("g1", "群记忆", memory_meta(GROUP, "group"))])
-    await E.create_backup(old)
+    await E.create_backup(old.maintenance)
     old.connection.close()
     rt = runtimes(tmp_path, embedding_model_name="auto", embedding_model_url="http://127.0.0.1:9")
-    status = await E.collect_status(rt)
+    status = await E.collect_status(rt.maintenance)
     assert status.stored.model == NOMIC and status.current is None and status.match is None
     assert "无法连接" in status.current_error
     assert status.distribution == {(ALICE, "user"): 4, (GROUP, "group"): 1}
@@ -653,9 +653,9 @@ async def test_remote_chroma_fingerprint_check_and_remap(
     )
     await seed(old, names["memory_name"], sample_memories(12))
     await seed(old, names["knowledge_name"], sample_knowledge(3))
-    assert E.run_startup_check(old, interactive=False).action == "refused"  # no fingerprint yet
-    await E.reset_fingerprint(old)
-    assert E.run_startup_check(old, interactive=False).action == "match"
+    assert E.run_startup_check(old.maintenance, interactive=False).action == "refused"  # no fingerprint yet
+    await E.reset_fingerprint(old.maintenance)
+    assert E.run_startup_check(old.maintenance, interactive=False).action == "match"
     mem_before = await snapshot(old, names["memory_name"])
     await old.close()
     rt = runtimes(
@@ -667,13 +667,13 @@ async def test_remote_chroma_fingerprint_check_and_remap(
         reembed_batch_size=5,
         **names,
     )
-    result = E.run_startup_check(rt, interactive=False)
+    result = E.run_startup_check(rt.maintenance, interactive=False)
     assert result.action == "remapped", result.message
     assert await snapshot(rt, names["memory_name"]) == mem_before
     assert await dims(rt, names["memory_name"]) == {768} and await dims(
         rt, names["knowledge_name"]
     ) == {768}
-    assert E.run_startup_check(rt, interactive=False).action == "match"
+    assert E.run_startup_check(rt.maintenance, interactive=False).action == "match"
     remaining = [n for n in await rt.connection.list_collections() if suffix in n]
     assert sorted(remaining) == sorted(names.values())
     for n in remaining:

@@ -9,7 +9,7 @@ import pytest
 from tests.events import group_event, private_event
 from tests.lazy import lazy_import
 
-K = lazy_import("amrita_plugin_memory.keys")
+K = lazy_import("amrita_plugin_memory.storage.keys", "amrita_plugin_memory.adapters.events")
 
 
 def test_keys_delegate_to_amrita() -> None:
@@ -37,8 +37,8 @@ def test_normalize_reads_legacy_and_current(key: str, expected: str | None) -> N
 
 
 def test_group_detection() -> None:
-    assert K.is_group_key("group_1") and K.is_group_key("QQPlatform_Group_1")
-    assert not K.is_group_key("user_1") and not K.is_group_key("nonsense")
+    assert K.parse_key("group_1") == ("group", 1) and K.parse_key("QQPlatform_Group_1") == ("group", 1)
+    assert K.parse_key("user_1") == ("user", 1) and K.parse_key("nonsense") is None
 
 
 def test_target_from_private_event() -> None:

@@ -10,8 +10,6 @@ other tests' chat turns.
 from __future__ import annotations
 
 import asyncio
-import copy
-import dataclasses
 import json
 import threading
 import uuid
@@ -23,6 +21,7 @@ import pytest
 
 from tests.chat import BotRecorder, make_bot, offered, request_tool_results, run_turn
 from tests.events import group_event, private_event
+from tests.helpers import chat_requests, runtime, runtime_with
 from tests.servers import ChatServer, EmbeddingServer, Reply
 from tests.test_knowledge import assert_in_step
 
@@ -43,13 +42,6 @@ PROFILE_LOOP_TOOLS = {"subconscious_get_profile", "subconscious_update_profile"}
 pytestmark = pytest.mark.usefixtures("whole_replies")
 
 
-def runtime() -> Any:
-    import amrita_plugin_memory
-
-    assert amrita_plugin_memory.runtime is not None
-    return amrita_plugin_memory.runtime
-
-
 def loop_requests(server: ChatServer) -> list[dict[str, Any]]:
     return [
         r
@@ -58,31 +50,12 @@ def loop_requests(server: ChatServer) -> list[dict[str, Any]]:
     ]
 
 
-def chat_requests(server: ChatServer) -> list[dict[str, Any]]:
-    """Requests of the answering chat model (not the content check, not the loop)."""
-    out = []
-    for request in server.requests:
-        names = [t["function"]["name"] for t in request.get("tools") or []]
-        if names == ["report"] or any(n.startswith("subconscious_") for n in names):
-            continue
-        out.append(request)
-    return out
-
-
-
-
-
-
 def stop(summary: str = "完成") -> Reply:
     return Reply.tool_call("subconscious_iter_stop", {"summary": summary})
 
 
 def call(name: str, **args: Any) -> Reply:
     return Reply.tool_call(name, args)
-
-
-
-
 
 
 @pytest.fixture
@@ -98,8 +71,8 @@ def fail_fast_embedding() -> Any:
 @pytest.fixture
 async def make_runner(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
     """Runners on their own data dir and knowledge collection; all removed afterwards."""
+    from amrita_plugin_memory.adapters.knowledge_surface import SURFACE
     from amrita_plugin_memory.rethinking import create_runner
-    from amrita_plugin_memory.rethinking.knowledge_tools import SURFACE
 
     runners: list[Any] = []
     collections: set[str] = set()
@@ -405,11 +378,11 @@ def suggestion(i: int) -> dict[str, Any]:
 async def test_suggestion_queue_bounds_and_persistence(
     make_runner: Callable[..., Any], logs: list[str]
 ) -> None:
-    from amrita_plugin_memory.rethinking.knowledge_tools import SUGGESTIONS_MAX
+    from amrita_plugin_memory.rethinking.toolsets.suggestions import SUGGESTIONS_MAX
 
     state_uid = f"test-{uuid.uuid4().hex[:12]}"
     runner = make_runner(state_uid=state_uid, knowledge_max_chars=300)
-    tools = runner.knowledge_tools
+    tools = runner.suggestions
     entry = await runner.knowledge.create("已有条目", "摘要", "正文")
 
     async def suggest(**args: Any) -> dict[str, Any]:
@@ -454,7 +427,7 @@ async def test_suggestion_queue_bounds_and_persistence(
     await runner.shutdown()
     later = make_runner(int(runner.target_user_id), state_uid=state_uid)
     # … and a suggestion before the state was ever loaded does not wipe the row.
-    assert (await later.knowledge_tools.suggest(suggestion(99), source="s"))["ok"] is True
+    assert (await later.suggestions.suggest(suggestion(99), source="s"))["ok"] is True
     titles = [s["title"] for s in (await later.state_store.load())["knowledge_suggestions"]]
     assert len(titles) == SUGGESTIONS_MAX and titles[0] == "经验 2" and titles[-1] == "经验 99"
 
@@ -486,7 +459,7 @@ async def test_suggestions_cleared_only_by_a_successful_cycle_that_read_them(
 ) -> None:
     runner = make_runner()
     for i in range(3):
-        assert (await runner.knowledge_tools.suggest(suggestion(i), source="s"))["ok"]
+        assert (await runner.suggestions.suggest(suggestion(i), source="s"))["ok"]
     ids = [s["id"] for s in runner.state["knowledge_suggestions"]]
 
     async def stored_ids() -> list[str]:
@@ -629,7 +602,7 @@ async def test_disabled_knowledge_offers_nothing_and_creates_nothing(
 ) -> None:
     from amrita_core import ToolsManager
 
-    from amrita_plugin_memory.rethinking.knowledge_tools import SURFACE
+    from amrita_plugin_memory.adapters.knowledge_surface import SURFACE
 
     data = tmp_path / "data"
     runner = make_runner(data_dir=data, enable_knowledge=False)
@@ -657,25 +630,12 @@ async def test_disabled_knowledge_offers_nothing_and_creates_nothing(
     assert runner.config.knowledge_collection_name not in collections
 
 
-def runtime_with(tmp_path: Path, **sub: Any) -> Any:
-    """A copy of the session runtime with another [subconscious], config and data dir."""
-    rt = runtime()
-    file = rt.config.file.model_copy(
-        update={"subconscious": rt.config.file.subconscious.model_copy(update=sub)}
-    )
-    clone = copy.copy(rt)
-    clone.config = dataclasses.replace(
-        rt.config, file=file, config_dir=tmp_path / "config", data_dir=tmp_path / "data"
-    )
-    return clone
-
-
 @pytest.fixture
 async def setup_l3() -> AsyncIterator[Callable[[Any], Any]]:
     """``setup_subconscious`` with every driver hook and runner removed afterwards."""
     import nonebot
 
-    from amrita_plugin_memory.rethinking import setup_subconscious
+    from amrita_plugin_memory.adapters.subconscious import setup_subconscious
 
     lifespan = nonebot.get_driver()._lifespan  # type: ignore[attr-defined]
     startup, shutdown = list(lifespan._startup_funcs), list(lifespan._shutdown_funcs)
@@ -709,7 +669,7 @@ async def test_setup_without_knowledge_offers_nothing(
 ) -> None:
     from amrita_core import ToolsManager
 
-    rt = runtime_with(tmp_path, knowledge_collection_name=f"kbt-{uuid.uuid4().hex[:12]}", **sub)
+    rt = runtime_with(tmp_path, own_data_dir=True, knowledge_collection_name=f"kbt-{uuid.uuid4().hex[:12]}", **sub)
     runner = setup_l3(rt)
     assert (runner is None) is (not sub["enabled"])
     if runner is not None:

@@ -20,20 +20,10 @@ import pytest
 
 from tests.chat import offered, request_tool_results
 from tests.conftest import captured_logs
+from tests.helpers import partition, runtime
 from tests.servers import ChatServer, Reply
 
 _users = iter(range(31001, 31999))
-
-
-def runtime() -> Any:
-    import amrita_plugin_memory
-
-    assert amrita_plugin_memory.runtime is not None
-    return amrita_plugin_memory.runtime
-
-
-def partition(uid: int) -> str:
-    return f"QQPlatform_Private_{uid}"
 
 
 def loop_requests(server: ChatServer) -> list[dict[str, Any]]:
@@ -43,10 +33,6 @@ def loop_requests(server: ChatServer) -> list[dict[str, Any]]:
         for r in server.requests
         if any(t["function"]["name"].startswith("subconscious_") for t in r.get("tools") or [])
     ]
-
-
-
-
 
 
 MEMORY_TOOLS = {
@@ -235,7 +221,7 @@ async def test_state_saved_and_reloaded_across_a_restart(
 
 
 async def test_garbage_state_row_degrades_to_defaults(make_runner: Callable[..., Any]) -> None:
-    from amrita_plugin_memory.rethinking.runner import StateStore
+    from amrita_plugin_memory.rethinking.state import StateStore
 
     state_uid = f"test-{uuid.uuid4().hex[:12]}"
     store = StateStore(state_uid)
@@ -622,7 +608,7 @@ async def test_loop_config_is_a_deep_copy_with_the_loop_settings(
 
     runner = make_runner(max_iterations=7, loop_detect_threshold=2)
     before = get_config().model_dump()
-    config = runner.loop_config()
+    config = runner.data.loop_config()
     assert config.function_config.agent_tool_call_limit == 7
     assert config.builtin.loop_reasoning_trigger == 2
     assert config.builtin.tool_calling_mode == "agent"
@@ -651,8 +637,8 @@ async def test_repeated_calls_are_cut_and_the_budget_ends_the_cycle(
 
 
 def test_duplicate_groups_are_transitive_and_sorted() -> None:
-    from amrita_plugin_memory.rethinking.tools import find_duplicate_groups
-    from amrita_plugin_memory.vector import MemoryRecord
+    from amrita_plugin_memory.core.records import MemoryRecord
+    from amrita_plugin_memory.rethinking.toolsets.memory import find_duplicate_groups
 
     def rec(i: str, distance: float | None = None) -> MemoryRecord:
         return MemoryRecord(id=i, content=i, partition="p", scope="user", distance=distance)
@@ -677,8 +663,8 @@ async def test_more_tool_groups_plug_in(
     """The next issue's knowledge base and profile come as tool groups like this one."""
     from amrita_core import ToolsManager
 
-    from amrita_plugin_memory.rethinking.schemas import define, prop
-    from amrita_plugin_memory.rethinking.tools import LoopTool
+    from amrita_plugin_memory.rethinking.toolsets.base import LoopTool
+    from amrita_plugin_memory.tools.schemas import define, prop
 
     runner = make_runner(enable_knowledge=False)  # the real knowledge group owns these names
     seen: list[dict[str, Any]] = []

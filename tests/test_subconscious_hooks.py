@@ -6,8 +6,6 @@ server, like the L1/L2 tests.
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -20,41 +18,12 @@ import pytest
 from tests.chat import BotRecorder, make_bot, run_turn
 from tests.conftest import captured_logs
 from tests.events import group_event, private_event
+from tests.helpers import chat_requests, partition, runtime, runtime_with, system_prompt
 from tests.servers import ChatServer, Reply
 
 _users = iter(range(32001, 32999))
 
 pytestmark = pytest.mark.usefixtures("whole_replies")
-
-
-def runtime() -> Any:
-    import amrita_plugin_memory
-
-    assert amrita_plugin_memory.runtime is not None
-    return amrita_plugin_memory.runtime
-
-
-def partition(uid: int) -> str:
-    return f"QQPlatform_Private_{uid}"
-
-
-def system_prompt(request: dict[str, Any]) -> str:
-    first = request["messages"][0]
-    assert first["role"] == "system"
-    return first["content"] if isinstance(first["content"], str) else json.dumps(first["content"])
-
-
-def chat_requests(server: ChatServer) -> list[dict[str, Any]]:
-    """Requests of the answering chat model (not the content check, not the loop)."""
-    out = []
-    for request in server.requests:
-        names = [t["function"]["name"] for t in request.get("tools") or []]
-        if names == ["report"] or any(n.startswith("subconscious_") for n in names):
-            continue
-        out.append(request)
-    return out
-
-
 
 
 @pytest.fixture
@@ -66,8 +35,8 @@ def logs() -> Iterator[list[str]]:
 @pytest.fixture
 async def make_runner(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
     """Runners with hooks registered on request; everything removed afterwards."""
+    from amrita_plugin_memory.adapters.subconscious_hooks import SubconsciousHooks
     from amrita_plugin_memory.rethinking import create_runner
-    from amrita_plugin_memory.rethinking.hooks import SubconsciousHooks
 
     runners: list[Any] = []
 
@@ -99,8 +68,10 @@ async def make_runner(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
 
 
 async def test_penalty_and_planned_run_time(make_runner: Callable[..., Any]) -> None:
+    from amrita_plugin_memory.rethinking.scheduling import compute_delay
+
     runner = make_runner()
-    scheduler = runner.scheduler
+    scheduler = runner.planner.scheduler
     assert scheduler.running
     assert runner.penalty == 0 and runner.next_run_time is None
     expected = {1: 30.0, 2: 45.0, 5: 30 * 1.5**4, 20: 1440.0}
@@ -110,7 +81,7 @@ async def test_penalty_and_planned_run_time(make_runner: Callable[..., Any]) -> 
             runner.on_target_message()
             sent += 1
         assert runner.penalty == count
-        assert runner.compute_delay(count) == timedelta(minutes=minutes)
+        assert compute_delay(runner.config, count) == timedelta(minutes=minutes)
         planned = runner.next_run_time
         assert planned is not None and planned.tzinfo is not None
         # Timezone-aware, in the scheduler's zone (pitfall P8) …
@@ -121,8 +92,8 @@ async def test_penalty_and_planned_run_time(make_runner: Callable[..., Any]) -> 
         assert abs(lead - timedelta(minutes=minutes)) < timedelta(seconds=5), (count, lead)
         # Exactly one planned run.
         assert [j.id for j in scheduler.get_jobs() if j.id == runner.job_id] == [runner.job_id]
-    assert runner.compute_delay(10_000) == timedelta(minutes=1440)  # no overflow
-    assert runner.compute_delay(0) == timedelta(minutes=30)
+    assert compute_delay(runner.config, 10_000) == timedelta(minutes=1440)  # no overflow
+    assert compute_delay(runner.config, 0) == timedelta(minutes=30)
 
 
 async def test_planned_run_fires_and_resets_the_penalty(
@@ -169,17 +140,6 @@ def registrations() -> dict[str, Any]:
     }
 
 
-def runtime_with(tmp_path: Path, **sub: Any) -> Any:
-    """A copy of the session runtime with another [subconscious] and config dir."""
-    rt = runtime()
-    file = rt.config.file.model_copy(
-        update={"subconscious": rt.config.file.subconscious.model_copy(update=sub)}
-    )
-    clone = copy.copy(rt)
-    clone.config = dataclasses.replace(rt.config, file=file, config_dir=tmp_path / "config")
-    return clone
-
-
 @pytest.mark.parametrize(
     "sub",
     [{}, {"enabled": False, "target_user_id": "32999"}, {"enabled": True, "target_user_id": "  "}],
@@ -187,7 +147,7 @@ def runtime_with(tmp_path: Path, **sub: Any) -> Any:
 async def test_disabled_registers_nothing(
     tmp_path: Path, chat_server: ChatServer, sub: dict[str, Any]
 ) -> None:
-    from amrita_plugin_memory.rethinking import setup_subconscious
+    from amrita_plugin_memory.adapters.subconscious import setup_subconscious
 
     rt = runtime_with(tmp_path, **sub) if sub else runtime()
     before = registrations()
@@ -202,7 +162,7 @@ async def test_enabled_setup_registers_hooks_jobs_on_demand_and_files(
 ) -> None:
     import nonebot
 
-    from amrita_plugin_memory.rethinking import setup_subconscious
+    from amrita_plugin_memory.adapters.subconscious import setup_subconscious
 
     uid = next(_users)
     rt = runtime_with(tmp_path, enabled=True, target_user_id=str(uid))

@@ -10,19 +10,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.helpers import runtime
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 
-K = lazy_import("amrita_plugin_memory.keys")
-T = lazy_import("amrita_plugin_memory.tools")
+K = lazy_import("amrita_plugin_memory.storage.keys", "amrita_plugin_memory.adapters.events")
+T = lazy_import("amrita_plugin_memory.tools.memory_tools", "amrita_plugin_memory.tools.args", "amrita_plugin_memory.adapters.events")
 
 UID, GID, OTHER = 13001, 23001, 13002
-
-
-def runtime() -> Any:
-    import amrita_plugin_memory
-
-    return amrita_plugin_memory.runtime
 
 
 def caller(group: bool = False, admin: bool = False) -> Any:
@@ -163,8 +158,10 @@ async def test_concurrent_memo_writes_leave_one_complete_text() -> None:
     texts = [f"版本{i}：" + chr(0x4E00 + i) * 200 for i in range(30)]
     results = await asyncio.gather(*(rt.memo.update(key, t) for t in texts))
     assert all(r.ok for r in results)
-    rt.memo.forget(key)  # read back from SQLite, not the cache
-    assert await rt.memo.get(key) in texts
+    from amrita_plugin_memory.storage.memo_store import MemoService
+
+    uncached = MemoService(rt.memo.max_chars)  # read back from SQLite, not the cache
+    assert await uncached.get(key) in texts
 
 
 async def test_memo_cache_holds_empty_values() -> None:

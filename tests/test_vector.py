@@ -12,7 +12,12 @@ from tests.conftest import env_for
 from tests.lazy import lazy_import
 from tests.servers import EmbeddingServer
 
-V = lazy_import("amrita_plugin_memory.vector")
+V = lazy_import(
+    "amrita_plugin_memory.storage.memory_store",
+    "amrita_plugin_memory.storage.chroma",
+    "amrita_plugin_memory.core.errors",
+    "amrita_plugin_memory.core.records",
+)
 
 ALICE = "QQPlatform_Private_10001"
 BOB = "QQPlatform_Private_10002"
@@ -25,7 +30,11 @@ async def test_add_get_list_count(store: Any) -> None:
     got = await store.get(ALICE, rec.id)
     assert got is not None
     assert (got.content, got.partition, got.scope, got.tags, got.importance) == (
-        "用户喜欢吃苹果", ALICE, "user", ["饮食", "偏好"], "high"
+        "用户喜欢吃苹果",
+        ALICE,
+        "user",
+        ["饮食", "偏好"],
+        "high",
     )
     assert got.created_at == got.updated_at == rec.created_at
     await store.add(ALICE, "user", "用户住在上海")
@@ -69,9 +78,12 @@ async def test_other_partition_ids_are_not_found(store: Any) -> None:
     assert still is not None and still.content == "Alice 的秘密"
 
 
-async def test_update_reembeds_and_keeps_created_at(store: Any, embed_server: EmbeddingServer) -> None:
+async def test_update_reembeds_and_keeps_created_at(
+    store: Any, embed_server: EmbeddingServer
+) -> None:
+    days = iter(range(1, 28))
+    store.clock = lambda: f"2026-01-{next(days):02d}T08:00:00+00:00"  # one day per call
     rec = await store.add(ALICE, "user", "喜欢喝咖啡", tags=["饮品"])
-    await asyncio.sleep(1.1)
     updated = await store.update(ALICE, rec.id, content="喜欢喝绿茶", importance="high")
     assert updated is not None
     got = await store.get(ALICE, rec.id)
@@ -159,7 +171,7 @@ async def test_embedding_failure_writes_nothing(store: Any, embed_server: Embedd
     await store.add(ALICE, "user", "已有记忆")
     rec = (await store.list(ALICE))[0]
     embed_server.set_mode("error500")
-    from amrita_plugin_memory.embed import EmbeddingHTTPError
+    from amrita_plugin_memory.core.errors import EmbeddingHTTPError
 
     with pytest.raises(EmbeddingHTTPError, match="HTTP 500"):
         await store.add(ALICE, "user", "新记忆")
@@ -186,12 +198,18 @@ async def test_distribution_and_paging(store: Any) -> None:
     for i in range(3):
         await store.add(GROUP, "group", f"G{i}")
     assert await store.distribution(page_size=4) == {(ALICE, "user"): 7, (GROUP, "group"): 3}
-    seen = []
-    offset = 0
-    while page := await store.page(offset=offset, limit=4, with_documents=True):
+    seen, sizes = [], []
+    async for page in store.iter_records(with_documents=True, page_size=4):
         seen += [r.content for r in page]
-        offset += len(page)
+        sizes.append(len(page))
+    assert sizes == [4, 4, 2]
     assert sorted(seen) == sorted([f"A{i}" for i in range(7)] + [f"G{i}" for i in range(3)])
+    own = [
+        r.content
+        async for page in store.iter_records(ALICE, with_documents=True, page_size=3)
+        for r in page
+    ]
+    assert sorted(own) == [f"A{i}" for i in range(7)]
 
 
 async def test_chroma_calls_do_not_block_the_event_loop(store: Any) -> None:
@@ -230,7 +248,7 @@ async def test_local_data_dir_is_locked_against_a_second_process(tmp_path: Path)
 async def test_remote_server_down_is_a_clear_error_and_recovers(
     chroma_server: Any, embed_server: EmbeddingServer, tmp_path: Path
 ) -> None:
-    from amrita_plugin_memory.embed import EmbeddingClient
+    from amrita_plugin_memory.embedding.client import EmbeddingClient
 
     env = env_for("remote", chroma_server)
     conn = V.ChromaConnection(env, tmp_path / "unused")
@@ -252,7 +270,9 @@ async def test_remote_server_down_is_a_clear_error_and_recovers(
         conn.close()
 
 
-async def test_remote_named_tenant_and_database_are_created(chroma_server: Any, tmp_path: Path) -> None:
+async def test_remote_named_tenant_and_database_are_created(
+    chroma_server: Any, tmp_path: Path
+) -> None:
     env = env_for("remote", chroma_server, vector_db_tenant="amrita", vector_db_database="memories")
     conn = V.ChromaConnection(env, tmp_path / "unused")
     try:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
 if TYPE_CHECKING:
+    from amrita_core import UniResponseUsage
     from amrita_core.usage import SessionUsageProxy
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "AbstractEntry",
     "Cycle",
     "CycleOutcome",
+    "CycleResult",
     "KnowledgeSuggestion",
     "PendingMessage",
     "StateData",
@@ -219,3 +221,20 @@ class Cycle:
         }
         parts = [f"{labels.get(k, k)} {n} 次" for k, n in self.actions.items() if n]
         return "、".join(parts) if parts else "没有修改任何内容"
+
+
+@dataclass(slots=True)
+class CycleResult:
+    """What one call of :meth:`SubconsciousRunner.run_cycle` did."""
+
+    number: int
+    outcome: CycleOutcome | Literal["skipped"]
+    summary: str = ""
+    error: str | None = None
+    usage: UniResponseUsage[int] | None = None
+    seconds: float = 0.0
+    actions: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "success"

@@ -1,0 +1,6 @@
+"""Layer 7: everything that touches the framework (NoneBot, Amrita, amrita-core hooks).
+
+Thin glue: events become :class:`~..tools.memory_tools.Caller` objects
+(:mod:`.events`), tools and hooks are registered, replies are sent. The logic
+they call lives in the lower layers and is testable without a bot.
+"""

@@ -1,0 +1,47 @@
+"""The L1 memo in every chat turn's system prompt (pre-completion hook)."""
+
+# No ``from __future__ import annotations``: amrita-sense injects handler
+# arguments by their annotation objects.
+
+from amrita_core import PreCompletionEvent
+
+from ..core.blocks import insert_block, render_memo_block
+from ..storage.memo_store import MemoService
+from .events import target_from_event
+
+__all__ = ["register_memo_hook"]
+
+
+def register_memo_hook(service: MemoService) -> None:
+    """Inject the memo into every LLM request of a chat turn (priority 15, non-blocking).
+
+    The block is added to the rendered system prompt (``train``) of this turn
+    only: Amrita persists ``memory`` and ``user_query`` after the hooks, never
+    ``train``, so the memo reaches every request of the turn without ever
+    being saved into the chat history.
+    """
+    from amrita.plugins.chat.runtime import try_get_amrita_ctx
+    from amrita_core import on_precompletion
+    from nonebot import logger
+
+
+    hook = on_precompletion(priority=15, block=False)
+
+    # amrita-sense injects by annotation, resolved from this module's globals.
+    @hook.handle()
+    async def inject_memo(event: PreCompletionEvent) -> None:
+        amrita_ctx = try_get_amrita_ctx(event.chat_object)
+        if not amrita_ctx:
+            return  # a background agent, not a chat turn
+        target = target_from_event(amrita_ctx["event"])
+        try:
+            memo = await service.get(target.session)
+        except Exception as exc:  # the chat must go on without its memo
+            logger.warning(f"[Memory] 读取备忘录失败，本轮不注入：{exc.__class__.__name__}: {exc}")
+            return
+        if not memo.strip():
+            return
+        train = event.get_context_messages().train
+        if isinstance(train.content, str):
+            block = render_memo_block(memo, is_group=target.is_group)
+            train.content = insert_block(train.content, block)

@@ -1,0 +1,52 @@
+"""Starting the L3 loop inside a running bot: hooks, knowledge tools, driver events."""
+
+from __future__ import annotations
+
+from nonebot import logger
+
+from ..rethinking import create_runner
+from ..rethinking.runner import SubconsciousRunner
+from ..services import MemoryRuntime
+from .knowledge_surface import SURFACE
+from .subconscious_hooks import SubconsciousHooks
+
+__all__ = ["setup_subconscious"]
+
+
+def setup_subconscious(runtime: MemoryRuntime) -> SubconsciousRunner | None:
+    """Start the L3 loop when configured; ``None`` (and nothing registered) otherwise.
+
+    When enabled: creates the missing prompt templates, builds the runner,
+    registers the chat hooks (target-user messages, pending-message
+    delivery), offers the chat LLM the ``knowledge_*`` tools when the
+    knowledge base is enabled (registered once per process, shown only while
+    the runner is active), and the driver startup / shutdown hooks (load the
+    state, check the knowledge base and idle; stop a running cycle and
+    cancel the planned run).
+    """
+    config = runtime.config.file.subconscious
+    if not config.enabled:
+        return None
+    if not config.target_user_id.strip():
+        logger.warning("[Subconscious] 已启用但 target_user_id 为空，离线巩固循环未启动")
+        return None
+    from nonebot import get_driver
+
+    runner = create_runner(runtime, config)
+    hooks = SubconsciousHooks(runner)
+    hooks.register()
+    runner.hooks = hooks
+    if runner.knowledge_tools is not None:
+        SURFACE.bind(runner)
+    else:
+        logger.info("[Subconscious] Knowledge base disabled (enable_knowledge = false)")
+    driver = get_driver()
+    driver.on_startup(runner.start)
+
+    async def stop() -> None:
+        hooks.unregister()
+        SURFACE.unbind(runner)
+        await runner.shutdown()
+
+    driver.on_shutdown(stop)
+    return runner

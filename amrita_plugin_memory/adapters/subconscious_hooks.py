@@ -1,0 +1,150 @@
+"""Chat hooks of the L3 loop.
+
+* Every message of the target user (private or group, addressed to the bot
+  or not) → :meth:`~..rethinking.runner.SubconsciousRunner.on_target_message` (cancel the planned
+  run, add a penalty, plan one run). A NoneBot message matcher at priority 1
+  that never blocks.
+* Pending messages → a short ``<SUBCONSCIOUS_NOTES>`` block in the system
+  prompt of the target user's next **private** turn (pre-completion hook,
+  like the L1 memo: ``train`` is never persisted), removed from the state
+  when that turn completed (completion hook). Never in a group.
+
+Every handler checks ``runner.active`` first, and :meth:`SubconsciousHooks.unregister`
+removes them all, so a stopped runner leaves no live hook behind.
+"""
+
+# No ``from __future__ import annotations``: NoneBot and amrita-sense inject
+# handler arguments by their annotation objects.
+
+import html
+from typing import Any
+
+from amrita_core import CompletionEvent, PreCompletionEvent
+from nonebot import logger
+from nonebot.adapters import Event
+
+from ..core.blocks import insert_block
+from ..rethinking.runner import SubconsciousRunner
+from ..rethinking.types import PendingMessage
+from .events import amrita_event
+
+__all__ = ["NOTES_HOOK_PRIORITY", "SubconsciousHooks", "render_notes_block"]
+
+NOTES_HOOK_PRIORITY = 16
+"""After the L1 memo hook (15), so the notes follow the memo in the prompt."""
+
+
+def render_notes_block(messages: list[PendingMessage]) -> str:
+    """The ``<SUBCONSCIOUS_NOTES>`` block (text HTML-escaped, like the memo)."""
+    lines = [
+        "<SUBCONSCIOUS_NOTES>",
+        "你在后台整理记忆时，记下了想告诉该用户的事。请在这次回复中自然地转达"
+        "（可以结合当前话题，不必逐字照搬；与当前话题无关时简短带过即可）：",
+    ]
+    for message in messages:
+        line = f"- {html.escape(message['intent'], quote=False)}"
+        draft = message.get("text")
+        if draft:
+            line += f"（草稿：{html.escape(draft, quote=False)}）"
+        lines.append(line)
+    lines.append("</SUBCONSCIOUS_NOTES>")
+    return "\n".join(lines)
+
+
+class SubconsciousHooks:
+    """The chat hooks of one runner; registered and removed as a unit."""
+
+    def __init__(self, runner: SubconsciousRunner) -> None:
+        self.runner = runner
+        self._matcher: Any = None
+        self._sense_matchers: list[Any] = []
+
+    # -- predicates ---------------------------------------------------------
+
+    def is_target(self, event: Event) -> bool:
+        try:
+            return str(event.get_user_id()) == self.runner.target_user_id
+        except ValueError:  # events without a user (notices, meta events)
+            return False
+
+    def is_target_private(self, ev: Any) -> bool:
+        from nonebot.adapters.onebot.v11 import PrivateMessageEvent
+
+        return isinstance(ev, PrivateMessageEvent) and self.is_target(ev)
+
+    # -- handlers -------------------------------------------------------------
+
+    async def deliver(self, event: PreCompletionEvent) -> None:
+        if not self.runner.active:
+            return
+        ev = amrita_event(event.chat_object)
+        if ev is None or not self.is_target_private(ev):
+            return
+        train = event.get_context_messages().train
+        if not isinstance(train.content, str):
+            return  # nowhere to put the block: leave the messages for a later turn
+        messages = self.runner.pending.claim(event.chat_object)
+        if not messages:
+            return
+        train.content = insert_block(train.content, render_notes_block(messages))
+        logger.info(
+            f"[Subconscious] Showing {len(messages)} pending message(s) to user={self.runner.target_user_id}"
+        )
+
+    async def confirm(self, event: CompletionEvent) -> None:
+        if not self.runner.active or event.chat_object is None:
+            return
+        try:
+            await self.runner.pending.confirm(event.chat_object)
+        except Exception as exc:  # the chat must not fail because of our bookkeeping
+            logger.warning(f"[Subconscious] 更新待转达消息失败：{exc.__class__.__name__}: {exc}")
+
+    # -- registration -------------------------------------------------------------
+
+    def register(self) -> None:
+        """Register the message matcher and the two completion hooks."""
+        from amrita_core import on_completion, on_precompletion
+        from nonebot import on_message
+        from nonebot.rule import Rule
+
+        if self._matcher is not None:
+            return
+        runner = self.runner
+
+        async def target_rule(event: Event) -> bool:
+            return runner.active and self.is_target(event)
+
+        matcher = on_message(rule=Rule(target_rule), priority=1, block=False)
+
+        @matcher.handle()
+        async def on_target_message() -> None:
+            runner.on_target_message()
+
+        self._matcher = matcher
+
+        pre = on_precompletion(priority=NOTES_HOOK_PRIORITY, block=False)
+
+        @pre.handle()
+        async def deliver_pending(event: PreCompletionEvent) -> None:
+            await self.deliver(event)
+
+        post = on_completion(priority=NOTES_HOOK_PRIORITY, block=False)
+
+        @post.handle()
+        async def confirm_pending(event: CompletionEvent) -> None:
+            await self.confirm(event)
+
+        self._sense_matchers = [pre, post]
+
+    def unregister(self) -> None:
+        """Remove every hook registered by :meth:`register`."""
+        from amrita_sense.hook.matcher import EventRegistry
+
+        if self._matcher is not None:
+            self._matcher.destroy()
+            self._matcher = None
+        registry = EventRegistry()
+        for matcher in self._sense_matchers:
+            handlers = registry.get_handlers(matcher.event_type)[matcher.priority]
+            handlers[:] = [h for h in handlers if h.matcher is not matcher]
+        self._sense_matchers = []

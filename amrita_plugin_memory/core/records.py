@@ -1,0 +1,104 @@
+"""A memory as the plugin sees it, and how its metadata is stored in Chroma."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+__all__ = [
+    "IMPORTANCE_LEVELS",
+    "SCOPES",
+    "MemoryRecord",
+    "Scope",
+    "decode_tags",
+    "encode_tags",
+    "utc_now",
+]
+
+IMPORTANCE_LEVELS: tuple[str, ...] = ("low", "medium", "high")
+SCOPES: tuple[str, ...] = ("user", "group")
+Scope = Literal["user", "group"]
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+@dataclass(slots=True)
+class MemoryRecord:
+    """One memory as the plugin sees it (not a raw Chroma structure)."""
+
+    id: str
+    content: str
+    partition: str
+    scope: str
+    tags: list[str] = field(default_factory=list)
+    importance: str = "medium"
+    created_at: str = ""
+    updated_at: str = ""
+    distance: float | None = None
+
+    @classmethod
+    def from_chroma(
+        cls,
+        memory_id: str,
+        document: str | None,
+        meta: Mapping[str, Any] | None,
+        distance: float | None = None,
+    ) -> MemoryRecord:
+        meta = meta or {}
+        return cls(
+            id=memory_id,
+            content=document or "",
+            partition=str(meta.get("user_id", "")),
+            scope=str(meta.get("scope", "user")),
+            tags=decode_tags(meta.get("tags")),
+            importance=str(meta.get("importance", "medium")),
+            created_at=str(meta.get("created_at", "")),
+            updated_at=str(meta.get("updated_at", meta.get("created_at", ""))),
+            distance=None if distance is None else round(float(distance), 4),
+        )
+
+    def to_metadata(self) -> dict[str, Any]:
+        return {
+            "user_id": self.partition,
+            "scope": self.scope,
+            "tags": encode_tags(self.tags),
+            "importance": self.importance,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+
+    def compact(self) -> dict[str, Any]:
+        """The short form an LLM reads cheaply."""
+        out: dict[str, Any] = {
+            "id": self.id,
+            "content": self.content,
+            "tags": self.tags,
+            "importance": self.importance,
+            "created_at": self.created_at,
+        }
+        if self.distance is not None:
+            out["distance"] = self.distance
+        return out
+
+
+def encode_tags(tags: Iterable[str]) -> str:
+    # Stored as a JSON string: list-valued metadata is not portable across
+    # Chroma versions and servers.
+    return json.dumps(list(tags), ensure_ascii=False)
+
+
+def decode_tags(value: Any) -> list[str]:
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    if not isinstance(value, str) or not value:
+        return []
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return [t.strip() for t in value.split(",") if t.strip()]
+    return [str(v) for v in parsed] if isinstance(parsed, list) else []

@@ -1,0 +1,390 @@
+"""Safe re-embedding: :func:`remap` (live contents) and :func:`restore_backup` (a file).
+
+Both re-embed every covered collection (the memories and the L3 knowledge
+base, see :mod:`.covered`) with the current model; :func:`reset_fingerprint`
+is the escape hatch that writes the fingerprint without re-embedding.
+
+Safety of a remap (nothing may ever be lost)
+--------------------------------------------
+1. A JSON backup (ids, documents, metadatas; no vectors) of every covered
+   collection is written first, atomically, readable only by the owner.
+2. Every covered collection ``X`` is re-embedded page by page into a new
+   temporary collection ``X__reembed``; the original stays untouched.
+3. When every temporary collection holds exactly as many items as its source
+   (and a live source did not change meanwhile), the temporaries are marked
+   ``reembed_complete=true`` — the knowledge temporary first, the memory
+   temporary **last**. Marking the memory temporary is the single atomic
+   *commit point* of the remap.
+4. Then the swap: for the knowledge and then the memory collection, delete the
+   original and rename the temporary to the original name
+   (``collection.modify(name=...)``, verified on chromadb 1.5.9, embedded and
+   remote). The new collection carries the target fingerprint as a marker.
+5. Finally the fingerprint is written and the markers are removed.
+
+Why a kill at any instant is safe: before the commit point the originals are
+complete and unchanged and the next start (or command) drops the incomplete
+or uncommitted temporaries — a clean retry. After the commit point every
+temporary that still exists is complete, so :func:`recover_interrupted_remap`
+(run before anything else touches the collections) finishes the swap: it
+deletes an original that still exists, renames the temporary, and writes the
+fingerprint recorded in the marker (the fingerprint of the vectors, not of the
+possibly changed current configuration). "Committed" is recognised either by
+the memory temporary's ``reembed_complete`` marker or, once it was renamed, by
+the marker carried by the memory collection itself; the knowledge collection
+is always swapped before the memory collection, so a committed state never
+has an unswapped knowledge temporary without a memory marker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nonebot.log import logger
+
+from ..storage.chroma import ChromaConnection
+from ..storage.keys import migrate_partition_keys
+from ..storage.paging import READ_PAGE_SIZE, Item, iter_pages
+from .backup import create_backup, load_backup
+from .covered import (
+    META_REEMBED_COMPLETE,
+    META_REEMBED_SOURCE,
+    META_REEMBED_TARGET,
+    Covered,
+    Maintenance,
+    count_of,
+    drop_collection,
+    meta_of,
+    open_collection,
+    replace_meta,
+    space_of,
+    user_meta,
+)
+from .errors import RemapError, RemapFailed
+from .fingerprint import FingerprintInfo, current_fingerprint, write_fingerprint
+from .recovery import finalize_remap, recover_interrupted_remap, swap_collections
+
+if TYPE_CHECKING:
+    from chromadb.api.models.Collection import Collection
+
+__all__ = ["ProgressCallback", "RemapReport", "remap", "reset_fingerprint", "restore_backup"]
+
+ProgressCallback = Callable[[int, int], None]
+
+
+async def _list_pages(items: Sequence[Item], page_size: int) -> AsyncIterator[list[Item]]:
+    for start in range(0, len(items), page_size):
+        yield list(items[start : start + page_size])
+
+
+@dataclass(slots=True)
+class RemapReport:
+    """What a remap (or restore) did."""
+
+    fingerprint: FingerprintInfo
+    backup: Path | None
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+@dataclass(slots=True)
+class _Plan:
+    cov: Covered
+    expected: int
+    metadata: dict[str, Any]
+    space: str | None
+    pages: Callable[[], AsyncIterator[list[Item]]]
+    live: Collection | None = None
+
+
+ADD_BATCH_LOCAL = 256
+"""Items per Chroma add while re-embedding, embedded ChromaDB.
+
+Chroma adds far fewer items per second in batches of 64 than of 256 (about
+1,400 vs 2,100 here), so embedded batches are gathered into larger adds. The
+embedded ChromaDB holds the GIL during an add, so the bot's event loop stalls
+for its duration: 256 keeps that near 100 ms.
+"""
+
+ADD_BATCH_REMOTE = 512
+"""Items per Chroma add while re-embedding, remote ChromaDB.
+
+An HTTP call, so the event loop runs during the request; but the client
+serialises the request holding the GIL, and 1,024 items raised the loop's
+worst stall to about 50 ms, while 512 kept it near 30 ms at 1,200 items/s.
+"""
+
+DISPATCH_YIELDS = 10
+"""Event-loop turns granted to the next embedding request before an add starts."""
+
+
+async def _let_request_leave() -> None:
+    """Let the next embedding request reach its socket before a Chroma add starts.
+
+    The embedded ChromaDB holds the GIL for a whole add: a request still inside
+    this process when the add starts waits for it, and the pipeline overlaps
+    nothing. A few loop turns are enough for aiohttp to write the request; the
+    embedding service then works while the add runs.
+    """
+    for _ in range(DISPATCH_YIELDS):
+        await asyncio.sleep(0)
+
+
+async def _build_temp(
+    maint: Maintenance,
+    plan: _Plan,
+    target: FingerprintInfo,
+    done: list[int],
+    total: int,
+    progress: ProgressCallback | None,
+) -> Collection:
+    conn = maint.connection
+    await drop_collection(conn, plan.cov.temp)
+    meta: dict[str, Any] = {
+        **user_meta(plan.metadata),
+        META_REEMBED_COMPLETE: False,
+        META_REEMBED_SOURCE: plan.cov.name,
+        META_REEMBED_TARGET: target.to_json(),
+    }
+    if plan.space:
+        meta["hnsw:space"] = plan.space
+    temp = await conn.create_collection(plan.cov.temp, meta)
+    batch_size = maint.env.reembed_batch_size
+    add_size = max(batch_size, ADD_BATCH_REMOTE if conn.mode == "remote" else ADD_BATCH_LOCAL)
+
+    async def chunks() -> AsyncGenerator[tuple[list[Item], list[list[float]]], None]:
+        """Embedded items in chunks of about ``add_size`` (embedding calls of ``batch_size``)."""
+        items: list[Item] = []
+        vectors: list[list[float]] = []
+        async for page in plan.pages():
+            for start in range(0, len(page), batch_size):
+                batch = page[start : start + batch_size]
+                vectors += await maint.embedder.embed([item.document or "" for item in batch])
+                items += batch
+                if len(items) >= add_size:
+                    yield items, vectors
+                    items, vectors = [], []
+        if items:
+            yield items, vectors
+
+    source = chunks()
+
+    # A one-chunk pipeline: chunk k+1 is read and embedded while chunk k is
+    # added to Chroma, so the two services work at the same time; at most two
+    # chunks are in memory. Each step starts only after the previous one is
+    # done, so the source generator is never entered twice at once.
+    pending = asyncio.ensure_future(anext(source, None))
+    try:
+        while (current := await pending) is not None:
+            pending = asyncio.ensure_future(anext(source, None))
+            await _let_request_leave()
+            batch, vectors = current
+            await conn.run(
+                functools.partial(
+                    temp.add,
+                    ids=[item.id for item in batch],
+                    documents=[item.document for item in batch],  # type: ignore[arg-type]
+                    embeddings=vectors,  # type: ignore[arg-type]
+                    metadatas=[item.metadata for item in batch],  # type: ignore[arg-type]
+                )
+            )
+            done[0] += len(batch)
+            line = f"[Memory] 重映射进度 {done[0]}/{total}（{plan.cov.name}）"
+            if progress is None:
+                logger.info(line)
+            else:  # a progress bar shows it already (CLI)
+                logger.debug(line)
+                progress(done[0], total)
+    finally:
+        if not pending.done():
+            pending.cancel()
+        with contextlib.suppress(BaseException):
+            await pending  # retrieve its outcome; the failure that matters is ours
+        await source.aclose()
+    got = await count_of(conn, temp)
+    if got != plan.expected:
+        raise RemapError(
+            f"集合 {plan.cov.name} 重映射后条数不符（应为 {plan.expected}，实际 {got}；可能有其他进程同时写入）"
+        )
+    return temp
+
+
+async def _same_contents(
+    conn: ChromaConnection, live: Collection, temp: Collection, expected: int
+) -> bool:
+    """Whether ``live`` still holds exactly what was copied into ``temp``.
+
+    A second, embedding-free pass page by page: catches writes of another
+    process (a bot on a remote Chroma) made while the remap was running.
+    """
+    if await count_of(conn, live) != expected:
+        return False
+    seen = 0
+    async for page in iter_pages(conn, live):
+        seen += len(page)
+        res = await conn.run(
+            functools.partial(
+                temp.get, ids=[item.id for item in page], include=["documents", "metadatas"]
+            )
+        )
+        docs = res.get("documents") or [None] * len(res["ids"])
+        metas = res.get("metadatas") or [None] * len(res["ids"])
+        copied = {
+            i: (d, dict(m) if m is not None else None)
+            for i, d, m in zip(res["ids"], docs, metas, strict=False)
+        }
+        for item in page:
+            if copied.get(item.id, ("\0missing", None)) != (item.document, item.metadata):
+                return False
+    return seen == expected
+
+
+async def _run_remap(
+    maint: Maintenance,
+    plans: list[_Plan],
+    target: FingerprintInfo,
+    backup: Path | None,
+    progress: ProgressCallback | None,
+) -> RemapReport:
+    """Build the temporaries, commit, swap, finalize (see the module docstring)."""
+    conn = maint.connection
+    names = maint.covered
+    total = sum(p.expected for p in plans)
+    done = [0]
+    temps: dict[str, Collection] = {}
+    try:
+        for plan in sorted(plans, key=lambda p: p.cov.role != "memory"):  # memory first
+            temps[plan.cov.role] = await _build_temp(maint, plan, target, done, total, progress)
+        for plan in plans:
+            if plan.live is not None and not await _same_contents(
+                conn, plan.live, temps[plan.cov.role], plan.expected
+            ):
+                raise RemapError(
+                    f"集合 {plan.cov.name} 在重映射期间被修改；请停止正在运行的 Bot 后重试"
+                )
+        # Commit: knowledge temporary first, memory temporary last (the commit point).
+        for role in ("knowledge", "memory"):
+            if role in temps:
+                col = temps[role]
+                await replace_meta(conn, col, {**meta_of(col), META_REEMBED_COMPLETE: True})
+    except BaseException as exc:
+        # Before the commit point: drop the temporaries, the originals are untouched.
+        for plan in plans:
+            with contextlib.suppress(Exception):
+                await drop_collection(conn, plan.cov.temp)
+        if isinstance(exc, Exception):
+            raise RemapFailed(exc, backup) from exc
+        raise
+    try:
+        await swap_collections(maint, names)
+        await finalize_remap(maint, target, names)
+    except Exception as exc:
+        # After the commit point: keep everything; recovery finishes the swap.
+        raise RemapError(
+            f"重映射已提交，但切换集合时出错：{exc}。新集合已完整、所有记忆都在；"
+            "下次启动 Bot（或运行 `ambot memory reindex`）时会自动完成切换"
+        ) from exc
+    logger.info(f"[Memory] 重映射完成：{total} 条，新嵌入配置 {target.describe()}")
+    return RemapReport(target, backup, {p.cov.name: p.expected for p in plans})
+
+
+async def _live_plan(maint: Maintenance, cov: Covered) -> _Plan | None:
+    """Re-embed ``cov`` from its own live contents (``None`` if it does not exist)."""
+    conn = maint.connection
+    col = await (
+        maint.store.collection() if cov.role == "memory" else open_collection(conn, cov.name)
+    )
+    if col is None:
+        return None
+    return _Plan(
+        cov,
+        await count_of(conn, col),
+        meta_of(col),
+        space_of(col),
+        functools.partial(iter_pages, conn, col),
+        live=col,
+    )
+
+
+async def remap(maint: Maintenance, *, progress: ProgressCallback | None = None) -> RemapReport:
+    """Re-embed every covered collection with the current model (``ambot memory reindex``).
+
+    Raises :class:`RemapFailed` (everything as before, backup kept) or, after
+    the commit point, whatever interrupted the swap (finished by the next
+    :func:`recover_interrupted_remap`). Embedding and Chroma failures that
+    happen before the backup propagate unchanged.
+    """
+    await recover_interrupted_remap(maint)
+    target = await current_fingerprint(maint.embedder)
+    plans = [plan for cov in maint.covered if (plan := await _live_plan(maint, cov))]
+    if sum(p.expected for p in plans) == 0:
+        await write_fingerprint(maint.store, target)
+        logger.info(f"[Memory] 集合为空，已直接写入嵌入指纹：{target.describe()}")
+        return RemapReport(target, None, {p.cov.name: 0 for p in plans})
+    info = await create_backup(maint)
+    logger.info(
+        f"[Memory] 开始重映射 {sum(p.expected for p in plans)} 条（{target.describe()}），"
+        f"备份：{info.path}"
+    )
+    return await _run_remap(maint, plans, target, info.path, progress)
+
+
+async def restore_backup(
+    maint: Maintenance, path: Path, *, progress: ProgressCallback | None = None
+) -> RemapReport:
+    """Replace the covered collections by a backup's contents, embedded with the current model.
+
+    The current contents are backed up first (the restored file is never
+    pruned). Collections missing from the backup but present now are
+    re-embedded from their live contents so that everything matches the new
+    fingerprint. Uses the same temporary-collection-and-swap procedure as
+    :func:`remap`; the partition keys are migrated afterwards.
+    """
+    _, contents = load_backup(path)
+    known = {cov.name for cov in maint.covered}
+    for name in sorted(set(contents) - known):
+        logger.warning(f"[Memory] 备份中的集合 {name} 不在当前配置中，已忽略")
+    await recover_interrupted_remap(maint)
+    target = await current_fingerprint(maint.embedder)
+    plans: list[_Plan] = []
+    for cov in maint.covered:
+        saved = contents.get(cov.name)
+        if saved is not None:
+            plans.append(
+                _Plan(
+                    cov,
+                    len(saved.items),
+                    saved.metadata,
+                    saved.space,
+                    functools.partial(_list_pages, saved.items, READ_PAGE_SIZE),
+                )
+            )
+            continue
+        if (plan := await _live_plan(maint, cov)) is not None:
+            plans.append(plan)
+    info = await create_backup(maint, protect=[path])
+    logger.info(f"[Memory] 从备份 {path} 恢复，恢复前的内容已备份到 {info.path}")
+    report = await _run_remap(maint, plans, target, info.path, progress)
+    await migrate_partition_keys(maint.store)
+    return report
+
+
+async def reset_fingerprint(maint: Maintenance) -> FingerprintInfo:
+    """Write the current fingerprint without re-embedding (the escape hatch)."""
+    await recover_interrupted_remap(maint)
+    info = await current_fingerprint(maint.embedder)
+    await write_fingerprint(maint.store, info)
+    knowledge = await open_collection(maint.connection, maint.covered[0].name)
+    if knowledge is not None:
+        meta = meta_of(knowledge)
+        await replace_meta(maint.connection, knowledge, {**user_meta(meta), **info.as_meta()})
+    logger.warning(f"[Memory] 已重置嵌入指纹为 {info.describe()}（未重新嵌入）")
+    return info

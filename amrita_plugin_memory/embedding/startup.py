@@ -1,0 +1,215 @@
+"""The start-up check (the spec's flowchart), run at plugin import before anything registers."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from nonebot.log import logger
+
+from ..core.console import ask_yes_no, stdin_is_tty
+from ..core.errors import DataDirLocked, EmbeddingError, VectorStoreError
+from ..storage.keys import KeyMigrationReport, migrate_partition_keys
+from .covered import Maintenance, count_of, open_collection
+from .errors import BackupError, RemapError
+from .fingerprint import FingerprintInfo, current_fingerprint, stored_fingerprint, write_fingerprint
+from .recovery import recover_interrupted_remap
+from .remap import RemapReport, remap
+
+__all__ = ["StartupAction", "StartupResult", "run_startup_check", "run_startup_check_async"]
+
+T = TypeVar("T")
+
+StartupAction = Literal[
+    "skipped",  # AMBOT_COMMAND_CONTEXT=1 or EMBED_CHECK_ON_STARTUP=false
+    "fresh",  # empty collections: fingerprint written
+    "match",  # fingerprint matches
+    "kept",  # mismatch, kept as is (never, or ask answered no)
+    "remapped",  # mismatch, re-embedded
+    "remap_failed",  # mismatch, re-embedding failed (data intact, old fingerprint)
+    "refused",  # mismatch, ask without a TTY: the plugin must not register
+    "unavailable",  # embedding service or Chroma unreachable: not checked this time
+    "locked",  # local data dir held by another process: the plugin must not register
+]
+
+
+@dataclass(frozen=True, slots=True)
+class StartupResult:
+    """Outcome of :func:`run_startup_check`; ``ok`` says whether the plugin may register."""
+
+    ok: bool
+    action: StartupAction
+    message: str
+    stored: FingerprintInfo | None = None
+    current: FingerprintInfo | None = None
+    migration: KeyMigrationReport | None = None
+    remap: RemapReport | None = None
+
+
+def _mismatch_text(stored: FingerprintInfo | None, current: FingerprintInfo, count: int) -> str:
+    before = stored.describe() if stored else "未记录（可能由旧版本插件写入）"
+    return f"嵌入配置已变更：已存储 {before}，当前 {current.describe()}；现有 {count} 条向量与当前模型不匹配"
+
+
+async def run_startup_check_async(
+    maint: Maintenance, *, interactive: bool, confirm: Callable[[str], bool]
+) -> StartupResult:
+    """The startup check (spec flowchart) on the caller's event loop.
+
+    Order: finish/drop an interrupted remap (a prerequisite of touching the
+    collections at all), key migration (idempotent, O(1) once current), then
+    the fingerprint comparison and ``EMBED_MISMATCH_POLICY``.
+    """
+    env = maint.env
+    try:
+        await recover_interrupted_remap(maint)
+        migration = await migrate_partition_keys(maint.store)
+        if migration.rewritten:
+            logger.info(f"[Memory] 已迁移 {migration.rewritten} 条记忆的分区键到当前格式")
+        stored = await stored_fingerprint(maint.store)
+        knowledge = await open_collection(maint.connection, maint.covered[0].name)
+        count = await maint.store.count()
+        if knowledge is not None:
+            count += await count_of(maint.connection, knowledge)
+    except DataDirLocked as exc:
+        msg = f"[Memory] {exc}。插件未启用（Bot 继续运行）"
+        logger.error(msg)
+        return StartupResult(False, "locked", msg)
+    except VectorStoreError as exc:
+        msg = f"[Memory] 启动检查跳过：{exc}。记忆工具会在向量库恢复后可用，下次启动重新检查"
+        logger.warning(msg)
+        return StartupResult(True, "unavailable", msg)
+
+    try:
+        current = await current_fingerprint(maint.embedder)
+    except EmbeddingError as exc:
+        msg = (
+            f"[Memory] 无法确定当前嵌入模型，暂不校验嵌入指纹：{exc}。"
+            "插件照常加载，记忆工具在嵌入服务可用前会报错；下次启动重新检查"
+        )
+        logger.warning(msg)
+        return StartupResult(True, "unavailable", msg, stored=stored, migration=migration)
+
+    if count == 0:
+        if stored is None or stored.fingerprint != current.fingerprint:
+            await write_fingerprint(maint.store, current)
+        msg = f"[Memory] 记忆库为空，已记录嵌入指纹：{current.describe()}"
+        logger.debug(msg)
+        return StartupResult(True, "fresh", msg, stored, current, migration)
+    if stored is not None and stored.fingerprint == current.fingerprint:
+        return StartupResult(True, "match", "[Memory] 嵌入指纹一致", stored, current, migration)
+
+    mismatch = _mismatch_text(stored, current, count)
+    policy = env.embed_mismatch_policy
+    if policy == "ask" and not interactive:
+        msg = (
+            f"[Memory] {mismatch}。EMBED_MISMATCH_POLICY=ask 需要交互确认，但当前不是交互终端，"
+            "插件未启用（Bot 继续运行）。请任选其一：设置 EMBED_MISMATCH_POLICY=auto 自动重映射；"
+            "设置 EMBED_MISMATCH_POLICY=never 保留旧向量继续运行（检索会劣化）；"
+            "或停止 Bot 后运行 `ambot memory reindex` 重映射"
+            "（模型实际未变时用 `ambot memory reset-fingerprint`）"
+        )
+        logger.error(msg)
+        return StartupResult(False, "refused", msg, stored, current, migration)
+    if policy == "ask":
+        question = (
+            f"[Memory] {mismatch}。\n"
+            f"是否现在用新模型重映射全部 {count} 条（先自动备份）？选否则保留旧向量继续运行"
+        )
+        if not confirm(question):
+            policy = "never"
+    if policy == "never":
+        msg = (
+            f"[Memory] {mismatch}。已按策略保留现有数据继续运行，语义检索结果会劣化；"
+            "运行 `ambot memory reindex` 重映射，或 `ambot memory reset-fingerprint` 确认模型未变"
+        )
+        logger.warning(msg)
+        return StartupResult(True, "kept", msg, stored, current, migration)
+
+    logger.warning(f"[Memory] {mismatch}，开始重映射…")
+    try:
+        report = await remap(maint)
+    except (RemapError, EmbeddingError, VectorStoreError, BackupError) as exc:
+        msg = (
+            f"[Memory] {exc if isinstance(exc, RemapError) else '重映射失败：' + str(exc)}。"
+            "插件照常加载但检索会劣化；修复后重启 Bot 自动重试，或停止 Bot 后运行 "
+            "`ambot memory reindex`"
+        )
+        logger.error(msg)
+        return StartupResult(True, "remap_failed", msg, stored, current, migration)
+    msg = f"[Memory] 重映射完成：{report.total} 条，备份 {report.backup}"
+    return StartupResult(True, "remapped", msg, stored, current, migration, report)
+
+
+def _run_in_private_loop(factory: Callable[[], Awaitable[T]]) -> T:
+    """Run a coroutine to completion on a private event loop in a worker thread.
+
+    A worker thread is used whether or not the calling thread runs a loop: it
+    works inside pytest/nonebug (a loop is running) and leaves the main
+    thread's event-loop state untouched for ``ambot run`` (no loop yet).
+    """
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        async def main() -> T:
+            return await factory()
+
+        try:
+            box["value"] = asyncio.run(main())
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name="amrita-memory-startup-check", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def run_startup_check(
+    maint: Maintenance,
+    *,
+    interactive: bool | None = None,
+    confirm: Callable[[str], bool] | None = None,
+) -> StartupResult:
+    """The synchronous startup check the plugin runs at import time.
+
+    ``AMBOT_COMMAND_CONTEXT=1`` (an ``ambot memory …`` command) or
+    ``EMBED_CHECK_ON_STARTUP=false`` skip it. ``interactive`` defaults to
+    whether stdin is a TTY and ``confirm`` to ``click.confirm``. The work runs
+    on a private event loop; the embedding client's HTTP session opened there
+    is closed before returning (it is recreated lazily on the bot's loop).
+    """
+    if os.environ.get("AMBOT_COMMAND_CONTEXT") == "1":
+        return StartupResult(True, "skipped", "[Memory] 命令行上下文，跳过启动检查")
+    if not maint.env.embed_check_on_startup:
+        msg = "[Memory] EMBED_CHECK_ON_STARTUP=false，跳过嵌入指纹检查"
+        logger.info(msg)
+        return StartupResult(True, "skipped", msg)
+    is_tty = stdin_is_tty() if interactive is None else interactive
+    ask = confirm or ask_yes_no
+
+    async def work() -> StartupResult:
+        try:
+            return await run_startup_check_async(maint, interactive=is_tty, confirm=ask)
+        finally:
+            await maint.embedder.close()
+
+    # An aiohttp session belongs to the loop it was created on: set aside one
+    # opened earlier on another loop, and let the private loop open (and
+    # close) its own.
+    embedder = maint.embedder
+    outer_session, embedder._session = embedder._session, None
+    try:
+        return _run_in_private_loop(work)
+    except Exception as exc:  # never take the bot down because of the check itself
+        msg = f"[Memory] 启动检查出错，跳过：{exc.__class__.__name__}: {exc}；下次启动重新检查"
+        logger.exception(msg)
+        return StartupResult(True, "unavailable", msg)
+    finally:
+        embedder._session = outer_session

@@ -1,0 +1,49 @@
+"""The services of one process: the objects that own the plugin's state.
+
+(Named ``services`` rather than ``runtime`` so that the module and the
+plugin's ``runtime`` attribute never shadow each other.)
+"""
+
+from __future__ import annotations
+
+from .core.config import PluginConfig
+from .embedding.client import EmbeddingClient
+from .embedding.covered import Maintenance
+from .storage.chroma import ChromaConnection
+from .storage.memo_store import MemoService
+from .storage.memory_store import MEMORY_COLLECTION, MemoryStore
+from .tools.memory_tools import MemoryTools
+
+__all__ = ["MemoryRuntime"]
+
+
+class MemoryRuntime:
+    """Owns the embedding client, the Chroma connection, the stores and the tool logic.
+
+    Everything that talks to the outside world hangs off this one object, so
+    there is exactly one HTTP session and one Chroma client per process, and
+    one place (:meth:`close`) that releases them on shutdown.
+    """
+
+    def __init__(self, config: PluginConfig) -> None:
+        self.config = config
+        self.embedder = EmbeddingClient.from_env(config.env)
+        self.connection = ChromaConnection(config.env, config.chroma_dir)
+        self.store = MemoryStore(self.connection, self.embedder, MEMORY_COLLECTION)
+        self.memo = MemoService(config.file.memo_max_chars)
+        self.tools = MemoryTools(
+            self.store, self.memo, memory_limit=config.file.per_session_memory_limit
+        )
+        self.maintenance = Maintenance(
+            connection=self.connection,
+            store=self.store,
+            embedder=self.embedder,
+            env=config.env,
+            backup_dir=config.backup_dir,
+            knowledge_collection=config.file.subconscious.knowledge_collection_name,
+        )
+        """What re-embedding, backups, status and the start-up check work on."""
+
+    async def close(self) -> None:
+        await self.embedder.close()
+        self.connection.close()

@@ -1,0 +1,207 @@
+"""Tool argument parsing and result shapes, shared by every tool of the plugin.
+
+Every argument comes from an LLM (or a chat user) and is treated as hostile:
+wrong types, unknown enum values, empty or oversized text produce a
+:class:`ToolArgError` whose Chinese message goes back to the caller, and
+:func:`guard_tool_call` turns every expected failure into
+``{"ok": false, "error": ...}`` so nothing ever raises into the framework.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from nonebot import logger
+
+from ..core.errors import DimensionMismatch, EmbeddingError, MemoryLimitReached, VectorStoreError
+
+__all__ = [
+    "LIMITS",
+    "Limits",
+    "ToolArgError",
+    "dump_result",
+    "guard_tool_call",
+    "parse_enum",
+    "parse_int",
+    "parse_memory_id",
+    "parse_number",
+    "parse_optional_text",
+    "parse_tags",
+    "parse_text",
+    "tool_error",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds on tool arguments (documented in the README)."""
+
+    content_chars: int = 2000
+    query_chars: int = 500
+    tags: int = 10
+    tag_chars: int = 32
+    top_k_max: int = 20
+    top_k_default: int = 5
+    list_max: int = 50
+    list_default: int = 20
+    id_chars: int = 64
+
+
+LIMITS = Limits()
+
+
+class ToolArgError(ValueError):
+    """A tool argument is unusable; the message goes back to the model."""
+
+
+def parse_optional_text(
+    args: Mapping[str, Any], name: str, *, max_chars: int, blank_is_absent: bool = False
+) -> str | None:
+    """A stripped, bounded, non-empty string, or ``None`` when the argument is absent.
+
+    ``blank_is_absent`` treats ``""`` like a missing argument (for optional
+    fields models tend to send empty), instead of refusing it.
+    """
+    value = args.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ToolArgError(f"参数 {name} 必须是字符串")
+    value = value.strip()
+    if not value:
+        if blank_is_absent:
+            return None
+        raise ToolArgError(f"参数 {name} 不能为空")
+    if len(value) > max_chars:
+        raise ToolArgError(
+            f"参数 {name} 过长（{len(value)} 字，上限 {max_chars} 字），请精简后重试"
+        )
+    return value
+
+
+def parse_text(args: Mapping[str, Any], name: str, *, max_chars: int) -> str:
+    """A required, stripped, bounded, non-empty string."""
+    value = parse_optional_text(args, name, max_chars=max_chars)
+    if value is None:
+        raise ToolArgError(f"缺少参数 {name}")
+    return value
+
+
+def parse_enum(
+    args: Mapping[str, Any], name: str, allowed: tuple[str, ...], default: str | None
+) -> str | None:
+    value = args.get(name, default)
+    if value is None or (value == "" and default is None):
+        return default
+    if not isinstance(value, str) or value.strip().lower() not in allowed:
+        raise ToolArgError(f"参数 {name} 的值 {value!r} 无效，允许的取值：{', '.join(allowed)}")
+    return value.strip().lower()
+
+
+def parse_int(args: Mapping[str, Any], name: str, *, low: int, high: int, default: int) -> int:
+    value = args.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        raise ToolArgError(f"参数 {name} 必须是整数")
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value.strip())
+    if not isinstance(value, int):
+        raise ToolArgError(f"参数 {name} 必须是整数")
+    if not low <= value <= high:
+        raise ToolArgError(f"参数 {name} 必须在 {low} 到 {high} 之间（收到 {value}）")
+    return value
+
+
+def parse_number(
+    args: Mapping[str, Any], name: str, *, low: float, high: float, default: float
+) -> float:
+    value = args.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise ToolArgError(f"参数 {name} 必须是数字") from None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ToolArgError(f"参数 {name} 必须是数字")
+    if not low <= float(value) <= high:
+        raise ToolArgError(f"参数 {name} 必须在 {low} 到 {high} 之间（收到 {value}）")
+    return float(value)
+
+
+def parse_tags(args: Mapping[str, Any], *, required: bool = False) -> list[str] | None:
+    value = args.get("tags")
+    if value is None:
+        return [] if required else None
+    if isinstance(value, str):
+        # Models often send "a, b" instead of ["a", "b"].
+        value = value.replace("，", ",").split(",")
+    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+        raise ToolArgError("参数 tags 必须是字符串数组")
+    tags: list[str] = []
+    for tag in value:
+        tag = tag.strip()
+        if not tag or tag in tags:
+            continue
+        if len(tag) > LIMITS.tag_chars:
+            raise ToolArgError(f"标签 {tag[:20]!r}… 过长（上限 {LIMITS.tag_chars} 字）")
+        tags.append(tag)
+    if len(tags) > LIMITS.tags:
+        raise ToolArgError(f"标签过多（{len(tags)} 个，上限 {LIMITS.tags} 个）")
+    return tags
+
+
+def parse_memory_id(args: Mapping[str, Any]) -> str:
+    value = args.get("id")
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    return parse_text({"id": value}, "id", max_chars=LIMITS.id_chars)
+
+
+async def guard_tool_call(
+    prefix: str,
+    name: str,
+    call: Callable[[], Awaitable[dict[str, Any]]],
+    *,
+    expected: tuple[type[Exception], ...] = (),
+) -> dict[str, Any]:
+    """Run a tool body, turning every expected failure into an error result.
+
+    Shared by the surface tools and the L3 loop's tools: bad arguments
+    (:class:`ToolArgError` and the caller's ``expected`` types) come back as
+    they are, service failures with a clear "nothing was done" message, so no
+    exception ever reaches the framework (or a traceback the chat).
+    """
+    try:
+        return await call()
+    except (ToolArgError, MemoryLimitReached, *expected) as exc:
+        return tool_error(str(exc))
+    except EmbeddingError as exc:
+        logger.warning(f"{prefix} {name} 失败：嵌入服务错误：{exc}")
+        return tool_error(f"嵌入服务不可用，本次操作未执行：{exc}")
+    except DimensionMismatch as exc:
+        logger.warning(f"{prefix} {name} 失败：{exc}")
+        return tool_error(f"嵌入服务返回的向量与记忆库不匹配，本次操作未执行：{exc}")
+    except VectorStoreError as exc:
+        logger.warning(f"{prefix} {name} 失败：{exc}")
+        return tool_error(f"向量数据库不可用，本次操作未执行：{exc}")
+    except OSError as exc:
+        logger.warning(f"{prefix} {name} 失败：文件读写错误：{exc}")
+        return tool_error(f"文件读写失败，本次操作未执行：{exc.__class__.__name__}")
+
+
+def dump_result(result: Mapping[str, Any]) -> str:
+    """Compact JSON, cheap for a model to read."""
+    return json.dumps(result, ensure_ascii=False, separators=(",", ":"))
+
+
+def tool_error(message: str) -> dict[str, Any]:
+    """The result of a tool call that did nothing."""
+    return {"ok": False, "error": message}
