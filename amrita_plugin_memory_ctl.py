@@ -7,17 +7,20 @@ project the operator gets a ``PyprojectNotFoundError`` (or ``ValueError: Cannot
 find '[tool.nonebot]'``) traceback, and ``amrita.init()`` has already created
 ``logs/`` and ``plugins/`` in whatever directory they were in.
 
-This module does what ``[full_load]`` does, in the same order, with one check
-in front: it is a plain entry point (imported when ``ambot`` lists its
-commands, so it imports nothing but click and amrita's pyproject helpers),
-and only when ``ambot memory …`` is really invoked does it
+This module declares the whole command line (names, options, help) with
+click, importing nothing but click and amrita's pyproject helpers, so
+``ambot --help`` and ``ambot memory … --help`` answer at once. Only when a
+command really runs does it do what ``[full_load]`` does, in the same order,
+with one check in front:
 
 1. find the bot project's ``pyproject.toml`` (with a ``[tool.nonebot]`` table)
    and stop with one clear line if there is none;
 2. set ``AMBOT_COMMAND_CONTEXT=1`` so the plugin skips its startup check;
 3. ``amrita.init()`` + ``amrita.load_plugins()``;
 4. stop with one clear line if the project does not enable this plugin;
-5. hand the command line to :data:`amrita_plugin_memory.cli.memory`.
+5. call the command's body in :mod:`amrita_plugin_memory.cli`.
+
+Without ``-v`` the bot's start-up log is not shown (warnings and errors are).
 
 It lives outside the ``amrita_plugin_memory`` package because importing any
 module of the package runs the plugin's ``__init__``, which needs the plugin
@@ -29,6 +32,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
+from types import ModuleType
 from typing import Any, NoReturn
 
 import click
@@ -68,8 +72,14 @@ def find_bot_project(start: Path | None = None) -> Path | None:
     return found
 
 
-def _bootstrap() -> click.Command:
-    """Load the bot project's plugins and return the real ``memory`` group."""
+def _bootstrap(verbose: bool) -> ModuleType:
+    """Load the bot project's plugins and return the module with the command bodies.
+
+    Unless ``verbose``, NoneBot's console log is limited to warnings (its
+    ``LOG_LEVEL``; an environment variable wins over ``.env``), so a command
+    prints its own output and not the bot's start-up log; Amrita's log file
+    still receives everything.
+    """
     project = find_bot_project()
     if project is None:
         fail(
@@ -81,49 +91,89 @@ def _bootstrap() -> click.Command:
     import amrita
     import nonebot
 
+    if not verbose:
+        os.environ["LOG_LEVEL"] = "WARNING"
+        # What amrita.init() logs before nonebot.init() reads LOG_LEVEL.
+        nonebot.logger.configure(extra={"nonebot_log_level": "WARNING"})
+
     amrita.init()
     amrita.load_plugins()
     if nonebot.get_plugin(PLUGIN_NAME) is None:
         fail(
             f"项目 {project} 没有加载 {PLUGIN_NAME} 插件"
-            f"（请在 [tool.amrita] plugins 中启用它，或查看上方的加载错误）"
+            f"（请在 [tool.amrita] plugins 中启用它，或用 -v 查看加载错误）"
         )
 
-    from amrita_plugin_memory.cli import memory as real
+    from amrita_plugin_memory import cli
 
-    return real
-
-
-class MemoryLauncher(click.Command):
-    """Stands in for the real group until the command is actually run.
-
-    ``ambot --help`` / ``ambot cmds`` only read ``name`` and ``help``; the
-    real group is loaded when click builds this command's context, exactly
-    the moment ambot-inlinectl's ``[full_load]`` proxy would load it.
-    """
-
-    def __init__(self) -> None:
-        super().__init__(name="memory", help="长期记忆插件的运维命令（指纹、重映射、备份、分区键）")
-        self._real: click.Command | None = None
-
-    def resolve(self) -> click.Command:
-        if self._real is None:
-            self._real = _bootstrap()
-        return self._real
-
-    def make_context(
-        self,
-        info_name: str | None,
-        args: list[str],
-        parent: click.Context | None = None,
-        **extra: Any,
-    ) -> click.Context:
-        # The real group builds the context, so --help, argument parsing and
-        # sub-commands behave exactly as if it were registered directly.
-        return self.resolve().make_context(info_name, args, parent=parent, **extra)
-
-    def invoke(self, ctx: click.Context) -> Any:
-        return self.resolve().invoke(ctx)
+    return cli
 
 
-memory = MemoryLauncher()
+def _run(name: str, **kwargs: Any) -> None:
+    """Bootstrap the bot (once) and run ``<name>_cmd`` of :mod:`amrita_plugin_memory.cli`."""
+    verbose = click.get_current_context().find_object(_Verbose) is not None
+    getattr(_bootstrap(verbose), f"{name}_cmd")(**kwargs)
+
+
+class _Verbose:
+    """Marker object: ``-v`` was given on the ``memory`` group."""
+
+
+@click.group(name="memory")
+@click.option("-v", "--verbose", is_flag=True, help="显示 Bot 启动日志（默认只显示警告与错误）")
+@click.pass_context
+def memory(ctx: click.Context, verbose: bool) -> None:
+    """长期记忆插件运维：嵌入指纹、重映射、备份、分区键迁移。"""
+    if verbose:
+        ctx.obj = _Verbose()
+
+
+@memory.command("status")
+def status() -> None:
+    """显示嵌入指纹、记忆分布、分区键版本与备份列表。"""
+    _run("status")
+
+
+@memory.command("reindex")
+@click.option("--yes", "-y", is_flag=True, help="不询问，直接执行")
+def reindex(yes: bool) -> None:
+    """用当前嵌入模型强制全量重映射（先自动备份），并写入新指纹。"""
+    _run("reindex", yes=yes)
+
+
+@memory.command("migrate-keys")
+@click.option("--dry-run", is_flag=True, help="只统计，不改写")
+def migrate_keys(dry_run: bool) -> None:
+    """把记忆的分区键迁移到当前 Amrita 的 uni_id 格式。"""
+    _run("migrate_keys", dry_run=dry_run)
+
+
+@memory.command("reset-fingerprint")
+def reset_fingerprint() -> None:
+    """只写入当前配置的指纹、不重新嵌入（逃生舱：确认模型实际未变时使用）。"""
+    _run("reset_fingerprint")
+
+
+@memory.group("backup")
+def backup() -> None:
+    """备份管理（备份只含 ids / documents / metadatas，恢复时用当前模型重新嵌入）。"""
+
+
+@backup.command("list")
+def backup_list() -> None:
+    """列出备份。"""
+    _run("backup_list")
+
+
+@backup.command("create")
+def backup_create() -> None:
+    """立即创建一份备份（不需要嵌入服务）。"""
+    _run("backup_create")
+
+
+@backup.command("restore")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--yes", "-y", is_flag=True, help="不询问，直接执行")
+def backup_restore(file: Path, yes: bool) -> None:
+    """从备份 FILE 恢复（用当前模型重新嵌入，替换当前内容；恢复前自动备份当前内容）。"""
+    _run("backup_restore", file=file, yes=yes)

@@ -1,11 +1,13 @@
-"""``ambot memory``: maintenance commands (fingerprint, remap, backups, partition keys).
+"""``ambot memory``: the implementation of the maintenance commands.
 
-``ambot memory`` reaches this group through the launcher
-:mod:`amrita_plugin_memory_ctl` (the ``ambot.commands`` entry point): it checks
-for a bot project, sets ``AMBOT_COMMAND_CONTEXT=1`` (the plugin then skips its
-startup check), runs ``amrita.init()`` + ``amrita.load_plugins()`` and imports
-this module. The
-bot's startup hooks have not run (no AmritaConfig, no scheduler), so every
+The command line itself (names, options, help) is declared in the launcher
+:mod:`amrita_plugin_memory_ctl` (the ``ambot.commands`` entry point), so
+``--help`` answers without loading the bot. When a command really runs, the
+launcher checks for a bot project, sets ``AMBOT_COMMAND_CONTEXT=1`` (the
+plugin then skips its startup check), runs ``amrita.init()`` +
+``amrita.load_plugins()`` and calls the matching ``*_cmd`` function here
+(inside the click context). The bot's startup hooks have not run (no
+AmritaConfig, no scheduler), so every
 command builds its own event loop with :func:`asyncio.run` and uses only the
 plugin's :class:`~.services.MemoryRuntime`.
 
@@ -49,7 +51,15 @@ from .embedding import (
 from .services import MemoryRuntime
 from .storage.keys import migrate_partition_keys
 
-__all__ = ["memory"]
+__all__ = [
+    "backup_create_cmd",
+    "backup_list_cmd",
+    "backup_restore_cmd",
+    "migrate_keys_cmd",
+    "reindex_cmd",
+    "reset_fingerprint_cmd",
+    "status_cmd",
+]
 
 T = TypeVar("T")
 
@@ -164,12 +174,6 @@ def _print_backups(backups: list[Any], backup_dir: Path) -> None:
 # ---------------------------------------------------------------------------
 
 
-@click.group(name="memory")
-def memory() -> None:
-    """长期记忆插件运维：嵌入指纹、重映射、备份、分区键迁移。"""
-
-
-@memory.command("status")
 def status_cmd() -> None:
     """显示嵌入指纹、记忆分布、分区键版本与备份列表。"""
     rt = _runtime()
@@ -227,8 +231,6 @@ def status_cmd() -> None:
     _print_backups(report.backups, rt.config.backup_dir)
 
 
-@memory.command("reindex")
-@click.option("--yes", "-y", is_flag=True, help="不询问，直接执行")
 def reindex_cmd(yes: bool) -> None:
     """用当前嵌入模型强制全量重映射（先自动备份），并写入新指纹。"""
     _require_confirmation(yes)
@@ -261,8 +263,6 @@ def reindex_cmd(yes: bool) -> None:
     _run(rt, work)
 
 
-@memory.command("migrate-keys")
-@click.option("--dry-run", is_flag=True, help="只统计，不改写")
 def migrate_keys_cmd(dry_run: bool) -> None:
     """把记忆的分区键迁移到当前 Amrita 的 uni_id 格式。"""
     rt = _runtime()
@@ -287,7 +287,6 @@ def migrate_keys_cmd(dry_run: bool) -> None:
     _run(rt, work)
 
 
-@memory.command("reset-fingerprint")
 def reset_fingerprint_cmd() -> None:
     """只写入当前配置的指纹、不重新嵌入（逃生舱：确认模型实际未变时使用）。"""
     rt = _runtime()
@@ -304,19 +303,12 @@ def reset_fingerprint_cmd() -> None:
     _run(rt, work)
 
 
-@memory.group("backup")
-def backup_group() -> None:
-    """备份管理（备份只含 ids / documents / metadatas，恢复时用当前模型重新嵌入）。"""
-
-
-@backup_group.command("list")
 def backup_list_cmd() -> None:
     """列出备份。"""
     rt = _runtime()
     _print_backups(list_backups(rt.config.backup_dir), rt.config.backup_dir)
 
 
-@backup_group.command("create")
 def backup_create_cmd() -> None:
     """立即创建一份备份（不需要嵌入服务）。"""
     rt = _runtime()
@@ -327,9 +319,6 @@ def backup_create_cmd() -> None:
     click.echo(f"保留最近 {rt.config.env.reembed_backup_keep} 份备份（REEMBED_BACKUP_KEEP）。")
 
 
-@backup_group.command("restore")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--yes", "-y", is_flag=True, help="不询问，直接执行")
 def backup_restore_cmd(file: Path, yes: bool) -> None:
     """从备份 FILE 恢复（用当前模型重新嵌入，替换当前内容；恢复前自动备份当前内容）。"""
     rt = _runtime()

@@ -158,8 +158,6 @@ version = "0.1.0"
 requires-python = ">=3.11"
 
 [tool.nonebot]
-adapters = [{ name = "OneBot V11", module_name = "nonebot.adapters.onebot.v11" }]
-plugins = ["nonebot_plugin_orm"]
 plugin_dirs = []
 builtin_plugins = []
 

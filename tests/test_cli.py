@@ -285,3 +285,24 @@ def test_outside_a_bot_project(tmp_path: Path, layout: str) -> None:
     if layout != "plugin_not_enabled":  # nothing was bootstrapped, so nothing was created
         assert sorted(p.name for p in project.root.iterdir()) == before
     assert not project.data_dir.exists()
+
+
+def test_help_needs_no_bot_and_commands_print_only_their_output(project: BotProject) -> None:
+    """`--help` answers without loading the bot; a command shows no start-up log unless -v."""
+    before = sorted(p.name for p in project.root.iterdir())
+    for args in (("--help",), ("backup", "restore", "--help")):
+        done = project.ambot(*args, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert "Usage: ambot memory" in done.stdout and done.stderr == ""
+    # Nothing was bootstrapped (amrita.init() would have created logs/ and plugins/).
+    assert sorted(p.name for p in project.root.iterdir()) == before
+
+    quiet = project.ambot("backup", "list")
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stderr == ""
+    assert quiet.stdout.splitlines()[0].startswith("备份（"), quiet.stdout
+    loud = project.ambot("-v", "backup", "list")
+    assert loud.returncode == 0, loud.stderr
+    log = loud.stdout + loud.stderr
+    assert "[INFO]" in log and "amrita_plugin_memory" in log  # the bot's start-up log
+    assert "Legacy project format" not in log  # the project uses NoneBot's current format
