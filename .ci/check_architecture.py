@@ -47,16 +47,39 @@ LAYERS: tuple[tuple[str, tuple[str, ...], frozenset[str]], ...] = (
         frozenset({"services", "tools", "embedding", "storage", "core"}),
     ),
     (
+        "groups",
+        ("groups",),
+        frozenset({"services", "tools", "embedding", "storage", "core"}),
+    ),
+    (
+        "console",
+        ("console",),
+        frozenset({"groups", "rethinking", "services", "tools", "embedding", "storage", "core"}),
+    ),
+    (
         "adapters",
         ("adapters",),
-        frozenset({"rethinking", "services", "tools", "embedding", "storage", "core"}),
+        frozenset(
+            {"console", "groups", "rethinking", "services", "tools", "embedding", "storage", "core"}
+        ),
     ),
     ("cli", ("cli",), frozenset({"services", "embedding", "storage", "tools", "core"})),
     (
         "plugin",
         ("",),
         frozenset(
-            {"cli", "adapters", "rethinking", "services", "tools", "embedding", "storage", "core"}
+            {
+                "cli",
+                "adapters",
+                "console",
+                "groups",
+                "rethinking",
+                "services",
+                "tools",
+                "embedding",
+                "storage",
+                "core",
+            }
         ),
     ),
 )

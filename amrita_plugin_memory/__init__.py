@@ -16,8 +16,10 @@ require("amrita.plugins.chat")
 import nonebot_plugin_localstore as localstore  # noqa: E402
 from nonebot.plugin import PluginMetadata  # noqa: E402
 
+from .adapters.console_setup import setup_console  # noqa: E402
+from .adapters.group_hooks import setup_group_awareness  # noqa: E402
 from .adapters.matchers import register_commands  # noqa: E402
-from .adapters.memo_hook import register_memo_hook  # noqa: E402
+from .adapters.memo_hook import register_memo_hook, register_memo_key_migration  # noqa: E402
 from .adapters.subconscious import setup_subconscious  # noqa: E402
 from .adapters.surface_tools import register_surface_tools  # noqa: E402
 from .core.config import ConfigError, EnvConfig, PluginConfig  # noqa: E402
@@ -25,13 +27,17 @@ from .embedding.startup import run_startup_check  # noqa: E402
 from .services import MemoryRuntime  # noqa: E402
 from .storage import models as models  # noqa: E402  (registers the ORM tables)
 from .tools.commands import MemoryCommands  # noqa: E402
+from .tools.group_commands import GroupCommands  # noqa: E402
 
 __all__ = ["EnvConfig", "MemoryRuntime", "PluginConfig", "runtime"]
 
 __plugin_meta__ = PluginMetadata(
     name="amrita_plugin_memory",
     description="Amrita 长期记忆插件：L1 备忘录 + L2 向量记忆 + L3 离线巩固循环",
-    usage="/memory user list|search <关键词>|delete <ID>；/memory group list|search|delete",
+    usage=(
+        "/memory user list|search <关键词>|delete <ID>；/memory group list|search|delete；"
+        "/memory persona|memo；/memory group memo|anonymize|context；/memory self（超级用户）"
+    ),
     type="application",
     config=EnvConfig,
     supported_adapters={"~onebot.v11"},
@@ -64,9 +70,12 @@ def _setup() -> MemoryRuntime | None:
         return None
     get_driver().on_shutdown(rt.close)
     register_memo_hook(rt.memo)
+    register_memo_key_migration(rt.memo)  # after nonebot_plugin_orm's init_orm
     register_surface_tools(rt.tools)
-    register_commands(MemoryCommands(rt.tools))
-    setup_subconscious(rt)
+    awareness = setup_group_awareness(rt)  # group window, personas, self memory
+    register_commands(MemoryCommands(rt.tools, GroupCommands(awareness.stores, rt.memo)))
+    runner = setup_subconscious(rt)
+    setup_console(rt, runner, awareness.stores)  # WebUI page, admin API, ambot memory while running
     logger.info(
         f"[Memory] 已加载：向量库 {rt.connection.describe()}，嵌入服务 {rt.embedder.describe()}"
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 from .core.config import PluginConfig
 from .embedding.client import EmbeddingClient
 from .embedding.covered import Maintenance
+from .embedding.fingerprint import pin_auto_model
 from .storage.chroma import ChromaConnection
 from .storage.memo_store import MemoService
 from .storage.memory_store import MEMORY_COLLECTION, MemoryStore
@@ -30,9 +31,15 @@ class MemoryRuntime:
         self.embedder = EmbeddingClient.from_env(config.env)
         self.connection = ChromaConnection(config.env, config.chroma_dir)
         self.store = MemoryStore(self.connection, self.embedder, MEMORY_COLLECTION)
+        # EMBEDDING_MODEL_NAME=auto keeps the model of the stored fingerprint.
+        pin_auto_model(self.embedder, self.store)
         self.memo = MemoService(config.file.memo_max_chars)
         self.tools = MemoryTools(
-            self.store, self.memo, memory_limit=config.file.per_session_memory_limit
+            self.store,
+            self.memo,
+            memory_limit=config.file.per_session_memory_limit,
+            group_editors=config.file.group_memo_editors,
+            private_memories_in_groups=config.file.private_memories_in_groups,
         )
         self.maintenance = Maintenance(
             connection=self.connection,

@@ -77,7 +77,8 @@ def _plain(message: Any) -> str:
         return str(message)
 
 
-def make_bot(recorder: BotRecorder) -> Any:
+def make_bot(recorder: BotRecorder, *, self_id: int = BOT_ID) -> Any:
+    """A recording bot; registered as connected unless a bot with ``self_id`` already is."""
     import nonebot
     from nonebot.adapters.onebot.v11 import Adapter, Bot
 
@@ -86,9 +87,28 @@ def make_bot(recorder: BotRecorder) -> Any:
             return recorder.answer(api, data)
 
     adapter = nonebot.get_adapter(Adapter)
-    bot = RecordingBot(adapter, str(BOT_ID))
-    if str(BOT_ID) not in nonebot.get_bots():
-        nonebot.get_driver()._bot_connect(bot)
+    bot = RecordingBot(adapter, str(self_id))
+    if str(self_id) not in nonebot.get_bots():
+        nonebot.get_driver()._bot_connect(bot)  # type: ignore[attr-defined]
+    return bot
+
+
+def disconnect_bot(self_id: int = BOT_ID) -> None:
+    """Disconnect the bot with ``self_id``, if one is connected."""
+    import nonebot
+
+    old = nonebot.get_bots().get(str(self_id))
+    if old is not None:
+        nonebot.get_driver()._bot_disconnect(old)  # type: ignore[attr-defined]
+
+
+def connect_bot(recorder: BotRecorder, *, self_id: int = BOT_ID) -> Any:
+    """Make a new recording bot *the* connected bot with ``self_id`` (several ids may be connected)."""
+    import nonebot
+
+    disconnect_bot(self_id)
+    bot = make_bot(recorder, self_id=self_id)
+    assert nonebot.get_bots()[str(self_id)] is bot
     return bot
 
 

@@ -32,13 +32,21 @@ def test_orm_upgrade_reaches_head_and_check_is_clean(project: BotProject) -> Non
     with sqlite3.connect(db) as conn:
         versions = {row[0] for row in conn.execute("select version_num from alembic_version")}
         tables = {row[0] for row in conn.execute("select name from sqlite_master where type='table'")}
-    assert "6004d221a7de" in versions
-    assert {"amrita_plugin_memory_user_memo", "amrita_plugin_memory_subconscious_state"} <= tables
+    assert "fac78ba16a47" in versions
+    assert {
+        "amrita_plugin_memory_user_memo",
+        "amrita_plugin_memory_subconscious_state",
+        "amrita_plugin_memory_group_message",
+        "amrita_plugin_memory_group_label",
+        "amrita_plugin_memory_group_setting",
+        "amrita_plugin_memory_persona",
+        "amrita_plugin_memory_self_memory",
+    } <= tables
     check = project.command("orm", "check")
     assert check.returncode == 0, check.stdout + check.stderr
     assert "没有检测到新的升级操作" in check.stdout + check.stderr
     heads = project.command("orm", "heads")
-    assert "6004d221a7de (amrita_plugin_memory) (head)" in heads.stdout
+    assert "fac78ba16a47 (amrita_plugin_memory) (head)" in heads.stdout
 
 
 def run_bot_until_started(project: BotProject, timeout: float = 90) -> str:

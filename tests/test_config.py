@@ -126,6 +126,7 @@ def test_config_file_created_with_spec_defaults(tmp_path: Path) -> None:
         "knowledge_max_chars": 10000,
         "knowledge_collection_name": "amrita_global_knowledge",
         "enable_knowledge": True,
+        "knowledge_suggest_from": "target",  # not in the spec (tests/test_permissions.py)
     }
     assert config == C.ConfigFile()
     # Loading the written file again gives the same object, silently.

@@ -290,7 +290,8 @@ async def test_surface_tools_in_chat_turns(
 ) -> None:
     from amrita_core import ToolsManager
 
-    runner = make_runner(surface=True)
+    # Suggestions from anyone here; who may suggest by default: tests/test_permissions.py.
+    runner = make_runner(surface=True, knowledge_suggest_from="anyone")
     await runner.start()
     await runner.knowledge_validation
     entry = await runner.knowledge.create(
@@ -386,7 +387,9 @@ async def test_suggestion_queue_bounds_and_persistence(
     entry = await runner.knowledge.create("已有条目", "摘要", "正文")
 
     async def suggest(**args: Any) -> dict[str, Any]:
-        return await tools.suggest(args, source="QQPlatform_Private_1")
+        return await tools.suggest(
+            args, source="QQPlatform_Private_1", user_id=runner.target_user_id
+        )
 
     bad = {
         "的值 'merge' 无效": {**suggestion(0), "action": "merge"},
@@ -427,7 +430,10 @@ async def test_suggestion_queue_bounds_and_persistence(
     await runner.shutdown()
     later = make_runner(int(runner.target_user_id), state_uid=state_uid)
     # … and a suggestion before the state was ever loaded does not wipe the row.
-    assert (await later.suggestions.suggest(suggestion(99), source="s"))["ok"] is True
+    suggested = await later.suggestions.suggest(
+        suggestion(99), source="s", user_id=later.target_user_id
+    )
+    assert suggested["ok"] is True
     titles = [s["title"] for s in (await later.state_store.load())["knowledge_suggestions"]]
     assert len(titles) == SUGGESTIONS_MAX and titles[0] == "经验 2" and titles[-1] == "经验 99"
 
@@ -459,7 +465,11 @@ async def test_suggestions_cleared_only_by_a_successful_cycle_that_read_them(
 ) -> None:
     runner = make_runner()
     for i in range(3):
-        assert (await runner.suggestions.suggest(suggestion(i), source="s"))["ok"]
+        assert (
+            await runner.suggestions.suggest(
+                suggestion(i), source="s", user_id=runner.target_user_id
+            )
+        )["ok"]
     ids = [s["id"] for s in runner.state["knowledge_suggestions"]]
 
     async def stored_ids() -> list[str]:

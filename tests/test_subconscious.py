@@ -145,7 +145,8 @@ async def test_full_cycle_merges_duplicates(
     system = requests[0]["messages"][0]["content"]
     assert f"用户（ID：{uid}）" in system
     assert "已完成的整理轮数：0" in system
-    assert "上一轮：（从未运行，这是第一轮）" in system
+    assert "<LAST_RUN>\n（从未运行，这是第一轮）\n</LAST_RUN>" in system
+    assert "<LAST_ABSTRACTS>\n（暂无记录）\n</LAST_ABSTRACTS>" in system
     assert "当前时间：20" in system
     assert "离线巩固循环" in system and "<SCHEMA>" not in system
     assert "{{" not in system
@@ -206,7 +207,7 @@ async def test_state_saved_and_reloaded_across_a_restart(
     assert (result.outcome, result.number) == ("success", 4)
     system = loop_requests(chat_server)[0]["messages"][0]["content"]
     assert "已完成的整理轮数：3" in system
-    last_run = next(line for line in system.splitlines() if line.startswith("- 上一轮："))
+    last_run = system[system.index("<LAST_RUN>") : system.index("</LAST_RUN>")]
     assert "第 3 轮（完成）：第3轮的工作" in last_run
     assert "第2轮的工作" in system and "第1轮的工作" not in system
     stored = await second.state_store.load()

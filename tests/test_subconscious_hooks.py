@@ -285,7 +285,7 @@ async def test_pending_messages_delivered_once_in_private_never_in_group(
     assert len(prompts) >= 2
     for prompt in prompts:
         assert prompt.count("<SUBCONSCIOUS_NOTES>") == 1
-        assert "提醒用户明天&lt;b&gt;带伞&lt;/b&gt;" in prompt
+        assert "- 提醒用户明天<b>带伞</b>" in prompt  # verbatim: no HTML escaping
     assert runner.state["pending_messages"] == []
     assert (await runner.state_store.load())["pending_messages"] == []
 
@@ -347,7 +347,9 @@ async def test_send_to_user_generates_and_sends(
     uid = int(runner.target_user_id)
     await rt.store.add(partition(uid), "user", "用户怕冷，冬天总是穿很多")
     recorder = BotRecorder()
-    connect(recorder)
+    bot = connect(recorder)
+    # The target was last seen through this bot (the hook doing this: tests/test_l3_delivery.py).
+    runner.messenger.saw_target(str(bot.self_id))
     chat_server.set_rule(compose_rule)
     chat_server.script(
         Reply.tool_call("subconscious_send_to_user", {"intent": "天气降温，关心用户保暖"}),
@@ -377,7 +379,7 @@ async def test_send_failure_queues_the_message(
 ) -> None:
     runner = make_runner(allow_send_to_user=True)
     recorder = BotRecorder(fail_private=True)
-    connect(recorder)
+    runner.messenger.saw_target(str(connect(recorder).self_id))
     chat_server.set_rule(compose_rule)
     chat_server.script(
         Reply.tool_call("subconscious_send_to_user", {"intent": "天气降温，关心用户保暖"}),
@@ -392,3 +394,4 @@ async def test_send_failure_queues_the_message(
     loop = [r for r in chat_server.requests if r.get("tools")]
     queued = json.loads(loop[-1]["messages"][-1]["content"])
     assert queued["delivered"] is False and queued["queued"] is True
+    assert queued["reason"] == "发送失败：RuntimeError"  # the bot was asked and refused

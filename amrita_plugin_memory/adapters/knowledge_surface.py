@@ -30,7 +30,13 @@ from ..tools.args import dump_result, tool_error
 from ..tools.schemas import define, prop
 from .events import caller_from_tool_context
 
-__all__ = ["SURFACE", "SURFACE_TOOL_NAMES", "SurfaceKnowledgeTools", "surface_schemas"]
+__all__ = [
+    "SURFACE",
+    "SURFACE_TOOL_NAMES",
+    "SurfaceKnowledgeTools",
+    "is_superuser",
+    "surface_schemas",
+]
 
 SURFACE_TOOL_NAMES: Final = (
     "knowledge_list",
@@ -38,6 +44,21 @@ SURFACE_TOOL_NAMES: Final = (
     "knowledge_search",
     "knowledge_suggest",
 )
+
+
+def is_superuser(user_id: str | None) -> bool:
+    """Whether ``user_id`` is one of NoneBot's ``SUPERUSERS`` (read on every call).
+
+    Like NoneBot's own ``SUPERUSER`` permission, both the bare id and the
+    adapter-prefixed form (``onebot:12345``) count.
+    """
+    if user_id is None:
+        return False
+    import nonebot
+
+    superusers = {str(u) for u in nonebot.get_driver().config.superusers}
+    return user_id in superusers or f"onebot:{user_id}" in superusers
+
 
 def surface_schemas() -> dict[str, FunctionDefinitionSchema]:
     """The chat LLM's knowledge tools (global ``ToolsManager``)."""
@@ -135,8 +156,11 @@ class SurfaceKnowledgeTools:
             return await logic.search(args)
         caller = await caller_from_tool_context(ctx)
         source = caller.target.session if caller is not None else "unknown"
+        user_id = caller.target.user_id if caller is not None else None
         assert queue is not None
-        return await queue.suggest(args, source=source)
+        return await queue.suggest(
+            args, source=source, user_id=user_id, superuser=is_superuser(user_id)
+        )
 
     def _register(self) -> None:
         from amrita_core import on_tools

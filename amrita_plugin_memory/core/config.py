@@ -6,8 +6,9 @@ Two sources, one object:
   (vector database, embedding service, startup check). Key names follow the
   spec's table exactly, including the historical spelling ``EMBEDDING_PROCTOL``.
 * :class:`ConfigFile` — behaviour settings in
-  ``config/amrita_plugin_memory/config.toml`` (L2 limits, L1 memo size and the
-  ``[subconscious]`` section of the L3 loop).
+  ``config/amrita_plugin_memory/config.toml`` (L2 limits, L1 memo size, the
+  ``[subconscious]`` section of the L3 loop and the group-awareness sections
+  ``[group_context]``, ``[persona]``, ``[self_memory]``).
 
 :class:`PluginConfig` bundles both; it is created once by the plugin and
 passed explicitly to every component that needs it.
@@ -33,7 +34,10 @@ __all__ = [
     "ConfigError",
     "ConfigFile",
     "EnvConfig",
+    "GroupContextConfig",
+    "PersonaConfig",
     "PluginConfig",
+    "SelfMemoryConfig",
     "SubconsciousConfig",
     "load_config_file",
     "render_config_toml",
@@ -160,6 +164,41 @@ class SubconsciousConfig(_Section):
         default="amrita_global_knowledge", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]$"
     )
     enable_knowledge: bool = True
+    # Not in the spec: who may call ``knowledge_suggest``. Its suggestions feed
+    # a loop that reads the target user's private data and writes the global
+    # knowledge base, so by default only the target user and superusers may.
+    knowledge_suggest_from: Literal["target", "anyone"] = "target"
+
+
+class GroupContextConfig(_Section):
+    """``[group_context]``: the per-group rolling window (Openmim's L1, its names lower-cased)."""
+
+    enabled: bool = False
+    context_message_count: int = Field(default=100, ge=1, le=10_000)
+    context_max_text_chars: int = Field(default=700, ge=1, le=100_000)
+    bot_context_max_chars: int = Field(default=1400, ge=1, le=100_000)
+    context_persist_every: int = Field(default=5, ge=1, le=10_000)
+    # Clamped to context_message_count when larger (the window holds no more).
+    recent_context_messages: int = Field(default=25, ge=1, le=10_000)
+    anonymize: bool = True
+
+
+class PersonaConfig(_Section):
+    """``[persona]``: one persona per member, learned from group messages (Openmim's L2)."""
+
+    enabled: bool = False
+    update_enabled: bool = True
+    max_users_per_turn: int = Field(default=8, ge=1, le=100)
+    prompt_max_chars: int = Field(default=1800, ge=1, le=100_000)
+    total_max_chars: int = Field(default=700, ge=20, le=100_000)
+    update_min_confidence: float = Field(default=0.65, ge=0, le=1)
+    update_interval_seconds: float = Field(default=30, ge=0, le=86_400)
+
+
+class SelfMemoryConfig(_Section):
+    """``[self_memory]``: what the bot knows about itself (Openmim's L3), kept by superusers."""
+
+    max_chars: int = Field(default=2000, ge=1, le=100_000)
 
 
 class ConfigFile(_Section):
@@ -169,16 +208,34 @@ class ConfigFile(_Section):
     long_term_expiry_days: int = Field(default=90, ge=0)
     per_session_memory_limit: int = Field(default=50, ge=1, le=100_000)
     memo_max_chars: int = Field(default=1000, ge=1, le=100_000)
+    # Not in the spec: who may change a group's shared memo and group-scope
+    # memories. "member" is the spec's behaviour; "admin" limits it to the
+    # group's admins, its owner and superusers.
+    group_memo_editors: Literal["member", "admin"] = "member"
+    # Not in the spec: whether the chat model in a group may read the speaker's
+    # memories written in private chats (the spec's behaviour is true).
+    private_memories_in_groups: bool = False
     subconscious: SubconsciousConfig = Field(default_factory=SubconsciousConfig)
+    group_context: GroupContextConfig = Field(default_factory=GroupContextConfig)
+    persona: PersonaConfig = Field(default_factory=PersonaConfig)
+    self_memory: SelfMemoryConfig = Field(default_factory=SelfMemoryConfig)
+
+
+_SECTIONS: dict[str, tuple[type[_Section], str]] = {
+    "subconscious": (SubconsciousConfig, "L3 离线巩固循环"),
+    "group_context": (GroupContextConfig, "群聊上下文窗口（Openmim L1，默认关闭：会增加每轮的 token）"),
+    "persona": (PersonaConfig, "群成员画像（Openmim L2，需要 group_context；每轮额外一次提取请求）"),
+    "self_memory": (SelfMemoryConfig, "机器人自我记忆（Openmim L3，超级用户用 /memory self 维护）"),
+}
+"""The ``[section]`` tables of the file, in the order they are rendered."""
 
 
 def _unknown_keys(raw: Mapping[str, Any]) -> list[str]:
     unknown = [k for k in raw if k not in ConfigFile.model_fields]
-    section = raw.get("subconscious")
-    if isinstance(section, Mapping):
-        unknown += [
-            f"subconscious.{k}" for k in section if k not in SubconsciousConfig.model_fields
-        ]
+    for name, (model, _) in _SECTIONS.items():
+        section = raw.get(name)
+        if isinstance(section, Mapping):
+            unknown += [f"{name}.{k}" for k in section if k not in model.model_fields]
     return unknown
 
 
@@ -196,16 +253,18 @@ def _toml_value(value: Any) -> str:
 
 
 def render_config_toml(config: ConfigFile | None = None) -> str:
-    """Render a config as TOML (top-level keys, then ``[subconscious]``)."""
+    """Render a config as TOML (top-level keys, then one table per section)."""
     config = config or ConfigFile()
     lines = ["# amrita_plugin_memory 配置（缺失时自动以默认值创建）", ""]
     lines += ["# L2 记忆"]
     for name in ConfigFile.model_fields:
-        if name != "subconscious":
+        if name not in _SECTIONS:
             lines.append(f"{name} = {_toml_value(getattr(config, name))}")
-    lines += ["", "# L3 离线巩固循环", "[subconscious]"]
-    for name in SubconsciousConfig.model_fields:
-        lines.append(f"{name} = {_toml_value(getattr(config.subconscious, name))}")
+    for name, (model, comment) in _SECTIONS.items():
+        section = getattr(config, name)
+        lines += ["", f"# {comment}", f"[{name}]"]
+        for key in model.model_fields:
+            lines.append(f"{key} = {_toml_value(getattr(section, key))}")
     return "\n".join(lines) + "\n"
 
 

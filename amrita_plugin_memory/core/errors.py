@@ -5,10 +5,12 @@ from __future__ import annotations
 __all__ = [
     "DataDirLocked",
     "DimensionMismatch",
+    "EmbeddingConfigError",
     "EmbeddingError",
     "EmbeddingHTTPError",
     "EmbeddingResponseError",
     "EmbeddingUnavailable",
+    "MaintenanceInProgress",
     "MemoryLimitReached",
     "VectorStoreError",
 ]
@@ -24,6 +26,24 @@ class DataDirLocked(VectorStoreError):
 
 class DimensionMismatch(VectorStoreError):
     """The embedding service returned vectors of another size than the collection's."""
+
+
+class MaintenanceInProgress(VectorStoreError):
+    """A re-embedding (``reindex`` / ``restore``) is replacing the collection: writes wait.
+
+    ``ambiguous``: the write took so long that a remap started meanwhile; it
+    was not acknowledged and may or may not survive the remap.
+    """
+
+    def __init__(self, message: str | None = None, *, ambiguous: bool = False) -> None:
+        if message is None:
+            message = (
+                "记忆库维护中，本次写入可能未生效，请稍后确认后再试"
+                if ambiguous
+                else "记忆库维护中，请稍后再试（本次操作未执行）"
+            )
+        super().__init__(message)
+        self.ambiguous = ambiguous
 
 
 class MemoryLimitReached(VectorStoreError):
@@ -54,3 +74,11 @@ class EmbeddingHTTPError(EmbeddingError):
 
 class EmbeddingResponseError(EmbeddingError):
     """The service answered 200 but the vectors are unusable."""
+
+
+class EmbeddingConfigError(EmbeddingResponseError):
+    """``EMBEDDING_MODEL_NAME=auto`` cannot tell which model to use: a configuration problem.
+
+    Not an outage: retrying or restarting does not help, setting
+    ``EMBEDDING_MODEL_NAME`` does.
+    """

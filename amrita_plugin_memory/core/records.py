@@ -10,17 +10,32 @@ from typing import Any, Literal
 
 __all__ = [
     "IMPORTANCE_LEVELS",
+    "ORIGIN_GROUP_FLAG",
+    "ORIGIN_PRIVATE",
     "SCOPES",
     "MemoryRecord",
     "Scope",
     "decode_tags",
     "encode_tags",
+    "origin_of_group",
     "utc_now",
 ]
 
 IMPORTANCE_LEVELS: tuple[str, ...] = ("low", "medium", "high")
 SCOPES: tuple[str, ...] = ("user", "group")
 Scope = Literal["user", "group"]
+
+ORIGIN_PRIVATE = "private"
+"""``origin`` of a memory written in a private chat (and of every memory older than origins)."""
+ORIGIN_GROUP_FLAG = "from_group"
+"""Boolean metadata beside ``origin``: Chroma's ``where`` has no prefix match and its
+``$ne`` also matches records without the key, so "written in some group" needs an
+equality filter on a key that memories from before origins do not have."""
+
+
+def origin_of_group(group_id: str) -> str:
+    """``origin`` of a memory written in group ``group_id``: ``group:<gid>``."""
+    return f"group:{group_id}"
 
 
 def utc_now() -> str:
@@ -40,6 +55,9 @@ class MemoryRecord:
     created_at: str = ""
     updated_at: str = ""
     distance: float | None = None
+    origin: str = ORIGIN_PRIVATE
+    """Where it was written: ``private`` or ``group:<gid>`` (a group chat's memory
+    of the speaker is not shown to them in a group unless it came from a group)."""
 
     @classmethod
     def from_chroma(
@@ -60,6 +78,7 @@ class MemoryRecord:
             created_at=str(meta.get("created_at", "")),
             updated_at=str(meta.get("updated_at", meta.get("created_at", ""))),
             distance=None if distance is None else round(float(distance), 4),
+            origin=str(meta.get("origin") or ORIGIN_PRIVATE),
         )
 
     def to_metadata(self) -> dict[str, Any]:
@@ -70,6 +89,8 @@ class MemoryRecord:
             "importance": self.importance,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
+            "origin": self.origin,
+            ORIGIN_GROUP_FLAG: self.origin != ORIGIN_PRIVATE,
         }
 
     def compact(self) -> dict[str, Any]:

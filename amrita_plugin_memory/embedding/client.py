@@ -1,32 +1,74 @@
 """Async embedding client for Ollama (``/api/embed``) and OpenAI (``/v1/embeddings``).
 
 One :class:`EmbeddingClient` per process owns one ``aiohttp`` session. It
-batches inputs, applies a timeout to every request, retries connection errors
-and 5xx answers a bounded number of times with exponential backoff, and
-checks that the service returned one vector per input, all of one dimension.
-Failures surface as :class:`EmbeddingError` subclasses whose messages can be
-shown to an operator or returned to the LLM as a tool error.
+batches inputs and checks that the service returned one vector per input, all
+of one dimension. Failures surface as :class:`EmbeddingError` subclasses whose
+messages can be shown to an operator or returned to the LLM as a tool error.
+
+Deadlines: every operation (one embedding batch, or resolving ``auto``) has
+ONE deadline of ``timeout`` seconds covering all its attempts and backoff
+sleeps, so a hung service costs a chat turn at most ``EMBEDDING_TIMEOUT_SECONDS``.
+Refused or dropped connections and 5xx answers are retried inside that
+deadline; a timeout is never retried (a service that did not answer within the
+deadline will not answer a second request any sooner). The start-up probe
+(:meth:`EmbeddingClient.resolve_model` with ``probe=True``) uses a shorter
+deadline and no retries: it is repeated at first use anyway.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import aiohttp
+from nonebot.log import logger
 
 from ..core.config import EnvConfig
 from ..core.errors import (
+    EmbeddingConfigError,
     EmbeddingHTTPError,
     EmbeddingResponseError,
     EmbeddingUnavailable,
 )
 
-__all__ = ["EmbeddingClient"]
+__all__ = [
+    "PROBE_TIMEOUT_MAX",
+    "EmbeddingClient",
+    "EmbeddingConfigError",
+    "looks_like_embedding_model",
+]
 
 Protocol = Literal["openai", "ollama-embed"]
+
+PROBE_TIMEOUT_MAX = 5.0
+"""Upper bound of the start-up probe's deadline (seconds)."""
+
+PinSource = Callable[[], Awaitable[str | None]]
+"""Returns the model ``auto`` must keep using (the stored fingerprint's), or ``None``."""
+
+EmbeddingHook = Callable[[], Awaitable[bool]]
+"""Runs after a successful embedding; returns ``True`` when it need not run again."""
+
+# Model families that are embedding models even without "embed" in the name
+# (multilingual-e5-*, bge-m3, gte-*, all-minilm, nomic-*), as whole name parts.
+_EMBEDDING_FAMILIES = re.compile(r"(?<![a-z0-9])(e5|bge|gte|minilm|nomic)(?![a-z])")
+
+
+def looks_like_embedding_model(name: str, families: Sequence[str] = ()) -> bool:
+    """Whether a listed model is (very probably) an embedding model.
+
+    ``families`` are Ollama's ``details.family``/``families`` (BERT-based
+    models are embedding models there).
+    """
+    lower = name.lower()
+    if "embed" in lower or _EMBEDDING_FAMILIES.search(lower):
+        return True
+    return any("bert" in f.lower() for f in families)
 
 
 def _detail(body: Any, fallback: str) -> str:
@@ -39,11 +81,28 @@ def _detail(body: Any, fallback: str) -> str:
     return fallback[:300]
 
 
+@dataclass(frozen=True, slots=True)
+class _Deadline:
+    """One operation's deadline on the running loop's clock, and its length for messages."""
+
+    at: float
+    seconds: float
+
+    @classmethod
+    def after(cls, seconds: float) -> _Deadline:
+        return cls(asyncio.get_running_loop().time() + seconds, seconds)
+
+    def leaves(self, delay: float) -> bool:
+        """Whether ``delay`` seconds from now are still before the deadline."""
+        return asyncio.get_running_loop().time() + delay < self.at
+
+
 class EmbeddingClient:
     """Embeds texts with the configured service.
 
-    ``model="auto"`` is resolved once through the service's model list
-    (:meth:`resolve_model`); the resolved name is what the fingerprint uses.
+    ``model="auto"`` is resolved once (:meth:`resolve_model`): to the model of
+    the stored fingerprint when :attr:`pin_source` names one, else through the
+    service's model list. The resolved name is what the fingerprint uses.
     """
 
     def __init__(
@@ -72,7 +131,13 @@ class EmbeddingClient:
             None if self.configured_model == "auto" else self.configured_model
         )
         self._session: aiohttp.ClientSession | None = None
+        # asyncio.Lock binds to a loop only when contended: the start-up
+        # check's private loop uses it uncontended, the bot's loop after it.
         self._resolve_lock = asyncio.Lock()
+        self.pin_source: PinSource | None = None
+        """Consulted first when resolving ``auto`` (set by the runtime; see :mod:`.fingerprint`)."""
+        self._after_embedding: EmbeddingHook | None = None
+        self._hook_lock: asyncio.Lock | None = None
 
     @classmethod
     def from_env(cls, env: EnvConfig) -> EmbeddingClient:
@@ -101,6 +166,32 @@ class EmbeddingClient:
             await self._session.close()
         self._session = None
 
+    @property
+    def has_open_session(self) -> bool:
+        return self._session is not None and not self._session.closed
+
+    @contextlib.contextmanager
+    def session_set_aside(self) -> Iterator[None]:
+        """Let code on another event loop use this client, then give the session back.
+
+        An aiohttp session belongs to the event loop that created it: using or
+        even closing it from another loop fails. The start-up check runs on a
+        private loop in a worker thread while the bot's loop may already own a
+        session. Inside this block the client has no session, so the other
+        loop opens its own (and must :meth:`close` it before the block ends);
+        afterwards the original session is back, untouched.
+        """
+        outer, self._session = self._session, None
+        try:
+            yield
+        finally:
+            self._session = outer
+
+    @property
+    def probe_timeout(self) -> float:
+        """Deadline of the start-up probe: short, so a hung service cannot stall start-up."""
+        return min(PROBE_TIMEOUT_MAX, self.timeout)
+
     # -- URLs --------------------------------------------------------------
 
     def _openai_base(self) -> str:
@@ -116,95 +207,185 @@ class EmbeddingClient:
 
     # -- HTTP core -----------------------------------------------------------
 
-    async def _request(self, method: str, url: str, payload: dict[str, Any] | None) -> Any:
-        """One request with timeout and bounded retries on transient failures."""
-        attempt = 0
-        while True:
+    async def _attempt(self, method: str, url: str, payload: dict[str, Any] | None) -> Any:
+        """One request; HTTP errors become :class:`EmbeddingHTTPError`."""
+        session = self._get_session()
+        timeout = aiohttp.ClientTimeout(total=self.timeout)  # the deadline is usually shorter
+        async with session.request(method, url, json=payload, timeout=timeout) as resp:
+            text = await resp.text()
             try:
-                session = self._get_session()
-                timeout = aiohttp.ClientTimeout(total=self.timeout)
-                async with session.request(method, url, json=payload, timeout=timeout) as resp:
-                    text = await resp.text()
+                body = await resp.json(content_type=None) if text else None
+            except ValueError:
+                body = None
+            if resp.status >= 400:
+                raise EmbeddingHTTPError(resp.status, _detail(body, text))
+            if body is None:
+                raise EmbeddingResponseError(f"嵌入服务返回了非 JSON 内容：{text[:200]!r}")
+            return body
+
+    async def _request(
+        self,
+        method: str,
+        url: str,
+        payload: dict[str, Any] | None,
+        *,
+        deadline: _Deadline,
+        retries: int,
+    ) -> Any:
+        """A request with bounded retries, all of it before ``deadline``.
+
+        Retried: refused/dropped connections and 5xx answers (with exponential
+        backoff, and only while the next try still fits before the deadline).
+        Never retried: a timeout, 4xx answers, unusable bodies.
+        """
+        attempt = 0
+        try:
+            async with asyncio.timeout_at(deadline.at):
+                while True:
                     try:
-                        body = await resp.json(content_type=None) if text else None
-                    except ValueError:
-                        body = None
-                    if resp.status >= 400:
-                        error = EmbeddingHTTPError(resp.status, _detail(body, text))
-                        if resp.status < 500 or attempt >= self.max_retries:
-                            raise error
-                    elif body is None:
-                        raise EmbeddingResponseError(f"嵌入服务返回了非 JSON 内容：{text[:200]!r}")
-                    else:
-                        return body
-            except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-                if attempt >= self.max_retries:
-                    kind = "超时" if isinstance(exc, TimeoutError) else "无法连接"
-                    raise EmbeddingUnavailable(
-                        f"嵌入服务{kind}（{url}，已重试 {attempt} 次）：{exc.__class__.__name__}"
-                        f"{': ' + str(exc) if str(exc) else ''}"
-                    ) from exc
-            attempt += 1
-            await asyncio.sleep(self.backoff * (2 ** (attempt - 1)))
+                        return await self._attempt(method, url, payload)
+                    except EmbeddingHTTPError as exc:
+                        if exc.status < 500 or attempt >= retries:
+                            raise
+                        last: Exception = exc
+                    except TimeoutError:
+                        raise  # aiohttp's own timeouts too: never retried
+                    except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+                        last = EmbeddingUnavailable(
+                            f"嵌入服务无法连接（{url}，已重试 {attempt} 次）：{exc.__class__.__name__}"
+                            f"{': ' + str(exc) if str(exc) else ''}"
+                        )
+                        if attempt >= retries:
+                            raise last from exc
+                    delay = self.backoff * (2**attempt)
+                    if not deadline.leaves(delay):
+                        raise last
+                    attempt += 1
+                    await asyncio.sleep(delay)
+        except TimeoutError as exc:
+            raise EmbeddingUnavailable(
+                f"嵌入服务超时（{url}：{deadline.seconds:g} 秒内没有响应，超时不重试）"
+            ) from exc
 
     # -- model resolution ----------------------------------------------------
 
-    async def list_models(self) -> list[str]:
+    async def _list_entries(self, deadline: _Deadline, retries: int) -> list[tuple[str, list[str]]]:
+        """``(name, families)`` of every listed model (families: Ollama only)."""
         if self.protocol == "openai":
-            body = await self._request("GET", self._openai_base() + "/models", None)
-            items = body.get("data") if isinstance(body, dict) else None
-            return [str(m["id"]) for m in items or [] if isinstance(m, dict) and "id" in m]
-        body = await self._request("GET", self._ollama_base() + "/api/tags", None)
-        items = body.get("models") if isinstance(body, dict) else None
-        names: list[str] = []
-        for m in items or []:
-            if isinstance(m, dict) and (m.get("name") or m.get("model")):
-                names.append(str(m.get("name") or m.get("model")))
-        return names
-
-    async def _pick_embedding_model(self) -> str:
-        if self.protocol == "ollama-embed":
-            body = await self._request("GET", self._ollama_base() + "/api/tags", None)
-            candidates = []
-            for m in (body or {}).get("models") or []:
-                if not isinstance(m, dict):
-                    continue
-                name = str(m.get("name") or m.get("model") or "")
-                details = m.get("details") or {}
-                families = [str(details.get("family", ""))] + [
-                    str(f) for f in details.get("families") or []
-                ]
-                if "embed" in name.lower() or any("bert" in f.lower() for f in families):
-                    candidates.append(name)
-        else:
-            candidates = [n for n in await self.list_models() if "embed" in n.lower()]
-        if not candidates:
-            raise EmbeddingResponseError(
-                "EMBEDDING_MODEL_NAME=auto，但嵌入服务没有列出任何嵌入模型；请显式设置 EMBEDDING_MODEL_NAME"
+            body = await self._request(
+                "GET", self._openai_base() + "/models", None, deadline=deadline, retries=retries
             )
-        return candidates[0]
+            items = body.get("data") if isinstance(body, dict) else None
+            return [(str(m["id"]), []) for m in items or [] if isinstance(m, dict) and "id" in m]
+        body = await self._request(
+            "GET", self._ollama_base() + "/api/tags", None, deadline=deadline, retries=retries
+        )
+        entries: list[tuple[str, list[str]]] = []
+        for m in (body.get("models") if isinstance(body, dict) else None) or []:
+            if not isinstance(m, dict) or not (m.get("name") or m.get("model")):
+                continue
+            details = m.get("details")
+            if not isinstance(details, dict):
+                details = {}
+            families = [str(details.get("family", ""))] + [
+                str(f) for f in details.get("families") or []
+            ]
+            entries.append((str(m.get("name") or m.get("model")), families))
+        return entries
 
-    async def resolve_model(self) -> str:
-        """The model name actually used (resolving ``auto`` once)."""
+    async def list_models(self) -> list[str]:
+        """Names of the models the service lists."""
+        deadline = _Deadline.after(self.timeout)
+        return [name for name, _ in await self._list_entries(deadline, self.max_retries)]
+
+    async def _pick_embedding_model(self, deadline: _Deadline, retries: int) -> str:
+        """The model ``auto`` stands for: the only one listed, else the first embedding model."""
+        entries = await self._list_entries(deadline, retries)
+        names = [name for name, _ in entries]
+        if len(entries) == 1:
+            logger.info(
+                f"[Memory] EMBEDDING_MODEL_NAME=auto：嵌入服务只列出一个模型，使用 {names[0]}"
+            )
+            return names[0]
+        candidates = [name for name, fam in entries if looks_like_embedding_model(name, fam)]
+        if not candidates:
+            listed = "、".join(names[:10]) + ("…" if len(names) > 10 else "") if names else "无"
+            raise EmbeddingConfigError(
+                f"EMBEDDING_MODEL_NAME=auto，但无法从嵌入服务列出的模型（{listed}）中认出嵌入模型。"
+                "这是配置问题：请在 .env 中把 EMBEDDING_MODEL_NAME 设为要使用的嵌入模型名"
+            )
+        chosen = candidates[0]
+        others = f"；其他候选：{'、'.join(candidates[1:])}" if len(candidates) > 1 else ""
+        logger.info(
+            f"[Memory] EMBEDDING_MODEL_NAME=auto：从 {len(names)} 个模型中选用嵌入模型 {chosen}"
+            f"{others}（要用其他模型请设置 EMBEDDING_MODEL_NAME）"
+        )
+        return chosen
+
+    async def _resolve(self, deadline: _Deadline, retries: int) -> str:
         if self._resolved is not None:
             return self._resolved
         async with self._resolve_lock:
             if self._resolved is None:
-                self._resolved = await self._pick_embedding_model()
+                pinned = await self.pin_source() if self.pin_source is not None else None
+                if pinned:
+                    logger.info(
+                        f"[Memory] EMBEDDING_MODEL_NAME=auto：沿用记忆库指纹中记录的模型 {pinned}"
+                    )
+                    self._resolved = pinned
+                else:
+                    self._resolved = await self._pick_embedding_model(deadline, retries)
         return self._resolved
+
+    async def resolve_model(self, *, probe: bool = False) -> str:
+        """The model name actually used (resolving ``auto`` once).
+
+        ``probe=True`` (the start-up check, ``status``): a short deadline
+        (:attr:`probe_timeout`) and no retries; a failed probe is not cached,
+        so the first real use resolves again with the full deadline.
+        """
+        if probe:
+            return await self._resolve(_Deadline.after(self.probe_timeout), 0)
+        return await self._resolve(_Deadline.after(self.timeout), self.max_retries)
 
     @property
     def resolved_model(self) -> str | None:
         return self._resolved
 
+    # -- first-success hook ------------------------------------------------------
+
+    def run_after_embedding(self, hook: EmbeddingHook | None) -> None:
+        """Run ``hook`` after every successful embedding until it returns ``True``.
+
+        It runs before the vectors are handed back, one call at a time: while
+        it runs, no caller of :meth:`embed` in this process can write vectors.
+        Used to record the fingerprint at the first embedding when the
+        start-up check could not (see :mod:`.startup`). ``None`` disarms.
+        """
+        self._after_embedding = hook
+
+    async def _run_hook(self) -> None:
+        hook = self._after_embedding
+        if hook is None:
+            return
+        if self._hook_lock is None:
+            self._hook_lock = asyncio.Lock()
+        async with self._hook_lock:
+            if self._after_embedding is hook and await hook():
+                self._after_embedding = None
+
     # -- embedding -------------------------------------------------------------
 
-    async def _embed_batch(self, model: str, texts: list[str]) -> list[list[float]]:
+    async def _embed_batch(
+        self, model: str, texts: list[str], deadline: _Deadline
+    ) -> list[list[float]]:
         if self.protocol == "openai":
             body = await self._request(
                 "POST",
                 self._openai_base() + "/embeddings",
                 {"model": model, "input": texts, "encoding_format": "float"},
+                deadline=deadline,
+                retries=self.max_retries,
             )
             data = body.get("data") if isinstance(body, dict) else None
             if not isinstance(data, list):
@@ -213,7 +394,11 @@ class EmbeddingClient:
             vectors = [d.get("embedding") if isinstance(d, dict) else None for d in ordered]
         else:
             body = await self._request(
-                "POST", self._ollama_base() + "/api/embed", {"model": model, "input": texts}
+                "POST",
+                self._ollama_base() + "/api/embed",
+                {"model": model, "input": texts},
+                deadline=deadline,
+                retries=self.max_retries,
             )
             vectors = body.get("embeddings") if isinstance(body, dict) else None
             if not isinstance(vectors, list):
@@ -237,18 +422,27 @@ class EmbeddingClient:
         return values
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """Embed ``texts`` in batches; every vector has the same dimension."""
+        """Embed ``texts`` in batches; every vector has the same dimension.
+
+        The first batch shares its deadline with resolving ``auto`` (one chat
+        tool call = one deadline); every further batch gets a deadline of its own.
+        """
         if isinstance(texts, str):
             raise TypeError("embed() takes a sequence of strings, not a string")
         if not texts:
             return []
-        model = await self.resolve_model()
+        deadline = _Deadline.after(self.timeout)
+        model = await self._resolve(deadline, self.max_retries)
         out: list[list[float]] = []
         for start in range(0, len(texts), self.batch_size):
-            out.extend(await self._embed_batch(model, list(texts[start : start + self.batch_size])))
+            if start:
+                deadline = _Deadline.after(self.timeout)
+            batch = list(texts[start : start + self.batch_size])
+            out.extend(await self._embed_batch(model, batch, deadline))
         dims = {len(v) for v in out}
         if len(dims) != 1:
             raise EmbeddingResponseError(f"嵌入服务返回的向量维度不一致：{sorted(dims)}")
+        await self._run_hook()
         return out
 
     def describe(self) -> str:

@@ -9,6 +9,7 @@ this layer never reads the L3 configuration).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,16 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..core.config import EnvConfig
 from ..storage.chroma import ChromaConnection
+from ..storage.guard import (
+    MAINTENANCE_KEYS,
+    META_REEMBED_COMPLETE,
+    META_REEMBED_RUNNING,
+    META_REEMBED_SOURCE,
+    META_REEMBED_TARGET,
+    TEMP_SUFFIX,
+)
 from ..storage.memory_store import MemoryStore
+from ..storage.paging import Item, iter_pages
 from .client import EmbeddingClient
 from .errors import RemapError
 from .fingerprint import FINGERPRINT_KEYS
@@ -26,9 +36,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MARKER_KEYS",
+    "META_REEMBED_COMPLETE",
+    "META_REEMBED_RUNNING",
+    "META_REEMBED_SOURCE",
+    "META_REEMBED_TARGET",
     "TEMP_SUFFIX",
     "Covered",
     "Maintenance",
+    "apply_live_changes",
     "count_of",
     "drop_collection",
     "meta_of",
@@ -38,14 +53,11 @@ __all__ = [
     "user_meta",
 ]
 
-# Markers of an in-progress remap (on temporary collections and, between the
-# swap and the final fingerprint write, on the swapped-in collections).
-META_REEMBED_COMPLETE = "reembed_complete"
-META_REEMBED_TARGET = "reembed_target"
-META_REEMBED_SOURCE = "reembed_source"
-MARKER_KEYS = (META_REEMBED_COMPLETE, META_REEMBED_TARGET, META_REEMBED_SOURCE)
-
-TEMP_SUFFIX = "__reembed"
+# Markers of an in-progress remap live in the storage layer, because writers
+# check them (see storage.guard.CollectionGuard): "running" on the live
+# collections while their replacements are built, the others on temporaries
+# and, between the swap and the final fingerprint write, on the swapped-in ones.
+MARKER_KEYS = MAINTENANCE_KEYS
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,3 +131,50 @@ class Maintenance:
     def covered(self) -> tuple[Covered, Covered]:
         """(knowledge, memory): the swap order (memory last, see :mod:`.remap`)."""
         return Covered(self.knowledge_collection, "knowledge"), Covered(self.store.name, "memory")
+
+
+async def apply_live_changes(maint: Maintenance, live: Collection, temp: Collection) -> int:
+    """Make ``temp`` hold what ``live`` holds now; the number of changes applied.
+
+    Used while a remap's temporary is being built: items added or changed in
+    ``live`` meanwhile are (re-)embedded with the current model into
+    ``temp``, items deleted from ``live`` are deleted from ``temp``. An
+    embedding-free comparison page by page when nothing changed.
+    """
+    conn = maint.connection
+    seen: set[str] = set()
+    changed = 0
+    async for page in iter_pages(conn, live):
+        seen.update(item.id for item in page)
+        res = await conn.run(
+            functools.partial(
+                temp.get, ids=[item.id for item in page], include=["documents", "metadatas"]
+            )
+        )
+        docs = res.get("documents") or [None] * len(res["ids"])
+        metas = res.get("metadatas") or [None] * len(res["ids"])
+        copied = {
+            i: (d, dict(m) if m is not None else None)
+            for i, d, m in zip(res["ids"], docs, metas, strict=False)
+        }
+        stale: list[Item] = [item for item in page if copied.get(item.id, ("\0", None)) != item[1:]]
+        batch = maint.env.reembed_batch_size
+        for start in range(0, len(stale), batch):
+            chunk = stale[start : start + batch]
+            vectors = await maint.embedder.embed([item.document or "" for item in chunk])
+            await conn.run(
+                functools.partial(
+                    temp.upsert,
+                    ids=[item.id for item in chunk],
+                    documents=[item.document for item in chunk],  # type: ignore[arg-type]
+                    embeddings=vectors,  # type: ignore[arg-type]
+                    metadatas=[item.metadata for item in chunk],  # type: ignore[arg-type]
+                )
+            )
+        changed += len(stale)
+    extra = [
+        i for i in (await conn.run(functools.partial(temp.get, include=[])))["ids"] if i not in seen
+    ]
+    if extra:
+        await conn.run(functools.partial(temp.delete, ids=extra))
+    return changed + len(extra)

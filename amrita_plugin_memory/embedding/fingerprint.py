@@ -6,18 +6,25 @@ embedding configuration::
 
     fingerprint = sha256(protocol | model | base_url)
 
-(``model`` is the resolved name when ``EMBEDDING_MODEL_NAME=auto``). The
-fingerprint travels with the collection, so it also works with a remote
-ChromaDB.
+(``model`` is the resolved name when ``EMBEDDING_MODEL_NAME=auto``;
+``base_url`` is normalised by :func:`normalize_base_url`, so the spellings of
+one server's address give one fingerprint). The fingerprint travels with the
+collection, so it also works with a remote ChromaDB.
+
+Once a fingerprint is stored, ``auto`` keeps meaning the model recorded in it
+(:func:`pin_auto_model`): pulling another embedding model into the service
+later must not silently change the vector space.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..storage.memory_store import MemoryStore
 from .client import EmbeddingClient
@@ -27,6 +34,9 @@ __all__ = [
     "FingerprintInfo",
     "compute_fingerprint",
     "current_fingerprint",
+    "normalize_base_url",
+    "pin_auto_model",
+    "pinned_model",
     "stored_fingerprint",
     "write_fingerprint",
 ]
@@ -37,6 +47,38 @@ META_PROTOCOL = "embedding_protocol"
 META_MODEL = "embedding_model"
 META_BASE_URL = "embedding_base_url"
 FINGERPRINT_KEYS = (META_FINGERPRINT, META_PROTOCOL, META_MODEL, META_BASE_URL)
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def normalize_base_url(protocol: str, url: str) -> str:
+    """One spelling per server: what the fingerprint records.
+
+    Lower-case scheme and host, default ports dropped, no user info, query or
+    fragment, and the path without trailing ``/`` and without the API suffix
+    the client adds by itself (``/v1``; for Ollama also ``/api``). So
+    ``http://Host:80/v1/`` and ``http://host`` are the same server; a
+    different port or path prefix (a proxy) stays different.
+    """
+    text = url.strip()
+    parts = urlsplit(text if "://" in text else "http://" + text)
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower()
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:  # not a number: keep what was written
+        return text.rstrip("/")
+    netloc = host if port is None or port == _DEFAULT_PORTS.get(scheme) else f"{host}:{port}"
+    path = parts.path.rstrip("/")
+    suffixes = ("/v1", "/api") if protocol == "ollama-embed" else ("/v1",)
+    for suffix in suffixes:
+        if path.lower().endswith(suffix):
+            path = path[: -len(suffix)].rstrip("/")
+            break
+    return f"{scheme}://{netloc}{path}"
 
 
 def compute_fingerprint(protocol: str, model: str, base_url: str) -> str:
@@ -103,21 +145,64 @@ class FingerprintInfo:
             str(data.get("base_url", "")),
         )
 
+    def same_service(self, other: FingerprintInfo) -> bool:
+        """Same protocol, model and (normalised) server: the same vector space.
+
+        True for a fingerprint written from another spelling of the URL (by an
+        older plugin that did not normalise it), where the hashes differ.
+        """
+        return (
+            bool(self.protocol and self.model)
+            and (self.protocol, self.model) == (other.protocol, other.model)
+            and normalize_base_url(self.protocol, self.base_url)
+            == normalize_base_url(other.protocol, other.base_url)
+        )
+
     def describe(self) -> str:
         if not (self.protocol or self.model or self.base_url):
             return self.fingerprint[:16]
         return f"{self.protocol} / {self.model} @ {self.base_url}（{self.fingerprint[:16]}）"
 
 
-async def current_fingerprint(embedder: EmbeddingClient) -> FingerprintInfo:
+async def current_fingerprint(embedder: EmbeddingClient, *, probe: bool = False) -> FingerprintInfo:
     """The fingerprint of the current configuration.
 
-    Needs the embedding service only when ``EMBEDDING_MODEL_NAME=auto`` (the
-    model name is resolved through the service's model list); raises
-    :class:`~..core.errors.EmbeddingError` when it is unreachable then.
+    Needs the embedding service only when ``EMBEDDING_MODEL_NAME=auto`` is not
+    pinned yet (the model name is resolved through the service's model list);
+    raises :class:`~..core.errors.EmbeddingError` when it is unreachable then.
+    ``probe``: a short deadline without retries (start-up check, ``status``).
     """
-    model = await embedder.resolve_model()
-    return FingerprintInfo.of(embedder.protocol, model, embedder.base_url)
+    model = await embedder.resolve_model(probe=probe)
+    url = normalize_base_url(embedder.protocol, embedder.base_url)
+    return FingerprintInfo.of(embedder.protocol, model, url)
+
+
+async def pinned_model(store: MemoryStore, embedder: EmbeddingClient) -> str | None:
+    """The model of the stored fingerprint, if it was made for this protocol and server.
+
+    Read-only (never creates the collection); raises
+    :class:`~..core.errors.VectorStoreError` when Chroma is unreachable, so
+    that ``auto`` is not resolved from the model list by mistake meanwhile.
+    """
+    col = await store.connection.get_collection(store.name, create=False)
+    stored = FingerprintInfo.from_meta(col.metadata or {}) if col is not None else None
+    if stored is None or not stored.model or stored.protocol != embedder.protocol:
+        return None
+    here = normalize_base_url(embedder.protocol, embedder.base_url)
+    if normalize_base_url(stored.protocol, stored.base_url) != here:
+        return None  # another server: resolve (and compare fingerprints) as usual
+    return stored.model
+
+
+def pin_auto_model(embedder: EmbeddingClient, store: MemoryStore) -> None:
+    """Make ``EMBEDDING_MODEL_NAME=auto`` resolve to the model of ``store``'s fingerprint.
+
+    Without it, ``auto`` takes the first embedding model the service lists,
+    which changes when another model is pulled into Ollama. Explicit model
+    names are unaffected.
+    """
+    if embedder.configured_model == "auto":
+        embedder.pin_source = functools.partial(pinned_model, store, embedder)
 
 
 async def stored_fingerprint(store: MemoryStore) -> FingerprintInfo | None:

@@ -1,18 +1,32 @@
-"""Finishing or dropping a remap that was interrupted (crash, kill, outage).
+"""Finishing or dropping a remap that was interrupted (crash, kill, outage), and its checks.
 
 Must run before anything else touches the covered collections; see
-:mod:`.remap` for why the decision below is always correct.
+:mod:`.remap` for why the decision below is always correct. Also here: the
+"remap running" marker writers obey (:func:`mark_running`,
+:func:`clear_running`) and :func:`verify_searchable`, the check every
+re-embedding passes before it reports success or writes a fingerprint.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import functools
+import json
+import os
+import random
+import socket
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 from nonebot.log import logger
 
+from ..core.errors import VectorStoreError
+from ..core.text import short_error
 from .covered import (
     MARKER_KEYS,
     META_REEMBED_COMPLETE,
+    META_REEMBED_RUNNING,
     META_REEMBED_TARGET,
     Covered,
     Maintenance,
@@ -21,9 +35,83 @@ from .covered import (
     replace_meta,
     user_meta,
 )
+from .errors import RemapError
 from .fingerprint import FingerprintInfo
 
-__all__ = ["finalize_remap", "recover_interrupted_remap", "swap_collections"]
+__all__ = [
+    "VERIFY_SAMPLE",
+    "RemapVerifyError",
+    "clear_running",
+    "finalize_remap",
+    "mark_running",
+    "recover_interrupted_remap",
+    "still_running",
+    "swap_collections",
+    "verify_searchable",
+]
+
+
+class RemapVerifyError(RemapError):
+    """Re-embedded records are not found by vector search: nothing is reported done."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"检索校验失败：{detail}；未写入新指纹")
+
+
+VERIFY_SAMPLE = 16
+"""Records per collection that :func:`verify_searchable` must find by vector search."""
+
+_VERIFY_TOP_K = 10
+_SAME_POINT = 1e-4
+"""A distance this small means "the same vector" (exact duplicates may tie)."""
+
+
+async def mark_running(maint: Maintenance, kind: str) -> None:
+    """Set the "remap running" marker on every existing covered collection.
+
+    Writers (memory tools, the knowledge base) refuse while it is set, in
+    this and in every other process (see ``storage.guard.CollectionGuard``).
+    """
+    note = json.dumps(
+        {
+            "kind": kind,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+    )
+    for cov in maint.covered:
+        col = await open_collection(maint.connection, cov.name)
+        if col is not None:
+            await replace_meta(maint.connection, col, {**meta_of(col), META_REEMBED_RUNNING: note})
+    maint.store.invalidate()
+
+
+async def still_running(maint: Maintenance) -> bool:
+    """Whether every existing covered collection still carries the "running" marker."""
+    for cov in maint.covered:
+        col = await open_collection(maint.connection, cov.name)
+        if col is not None and not meta_of(col).get(META_REEMBED_RUNNING):
+            return False
+    return True
+
+
+async def clear_running(maint: Maintenance) -> bool:
+    """Remove the "running" marker from the covered collections; whether one was set."""
+    found = False
+    for cov in maint.covered:
+        col = await open_collection(maint.connection, cov.name)
+        if col is None:
+            continue
+        meta = meta_of(col)
+        if not meta.get(META_REEMBED_RUNNING):
+            continue
+        found = True
+        rest = {k: v for k, v in meta.items() if k != META_REEMBED_RUNNING}
+        # Chroma refuses empty metadata: an empty marker means "not running".
+        await replace_meta(maint.connection, col, rest or {META_REEMBED_RUNNING: ""})
+    maint.store.invalidate()
+    return found
 
 
 async def finalize_remap(
@@ -56,11 +144,96 @@ async def swap_collections(maint: Maintenance, names: Sequence[Covered]) -> None
     maint.store.invalidate()
 
 
+async def _missing_from_search(maint: Maintenance, name: str) -> tuple[int, list[str]]:
+    """``(sampled, ids not found)`` for a random sample of ``name``."""
+    conn = maint.connection
+    col = await open_collection(conn, name)
+    if col is None:
+        raise RemapVerifyError(f"集合 {name} 不存在")
+    ids = list((await conn.run(functools.partial(col.get, include=[])))["ids"])
+    if not ids:
+        return 0, []
+    sample = random.sample(ids, min(VERIFY_SAMPLE, len(ids)))
+    try:
+        got = await conn.run(
+            functools.partial(col.get, ids=sample, include=["embeddings", "metadatas"])
+        )
+    except VectorStoreError as exc:
+        raise RemapVerifyError(f"集合 {name} 的向量无法读取（{short_error(exc)}）") from exc
+    vectors = got.get("embeddings")
+    metas = got.get("metadatas") or [None] * len(got["ids"])
+    missing = sorted(set(sample) - set(got["ids"]))
+    for i, item_id in enumerate(got["ids"]):
+        vector = [float(x) for x in vectors[i]] if vectors is not None else None
+        if vector is None or not await _found(conn, col, item_id, vector, metas[i]):
+            missing.append(item_id)
+    return len(sample), missing
+
+
+async def _found(
+    conn: Any, col: Any, item_id: str, vector: list[float], meta: Mapping[str, Any] | None
+) -> bool:
+    """Whether a query with the item's own vector finds it, alone and as a search does."""
+    try:
+        res = await conn.run(
+            functools.partial(
+                col.query, query_embeddings=[vector], ids=[item_id], n_results=1, include=[]
+            )
+        )
+        if item_id not in (res["ids"][0] if res["ids"] else []):
+            return False
+        partition = (meta or {}).get("user_id")
+        if not isinstance(partition, str):
+            return True
+        # The path of read_memory: nearest neighbours filtered by partition.
+        res = await conn.run(
+            functools.partial(
+                col.query,
+                query_embeddings=[vector],
+                where={"user_id": partition},
+                n_results=_VERIFY_TOP_K,
+                include=["distances"],
+            )
+        )
+    except VectorStoreError as exc:
+        logger.warning(f"[Memory] 检索校验：查询 {item_id} 出错：{short_error(exc)}")
+        return False
+    found = res["ids"][0] if res["ids"] else []
+    dists = (res.get("distances") or [[]])[0]
+    return item_id in found or (len(found) == _VERIFY_TOP_K and dists[-1] <= _SAME_POINT)
+
+
+async def verify_searchable(maint: Maintenance, names: Sequence[str]) -> None:
+    """Check, in a fresh client, that re-embedded records are found by vector search.
+
+    The connection's client is closed and reopened first (``refresh``), so the
+    check sees what the next process (the bot after a CLI command) will load,
+    not this process's in-memory index. For a random sample of each
+    collection, a query with the record's own stored vector must return it,
+    restricted to its id and, for memories, among the nearest neighbours
+    within its partition (the path of ``read_memory``). Raises
+    :class:`RemapVerifyError`; callers then neither report success nor write
+    the new fingerprint.
+    """
+    await asyncio.to_thread(maint.connection.refresh)
+    maint.store.invalidate()
+    for name in names:
+        sampled, missing = await _missing_from_search(maint, name)
+        if missing:
+            raise RemapVerifyError(
+                f"集合 {name} 中抽查的 {sampled} 条里有 {len(missing)} 条无法被向量检索找到"
+                f"（如 {', '.join(missing[:3])}）"
+            )
+        logger.debug(f"[Memory] 检索校验通过：{name}（抽查 {sampled} 条）")
+
+
 async def recover_interrupted_remap(maint: Maintenance) -> str | None:
     """Finish a committed remap or drop an uncommitted one; ``None`` if there was none.
 
     Must run before anything else touches the covered collections (see the
-    module docstring for why this is always correct).
+    module docstring for why this is always correct). A committed remap is
+    finished only after :func:`verify_searchable` passed; a "running"
+    marker left by an interrupted remap is removed (writers resume).
     """
     conn = maint.connection
     names = maint.covered
@@ -78,10 +251,11 @@ async def recover_interrupted_remap(maint: Maintenance) -> str | None:
         # Not committed: the originals are complete; temporaries are leftovers.
         for cov in temps:
             await conn.delete_collection(cov.temp)
-        if temps:
+        marked = await clear_running(maint)
+        if temps or marked:
             logger.warning(
-                "[Memory] 发现上次未完成的重映射留下的临时集合，已清理"
-                f"（{', '.join(c.temp for c in temps)}）；原集合完好"
+                "[Memory] 发现上次未完成的重映射留下的临时集合或维护标记，已清理"
+                f"（{', '.join(c.temp for c in temps) or '维护标记'}）；原集合完好"
             )
             return "dropped"
         return None
@@ -91,6 +265,8 @@ async def recover_interrupted_remap(maint: Maintenance) -> str | None:
         if col is not None and meta_of(col).get(META_REEMBED_COMPLETE) is not True:
             await conn.delete_collection(knowledge.temp)  # cannot happen; be safe
     await swap_collections(maint, names)
+    present = set(await conn.list_collections())
+    await verify_searchable(maint, [cov.name for cov in names if cov.name in present])
     await finalize_remap(maint, target, names)
     logger.info(f"[Memory] 已完成上次中断的重映射：{target.describe()}")
     return "finished"

@@ -8,31 +8,42 @@ Safety of a remap (nothing may ever be lost)
 --------------------------------------------
 1. A JSON backup (ids, documents, metadatas; no vectors) of every covered
    collection is written first, atomically, readable only by the owner.
-2. Every covered collection ``X`` is re-embedded page by page into a new
-   temporary collection ``X__reembed``; the original stays untouched.
-3. When every temporary collection holds exactly as many items as its source
-   (and a live source did not change meanwhile), the temporaries are marked
+2. The live collections get a "running" marker: writers in every process
+   refuse ("记忆库维护中") while it is set (``storage.guard.CollectionGuard``).
+   A restore waits ``REMAP_GRACE`` before its backup, so every write
+   acknowledged before the marker took effect is in that backup.
+3. Every covered collection ``X`` is re-embedded page by page into a new
+   temporary collection ``X__reembed``; the original stays untouched. Writes
+   that were acknowledged meanwhile (remote Chroma: other processes) are
+   applied to the temporary by a catch-up pass, repeated until a pass that
+   starts ``REMAP_GRACE`` after the marker finds nothing: an acknowledged
+   write always landed before that (see ``CollectionGuard``), so the remap
+   finishes however busy the bot is, and loses nothing it acknowledged.
+4. The temporaries are verified in a fresh client (vector search finds a
+   sample of them, :func:`.recovery.verify_searchable`), then marked
    ``reembed_complete=true`` — the knowledge temporary first, the memory
    temporary **last**. Marking the memory temporary is the single atomic
    *commit point* of the remap.
-4. Then the swap: for the knowledge and then the memory collection, delete the
+5. Then the swap: for the knowledge and then the memory collection, delete the
    original and rename the temporary to the original name
    (``collection.modify(name=...)``, verified on chromadb 1.5.9, embedded and
    remote). The new collection carries the target fingerprint as a marker.
-5. Finally the fingerprint is written and the markers are removed.
+6. The swapped-in collections are verified again in a fresh client; only then
+   is the fingerprint written and are the markers removed.
 
 Why a kill at any instant is safe: before the commit point the originals are
 complete and unchanged and the next start (or command) drops the incomplete
-or uncommitted temporaries — a clean retry. After the commit point every
-temporary that still exists is complete, so :func:`recover_interrupted_remap`
-(run before anything else touches the collections) finishes the swap: it
-deletes an original that still exists, renames the temporary, and writes the
-fingerprint recorded in the marker (the fingerprint of the vectors, not of the
-possibly changed current configuration). "Committed" is recognised either by
-the memory temporary's ``reembed_complete`` marker or, once it was renamed, by
-the marker carried by the memory collection itself; the knowledge collection
-is always swapped before the memory collection, so a committed state never
-has an unswapped knowledge temporary without a memory marker.
+or uncommitted temporaries and the "running" marker — a clean retry. After
+the commit point every temporary that still exists is complete, so
+:func:`recover_interrupted_remap` (run before anything else touches the
+collections) finishes the swap: it deletes an original that still exists,
+renames the temporary, verifies, and writes the fingerprint recorded in the
+marker (the fingerprint of the vectors, not of the possibly changed current
+configuration). "Committed" is recognised either by the memory temporary's
+``reembed_complete`` marker or, once it was renamed, by the marker carried by
+the memory collection itself; the knowledge collection is always swapped
+before the memory collection, so a committed state never has an unswapped
+knowledge temporary without a memory marker.
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +60,7 @@ from typing import TYPE_CHECKING, Any
 from nonebot.log import logger
 
 from ..storage.chroma import ChromaConnection
+from ..storage.guard import WRITE_WINDOW
 from ..storage.keys import migrate_partition_keys
 from ..storage.paging import READ_PAGE_SIZE, Item, iter_pages
 from .backup import create_backup, load_backup
@@ -57,6 +70,7 @@ from .covered import (
     META_REEMBED_TARGET,
     Covered,
     Maintenance,
+    apply_live_changes,
     count_of,
     drop_collection,
     meta_of,
@@ -67,7 +81,16 @@ from .covered import (
 )
 from .errors import RemapError, RemapFailed
 from .fingerprint import FingerprintInfo, current_fingerprint, write_fingerprint
-from .recovery import finalize_remap, recover_interrupted_remap, swap_collections
+from .recovery import (
+    RemapVerifyError,
+    clear_running,
+    finalize_remap,
+    mark_running,
+    recover_interrupted_remap,
+    still_running,
+    swap_collections,
+    verify_searchable,
+)
 
 if TYPE_CHECKING:
     from chromadb.api.models.Collection import Collection
@@ -122,6 +145,12 @@ serialises the request holding the GIL, and 1,024 items raised the loop's
 worst stall to about 50 ms, while 512 kept it near 30 ms at 1,200 items/s.
 """
 
+REMAP_GRACE = WRITE_WINDOW + 1.0
+"""Seconds after the "running" marker before a remote remap's final pass (see the docstring)."""
+
+CATCH_UP_PASSES = 20
+"""Catch-up passes before a remap gives up on a collection that keeps changing."""
+
 DISPATCH_YIELDS = 10
 """Event-loop turns granted to the next embedding request before an add starts."""
 
@@ -136,6 +165,25 @@ async def _let_request_leave() -> None:
     """
     for _ in range(DISPATCH_YIELDS):
         await asyncio.sleep(0)
+
+
+async def _settle(pending: asyncio.Future[Any]) -> None:
+    """Cancel ``pending`` if needed and wait for it; its failure never hides ours.
+
+    The pending embedding's own error or cancellation is swallowed (the
+    failure that matters is the one that stopped the pipeline), but a
+    cancellation of the task running this code is re-raised, never eaten.
+    """
+    if not pending.done():
+        pending.cancel()
+    try:
+        await pending
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+    except Exception:
+        pass
 
 
 async def _build_temp(
@@ -204,47 +252,58 @@ async def _build_temp(
                 logger.debug(line)
                 progress(done[0], total)
     finally:
-        if not pending.done():
-            pending.cancel()
-        with contextlib.suppress(BaseException):
-            await pending  # retrieve its outcome; the failure that matters is ours
+        await _settle(pending)
         await source.aclose()
-    got = await count_of(conn, temp)
-    if got != plan.expected:
-        raise RemapError(
-            f"集合 {plan.cov.name} 重映射后条数不符（应为 {plan.expected}，实际 {got}；可能有其他进程同时写入）"
-        )
+    if plan.live is None:  # from a file: nothing else writes to it
+        got = await count_of(conn, temp)
+        if got != plan.expected:
+            raise RemapError(
+                f"集合 {plan.cov.name} 重映射后条数不符（应为 {plan.expected}，实际 {got}）"
+            )
     return temp
 
 
-async def _same_contents(
-    conn: ChromaConnection, live: Collection, temp: Collection, expected: int
-) -> bool:
-    """Whether ``live`` still holds exactly what was copied into ``temp``.
+def _grace(conn: ChromaConnection) -> float:
+    """How long writers may still land a write after the marker (see ``CollectionGuard``).
 
-    A second, embedding-free pass page by page: catches writes of another
-    process (a bot on a remote Chroma) made while the remap was running.
+    Embedded Chroma is locked to this process (``flock``): when this process
+    never wrote through a guard (the CLI, the start-up check before the bot
+    serves), nobody can be writing and there is nothing to wait for.
     """
-    if await count_of(conn, live) != expected:
-        return False
-    seen = 0
-    async for page in iter_pages(conn, live):
-        seen += len(page)
-        res = await conn.run(
-            functools.partial(
-                temp.get, ids=[item.id for item in page], include=["documents", "metadatas"]
-            )
-        )
-        docs = res.get("documents") or [None] * len(res["ids"])
-        metas = res.get("metadatas") or [None] * len(res["ids"])
-        copied = {
-            i: (d, dict(m) if m is not None else None)
-            for i, d, m in zip(res["ids"], docs, metas, strict=False)
-        }
-        for item in page:
-            if copied.get(item.id, ("\0missing", None)) != (item.document, item.metadata):
-                return False
-    return seen == expected
+    return REMAP_GRACE if conn.mode == "remote" or conn.writers_seen else 0.0
+
+
+async def _catch_up(
+    maint: Maintenance, plans: list[_Plan], temps: dict[str, Collection], since: float
+) -> None:
+    """Apply to the temporaries what writers changed in the live collections meanwhile.
+
+    Repeated until a pass that started at least ``_grace`` after the marker
+    (``since``) changes nothing; see the module docstring for why that pass
+    sees every acknowledged write.
+    """
+    live = [p for p in plans if p.live is not None]
+    if not live:
+        return
+    settled_at = since + _grace(maint.connection)
+    for _ in range(CATCH_UP_PASSES):
+        final = time.monotonic() >= settled_at
+        if final and not await still_running(maint):
+            # A concurrent metadata write replaced ours: mark again and wait again.
+            await mark_running(maint, "reindex")
+            settled_at = time.monotonic() + _grace(maint.connection)
+            final = settled_at <= time.monotonic()
+        changed = 0
+        for plan in live:
+            assert plan.live is not None
+            changed += await apply_live_changes(maint, plan.live, temps[plan.cov.role])
+        if changed:
+            logger.info(f"[Memory] 重映射期间的 {changed} 处改动已同步到新集合")
+        elif final:
+            return
+        if not final:
+            await asyncio.sleep(max(0.0, settled_at - time.monotonic()))
+    raise RemapError("重映射期间集合持续被修改，未能追平；请稍后重试")
 
 
 async def _run_remap(
@@ -253,47 +312,57 @@ async def _run_remap(
     target: FingerprintInfo,
     backup: Path | None,
     progress: ProgressCallback | None,
+    since: float,
 ) -> RemapReport:
-    """Build the temporaries, commit, swap, finalize (see the module docstring)."""
+    """Build, catch up, verify, commit, swap, verify, finalize (see the module docstring)."""
     conn = maint.connection
     names = maint.covered
     total = sum(p.expected for p in plans)
     done = [0]
     temps: dict[str, Collection] = {}
+    counts: dict[str, int] = {}
     try:
         for plan in sorted(plans, key=lambda p: p.cov.role != "memory"):  # memory first
             temps[plan.cov.role] = await _build_temp(maint, plan, target, done, total, progress)
-        for plan in plans:
-            if plan.live is not None and not await _same_contents(
-                conn, plan.live, temps[plan.cov.role], plan.expected
-            ):
-                raise RemapError(
-                    f"集合 {plan.cov.name} 在重映射期间被修改；请停止正在运行的 Bot 后重试"
-                )
+        await _catch_up(maint, plans, temps, since)
+        await verify_searchable(maint, [p.cov.temp for p in plans])
         # Commit: knowledge temporary first, memory temporary last (the commit point).
         for role in ("knowledge", "memory"):
-            if role in temps:
-                col = temps[role]
-                await replace_meta(conn, col, {**meta_of(col), META_REEMBED_COMPLETE: True})
+            plan = next((p for p in plans if p.cov.role == role), None)
+            if plan is None:
+                continue
+            col = await open_collection(conn, plan.cov.temp)  # a fresh handle after verify
+            if col is None:
+                raise RemapError(f"临时集合 {plan.cov.temp} 不见了")
+            counts[plan.cov.name] = await count_of(conn, col)
+            await replace_meta(conn, col, {**meta_of(col), META_REEMBED_COMPLETE: True})
     except BaseException as exc:
         # Before the commit point: drop the temporaries, the originals are untouched.
         for plan in plans:
             with contextlib.suppress(Exception):
                 await drop_collection(conn, plan.cov.temp)
+        with contextlib.suppress(Exception):
+            await clear_running(maint)  # writers may go on
         if isinstance(exc, Exception):
             raise RemapFailed(exc, backup) from exc
         raise
     try:
         await swap_collections(maint, names)
+        await verify_searchable(maint, [p.cov.name for p in plans])
         await finalize_remap(maint, target, names)
+    except RemapVerifyError as exc:
+        raise RemapError(
+            f"{exc}。新集合已就位；下次启动 Bot（或运行 `ambot memory reindex`）时会重新校验，"
+            f"仍失败请用 `ambot memory backup restore {backup}` 恢复"
+        ) from exc
     except Exception as exc:
         # After the commit point: keep everything; recovery finishes the swap.
         raise RemapError(
             f"重映射已提交，但切换集合时出错：{exc}。新集合已完整、所有记忆都在；"
             "下次启动 Bot（或运行 `ambot memory reindex`）时会自动完成切换"
         ) from exc
-    logger.info(f"[Memory] 重映射完成：{total} 条，新嵌入配置 {target.describe()}")
-    return RemapReport(target, backup, {p.cov.name: p.expected for p in plans})
+    logger.info(f"[Memory] 重映射完成：{sum(counts.values())} 条，新嵌入配置 {target.describe()}")
+    return RemapReport(target, backup, counts)
 
 
 async def _live_plan(maint: Maintenance, cov: Covered) -> _Plan | None:
@@ -320,7 +389,8 @@ async def remap(maint: Maintenance, *, progress: ProgressCallback | None = None)
     Raises :class:`RemapFailed` (everything as before, backup kept) or, after
     the commit point, whatever interrupted the swap (finished by the next
     :func:`recover_interrupted_remap`). Embedding and Chroma failures that
-    happen before the backup propagate unchanged.
+    happen before the backup propagate unchanged. Writers are refused while
+    it runs (:class:`~..core.errors.MaintenanceInProgress`).
     """
     await recover_interrupted_remap(maint)
     target = await current_fingerprint(maint.embedder)
@@ -334,7 +404,15 @@ async def remap(maint: Maintenance, *, progress: ProgressCallback | None = None)
         f"[Memory] 开始重映射 {sum(p.expected for p in plans)} 条（{target.describe()}），"
         f"备份：{info.path}"
     )
-    return await _run_remap(maint, plans, target, info.path, progress)
+    await mark_running(maint, "reindex")
+    since = time.monotonic()
+    try:
+        plans = [plan for cov in maint.covered if (plan := await _live_plan(maint, cov))]
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await clear_running(maint)
+        raise
+    return await _run_remap(maint, plans, target, info.path, progress, since)
 
 
 async def restore_backup(
@@ -343,10 +421,12 @@ async def restore_backup(
     """Replace the covered collections by a backup's contents, embedded with the current model.
 
     The current contents are backed up first (the restored file is never
-    pruned). Collections missing from the backup but present now are
-    re-embedded from their live contents so that everything matches the new
-    fingerprint. Uses the same temporary-collection-and-swap procedure as
-    :func:`remap`; the partition keys are migrated afterwards.
+    pruned), after the "running" marker stopped the writers: every write
+    acknowledged before is in that backup. Collections missing from the
+    backup but present now are re-embedded from their live contents so that
+    everything matches the new fingerprint. Uses the same
+    temporary-collection-and-swap procedure as :func:`remap`; the partition
+    keys are migrated afterwards.
     """
     _, contents = load_backup(path)
     known = {cov.name for cov in maint.covered}
@@ -354,25 +434,33 @@ async def restore_backup(
         logger.warning(f"[Memory] 备份中的集合 {name} 不在当前配置中，已忽略")
     await recover_interrupted_remap(maint)
     target = await current_fingerprint(maint.embedder)
-    plans: list[_Plan] = []
-    for cov in maint.covered:
-        saved = contents.get(cov.name)
-        if saved is not None:
-            plans.append(
-                _Plan(
-                    cov,
-                    len(saved.items),
-                    saved.metadata,
-                    saved.space,
-                    functools.partial(_list_pages, saved.items, READ_PAGE_SIZE),
+    await mark_running(maint, "restore")
+    since = time.monotonic()
+    try:
+        await asyncio.sleep(_grace(maint.connection))  # writers of other processes stop
+        plans: list[_Plan] = []
+        for cov in maint.covered:
+            saved = contents.get(cov.name)
+            if saved is not None:
+                plans.append(
+                    _Plan(
+                        cov,
+                        len(saved.items),
+                        saved.metadata,
+                        saved.space,
+                        functools.partial(_list_pages, saved.items, READ_PAGE_SIZE),
+                    )
                 )
-            )
-            continue
-        if (plan := await _live_plan(maint, cov)) is not None:
-            plans.append(plan)
-    info = await create_backup(maint, protect=[path])
+                continue
+            if (plan := await _live_plan(maint, cov)) is not None:
+                plans.append(plan)
+        info = await create_backup(maint, protect=[path])
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await clear_running(maint)
+        raise
     logger.info(f"[Memory] 从备份 {path} 恢复，恢复前的内容已备份到 {info.path}")
-    report = await _run_remap(maint, plans, target, info.path, progress)
+    report = await _run_remap(maint, plans, target, info.path, progress, since)
     await migrate_partition_keys(maint.store)
     return report
 

@@ -14,13 +14,26 @@ from nonebot.log import logger
 from ..core.console import ask_yes_no, stdin_is_tty
 from ..core.errors import DataDirLocked, EmbeddingError, VectorStoreError
 from ..storage.keys import KeyMigrationReport, migrate_partition_keys
-from .covered import Maintenance, count_of, open_collection
+from .client import EmbeddingConfigError
+from .covered import Maintenance, count_of, meta_of, open_collection, replace_meta, user_meta
 from .errors import BackupError, RemapError
-from .fingerprint import FingerprintInfo, current_fingerprint, stored_fingerprint, write_fingerprint
+from .fingerprint import (
+    FINGERPRINT_KEYS,
+    FingerprintInfo,
+    current_fingerprint,
+    stored_fingerprint,
+    write_fingerprint,
+)
 from .recovery import recover_interrupted_remap
 from .remap import RemapReport, remap
 
-__all__ = ["StartupAction", "StartupResult", "run_startup_check", "run_startup_check_async"]
+__all__ = [
+    "StartupAction",
+    "StartupResult",
+    "record_fingerprint_at_first_embedding",
+    "run_startup_check",
+    "run_startup_check_async",
+]
 
 T = TypeVar("T")
 
@@ -33,6 +46,7 @@ StartupAction = Literal[
     "remap_failed",  # mismatch, re-embedding failed (data intact, old fingerprint)
     "refused",  # mismatch, ask without a TTY: the plugin must not register
     "unavailable",  # embedding service or Chroma unreachable: not checked this time
+    "misconfigured",  # EMBEDDING_MODEL_NAME=auto cannot tell the model: fix the configuration
     "locked",  # local data dir held by another process: the plugin must not register
 ]
 
@@ -53,6 +67,80 @@ class StartupResult:
 def _mismatch_text(stored: FingerprintInfo | None, current: FingerprintInfo, count: int) -> str:
     before = stored.describe() if stored else "未记录（可能由旧版本插件写入）"
     return f"嵌入配置已变更：已存储 {before}，当前 {current.describe()}；现有 {count} 条向量与当前模型不匹配"
+
+
+async def _covered_count(maint: Maintenance) -> int:
+    """Vectors in the memory and knowledge collections (a missing collection holds none)."""
+    total = 0
+    for cov in maint.covered:
+        col = await open_collection(maint.connection, cov.name)
+        if col is not None:
+            total += await count_of(maint.connection, col)
+    return total
+
+
+async def _record_if_still_empty(maint: Maintenance) -> bool:
+    """At the first successful embedding: record the fingerprint if the store still holds nothing.
+
+    Returns ``True`` when done (recorded, or not ours to record).
+    """
+    current = await current_fingerprint(maint.embedder)  # resolved by that embedding
+    memory = await open_collection(maint.connection, maint.store.name)
+    stored = FingerprintInfo.from_meta(meta_of(memory)) if memory is not None else None
+    if stored is not None and (
+        stored.fingerprint == current.fingerprint or stored.same_service(current)
+    ):
+        return True  # recorded meanwhile (another process, `ambot memory reset-fingerprint`)
+    count = await _covered_count(maint)
+    if count:
+        logger.warning(
+            f"[Memory] 嵌入服务已可用，但记忆库已有 {count} 条向量且没有与当前配置一致的嵌入指纹，"
+            "不自动记录指纹；下次启动时按 EMBED_MISMATCH_POLICY 处理"
+        )
+        return True
+    await write_fingerprint(maint.store, current)
+    logger.info(f"[Memory] 嵌入服务已可用，记忆库为空：已记录嵌入指纹 {current.describe()}")
+    return True
+
+
+def record_fingerprint_at_first_embedding(maint: Maintenance) -> None:
+    """Arm the embedder: the first successful embedding records the fingerprint.
+
+    For a first start before the embedding service is up (a common Docker
+    start order): without this, memories written later carry no fingerprint
+    and the next start finds "data without a fingerprint" and refuses to load
+    under ``ask``. The hook runs before the embedding's vectors are returned,
+    serialised (see :meth:`~.client.EmbeddingClient.run_after_embedding`), so
+    no write of this process can land between the emptiness check and the
+    fingerprint write; a store that holds vectors by then (older data, another
+    process on a remote Chroma) is not given a fingerprint it may not match.
+    (Chroma has no transactions: another process writing in the instant
+    between the check and the metadata write is not covered.)
+    """
+
+    async def hook() -> bool:
+        try:
+            return await _record_if_still_empty(maint)
+        except (VectorStoreError, EmbeddingError) as exc:
+            logger.warning(f"[Memory] 记录嵌入指纹失败，下次嵌入时重试：{exc}")
+            return False
+
+    maint.embedder.run_after_embedding(hook)
+
+
+async def _migrate_url_form(
+    maint: Maintenance, stored: FingerprintInfo, current: FingerprintInfo
+) -> None:
+    """Rewrite a fingerprint made from another spelling of the same URL (no re-embedding)."""
+    await write_fingerprint(maint.store, current)
+    knowledge = await open_collection(maint.connection, maint.covered[0].name)
+    if knowledge is not None and any(k in meta_of(knowledge) for k in FINGERPRINT_KEYS):
+        meta = meta_of(knowledge)
+        await replace_meta(maint.connection, knowledge, {**user_meta(meta), **current.as_meta()})
+    logger.info(
+        f"[Memory] 嵌入指纹中的服务地址 {stored.base_url} 已迁移为规范形式 {current.base_url}"
+        "（同一服务、同一模型，无需重新嵌入）"
+    )
 
 
 async def run_startup_check_async(
@@ -80,16 +168,31 @@ async def run_startup_check_async(
         logger.error(msg)
         return StartupResult(False, "locked", msg)
     except VectorStoreError as exc:
+        # Possibly a first start with Chroma and the embedding service both
+        # still starting: the first embedding records the fingerprint if the
+        # store turns out to be empty then.
+        record_fingerprint_at_first_embedding(maint)
         msg = f"[Memory] 启动检查跳过：{exc}。记忆工具会在向量库恢复后可用，下次启动重新检查"
         logger.warning(msg)
         return StartupResult(True, "unavailable", msg)
 
     try:
-        current = await current_fingerprint(maint.embedder)
+        current = await current_fingerprint(maint.embedder, probe=True)
+    except EmbeddingConfigError as exc:
+        msg = (
+            f"[Memory] 嵌入模型配置问题：{exc}。插件照常加载，"
+            "但在 .env 中设置 EMBEDDING_MODEL_NAME 并重启 Bot 之前，记忆工具都会报错"
+        )
+        logger.warning(msg)
+        return StartupResult(True, "misconfigured", msg, stored=stored, migration=migration)
     except EmbeddingError as exc:
+        later = "下次启动重新检查"
+        if count == 0:
+            record_fingerprint_at_first_embedding(maint)
+            later = "记忆库为空：嵌入服务可用后，首次嵌入时自动记录嵌入指纹"
         msg = (
             f"[Memory] 无法确定当前嵌入模型，暂不校验嵌入指纹：{exc}。"
-            "插件照常加载，记忆工具在嵌入服务可用前会报错；下次启动重新检查"
+            f"插件照常加载，记忆工具在嵌入服务可用前会报错；{later}"
         )
         logger.warning(msg)
         return StartupResult(True, "unavailable", msg, stored=stored, migration=migration)
@@ -100,6 +203,10 @@ async def run_startup_check_async(
         msg = f"[Memory] 记忆库为空，已记录嵌入指纹：{current.describe()}"
         logger.debug(msg)
         return StartupResult(True, "fresh", msg, stored, current, migration)
+    if stored is not None and stored.fingerprint != current.fingerprint:
+        if stored.same_service(current):
+            await _migrate_url_form(maint, stored, current)
+            stored = current
     if stored is not None and stored.fingerprint == current.fingerprint:
         return StartupResult(True, "match", "[Memory] 嵌入指纹一致", stored, current, migration)
 
@@ -198,18 +305,12 @@ def run_startup_check(
         try:
             return await run_startup_check_async(maint, interactive=is_tty, confirm=ask)
         finally:
-            await maint.embedder.close()
+            await maint.embedder.close()  # the private loop's session, inside the set-aside block
 
-    # An aiohttp session belongs to the loop it was created on: set aside one
-    # opened earlier on another loop, and let the private loop open (and
-    # close) its own.
-    embedder = maint.embedder
-    outer_session, embedder._session = embedder._session, None
     try:
-        return _run_in_private_loop(work)
+        with maint.embedder.session_set_aside():
+            return _run_in_private_loop(work)
     except Exception as exc:  # never take the bot down because of the check itself
         msg = f"[Memory] 启动检查出错，跳过：{exc.__class__.__name__}: {exc}；下次启动重新检查"
         logger.exception(msg)
         return StartupResult(True, "unavailable", msg)
-    finally:
-        embedder._session = outer_session

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from ..core.errors import EmbeddingError
 from ..storage.keys import KEY_FORMAT_META, current_key_format
 from .backup import BackupInfo, list_backups
+from .client import EmbeddingConfigError
 from .covered import Maintenance, count_of, open_collection
 from .fingerprint import FingerprintInfo, current_fingerprint
 
@@ -29,12 +30,43 @@ class StatusReport:
     key_format_current: str
     pending_temps: list[str]
     backups: list[BackupInfo]
+    config_problem: bool = False
+    """``current_error`` is a configuration problem (``auto`` found no model), not an outage."""
 
     @property
     def match(self) -> bool | None:
+        """Whether the stored vectors fit the current configuration (``None``: unknown).
+
+        A fingerprint written from another spelling of the same server's URL
+        matches (the bot migrates it silently at its next start).
+        """
         if self.current is None:
             return None
-        return self.stored is not None and self.stored.fingerprint == self.current.fingerprint
+        stored = self.stored
+        return stored is not None and (
+            stored.fingerprint == self.current.fingerprint or stored.same_service(self.current)
+        )
+
+    @property
+    def state(self) -> tuple[str, str | None]:
+        """The fingerprint's state line of ``ambot memory status`` and its colour."""
+        if self.current is None:
+            if self.config_problem:
+                return (
+                    "配置问题 —— EMBEDDING_MODEL_NAME=auto 无法确定嵌入模型；"
+                    "请在 .env 中设置 EMBEDDING_MODEL_NAME 为要使用的嵌入模型名",
+                    "yellow",
+                )
+            return "未知 —— 嵌入服务恢复后重新运行本命令", None
+        if self.match:
+            return "一致", "green"
+        if self.stored is None and self.memory_total == 0:
+            return "记忆库为空，Bot 启动时（或嵌入服务可用后首次嵌入时）自动写入指纹", None
+        return (
+            "不一致 —— 检索结果会劣化；运行 `ambot memory reindex` 重映射，"
+            "确认模型未变时可运行 `ambot memory reset-fingerprint`",
+            "yellow",
+        )
 
 
 async def collect_status(maint: Maintenance) -> StatusReport:
@@ -45,10 +77,12 @@ async def collect_status(maint: Maintenance) -> StatusReport:
     meta = await maint.store.get_metadata() if memory.name in existing else {}
     current: FingerprintInfo | None = None
     error: str | None = None
+    config_problem = False
     try:
-        current = await current_fingerprint(maint.embedder)
+        current = await current_fingerprint(maint.embedder, probe=True)
     except EmbeddingError as exc:
         error = str(exc)
+        config_problem = isinstance(exc, EmbeddingConfigError)
     distribution = await maint.store.distribution() if memory.name in existing else {}
     kcol = await open_collection(conn, knowledge.name) if knowledge.name in existing else None
     return StatusReport(
@@ -64,4 +98,5 @@ async def collect_status(maint: Maintenance) -> StatusReport:
         key_format_current=current_key_format(),
         pending_temps=[c.temp for c in (knowledge, memory) if c.temp in existing],
         backups=list_backups(maint.backup_dir),
+        config_problem=config_problem,
     )

@@ -33,6 +33,7 @@ from ..core.files import atomic_write_text
 from ..core.protocols import Embedder
 from ..core.text import single_line
 from ..storage.chroma import ChromaConnection
+from ..storage.guard import CollectionGuard
 
 __all__ = [
     "KnowledgeBaseManager",
@@ -174,6 +175,8 @@ class KnowledgeBaseManager:
         self.max_chars = max_chars
         self.log = log
         self._lock = asyncio.Lock()
+        self._guard = CollectionGuard(connection)
+        """Refuses writes while a remap re-embeds the collection; never re-creates it mid-swap."""
 
     # -- paths and files ----------------------------------------------------------
 
@@ -181,7 +184,7 @@ class KnowledgeBaseManager:
         return self.dir / f"{FILE_PREFIX}{kid}.md"
 
     @staticmethod
-    def _check_kid(kid: Any) -> str:
+    def check_kid(kid: Any) -> str:
         if not isinstance(kid, str) or not _KID_RE.match(kid.strip()):
             raise KnowledgeError(f"知识 ID {str(kid)[:40]!r} 格式无效")
         return kid.strip()
@@ -208,7 +211,7 @@ class KnowledgeBaseManager:
             return None
 
     async def _collection(self) -> Any:
-        return await self.connection.get_collection(self.collection_name)
+        return await self._guard.collection(self.collection_name)
 
     # -- reads ------------------------------------------------------------------------
 
@@ -221,7 +224,7 @@ class KnowledgeBaseManager:
         return sorted(entries, key=lambda e: e["updated_at"], reverse=True)
 
     async def get(self, kid: str) -> KnowledgeEntry:
-        kid = self._check_kid(kid)
+        kid = self.check_kid(kid)
         entry = await asyncio.to_thread(self._load_sync, kid)
         if entry is None:
             raise KnowledgeError(f"知识条目 {kid} 不存在")
@@ -308,8 +311,9 @@ class KnowledgeBaseManager:
             }
             self._write_index_sync(index)
 
+        name = self.collection_name
+        col, read_at = await self._guard.for_write(name)  # before the files: a refusal changes nothing
         await asyncio.to_thread(write_files)
-        col = await self._collection()
         meta = {
             "kid": entry.kid,
             "title": entry.title,
@@ -321,6 +325,7 @@ class KnowledgeBaseManager:
                 ids=[entry.kid], documents=[entry.document], embeddings=[vector], metadatas=[meta]
             )
         )
+        await self._guard.after_write(name, col, read_at)
 
     async def create(self, title: Any, summary: Any, body: Any) -> KnowledgeEntry:
         now = _now()
@@ -341,7 +346,7 @@ class KnowledgeBaseManager:
     async def update(
         self, kid: Any, *, title: Any = None, summary: Any = None, body: Any = None
     ) -> KnowledgeEntry:
-        kid = self._check_kid(kid)
+        kid = self.check_kid(kid)
         if title is None and summary is None and body is None:
             raise KnowledgeError("至少提供 title、summary、body 之一")
         async with self._lock:
@@ -359,13 +364,15 @@ class KnowledgeBaseManager:
         return entry
 
     async def delete(self, kid: Any) -> None:
-        kid = self._check_kid(kid)
+        kid = self.check_kid(kid)
         async with self._lock:
             await self.get(kid)  # clear error when missing
-            col = await self._collection()
+            name = self.collection_name
+            col, read_at = await self._guard.for_write(name)
             # Vector first: a crash after it leaves a file that validation re-embeds,
             # never a vector that answers searches for a deleted entry.
             await self.connection.run(lambda: col.delete(ids=[kid]))
+            await self._guard.after_write(name, col, read_at)
 
             def remove_files() -> None:
                 index = self._read_index_sync()

@@ -10,6 +10,7 @@ from amrita_core.config import AmritaConfig
 from amrita_core.types import CONTENT_LIST_TYPE, Message
 from nonebot import logger
 
+from ..core.blocks import render_block
 from .amrita_data import AmritaData
 from .consts import SEND_TIMEOUT_SECONDS
 from .templates import PromptError, PromptTemplates, format_time, local_now
@@ -28,6 +29,18 @@ class Messenger:
         self.templates = templates
         self.data = data
         self.target_user_id = target_user_id
+        self.bot_id: str | None = None
+        """``self_id`` of the bot that last saw a message of the target user
+        (:meth:`saw_target`); messages to the user go through that bot only."""
+
+    def saw_target(self, bot_id: str) -> None:
+        """A message of the target user arrived through bot ``bot_id``.
+
+        With several bots connected, only the one the user talks to is known to
+        reach them (a friend of that QQ account); any other would fail or, worse,
+        message the user from an account they never talked to.
+        """
+        self.bot_id = bot_id
 
     async def compose_message(
         self,
@@ -44,8 +57,9 @@ class Messenger:
                 "prompt_send_file",
                 {
                     "character_prompt": self.data.character_prompt(),
-                    "intent": intent,
-                    "memory_context": memory_context,
+                    # Data, not instructions: delimited blocks (see core.blocks).
+                    "intent": render_block("INTENT", intent),
+                    "memory_context": render_block("MEMORY_CONTEXT", memory_context),
                     "current_time": format_time(local_now()),
                 },
             )
@@ -73,16 +87,29 @@ class Messenger:
             raise MessageComposeError("模型没有生成消息内容")
         return text
 
-    async def send_private(self, text: str) -> tuple[bool, str]:
-        """Send ``text`` to the target user; ``(False, reason)`` when that is not possible."""
-        if not self.target_user_id.isdigit():
-            return False, "目标用户 ID 不是 QQ 号，无法私聊"
+    def _serving_bot(self) -> tuple[Any, str]:
+        """The connected bot that last saw the target user, or ``(None, reason)``."""
         import nonebot
 
-        try:
-            bot = nonebot.get_bot()
-        except (ValueError, KeyError):
-            return False, "Bot 当前未连接"
+        if self.bot_id is None:
+            return None, "目标用户最近没有通过任何已连接的 Bot 联系过，无法确定用哪个 Bot 发送"
+        bot = nonebot.get_bots().get(self.bot_id)
+        if bot is None:
+            return None, f"最近与目标用户联系的 Bot（{self.bot_id}）已断开连接"
+        return bot, ""
+
+    async def send_private(self, text: str) -> tuple[bool, str]:
+        """Send ``text`` to the target user through the bot that last saw them.
+
+        ``(False, reason)`` when that is not possible: no bot has seen the user
+        since start-up, or that bot is no longer connected. Never another bot.
+        """
+        if not self.target_user_id.isdigit():
+            return False, "目标用户 ID 不是 QQ 号，无法私聊"
+        bot, reason = self._serving_bot()
+        if bot is None:
+            logger.warning(f"[Subconscious] 主动消息未发送：{reason}")
+            return False, reason
         try:
             await asyncio.wait_for(
                 bot.call_api("send_private_msg", user_id=int(self.target_user_id), message=text),
@@ -91,5 +118,7 @@ class Messenger:
         except Exception as exc:
             logger.warning(f"[Subconscious] 主动消息发送失败：{exc.__class__.__name__}: {exc}")
             return False, f"发送失败：{exc.__class__.__name__}"
-        logger.info(f"[Subconscious] Sent a message to user={self.target_user_id}")
+        logger.info(
+            f"[Subconscious] Sent a message to user={self.target_user_id} via bot={bot.self_id}"
+        )
         return True, ""

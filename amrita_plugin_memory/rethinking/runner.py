@@ -165,7 +165,12 @@ class SubconsciousRunner:
         if self.knowledge is not None:
             self.knowledge_tools = KnowledgeToolset(self, self.knowledge)
             self.add_tool_group(self.knowledge_tools)
-            self.suggestions = SuggestionToolset(self, self.knowledge)
+            self.suggestions = SuggestionToolset(
+                self,
+                self.knowledge,
+                target_user_id=self.target_user_id,
+                suggest_from=self.config.knowledge_suggest_from,
+            )
             self.add_tool_group(self.suggestions)
 
     # -- LoopContext -------------------------------------------------------------------

@@ -4,6 +4,18 @@ Every Chroma call runs in a worker thread (``asyncio.to_thread``): the Rust
 bindings and the HTTP client are blocking and must never stall the bot's
 event loop. Only explicit embeddings are stored; Chroma's default embedding
 function is never used (it would try to download a model).
+
+Closing matters (issue 12, item 1). chromadb keeps one "System" per data
+directory for the whole process (``SharedSystemClient``) and stops it only
+when the last client is ``close()``-d. The embedded System caches each
+collection's vector index and remembers which collections it has already
+replayed from Chroma's write-ahead log. A connection that merely dropped its
+client reference kept that System alive; reopening the directory in the same
+process then reused it, and records another process had written meanwhile
+were visible to ``get``/``count`` (SQLite) but not to vector queries (the
+stale in-memory index): "listed but not found". :meth:`ChromaConnection.close`
+therefore really closes the client before it releases the data-dir lock, and
+:meth:`ChromaConnection.refresh` gives re-embedding a fresh view to verify.
 """
 
 from __future__ import annotations
@@ -12,21 +24,27 @@ import asyncio
 import contextlib
 import fcntl
 import os
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from nonebot.log import logger
 
 from ..core.config import EnvConfig
 from ..core.errors import DataDirLocked, DimensionMismatch, VectorStoreError
 from ..core.text import short_error
 
 if TYPE_CHECKING:
-    from chromadb.api import ClientAPI
+    from chromadb.api import AdminAPI, ClientAPI
     from chromadb.api.models.Collection import Collection
 
-__all__ = ["LOCK_FILE_NAME", "ChromaConnection"]
+__all__ = ["CLOSE_WAIT_SECONDS", "LOCK_FILE_NAME", "ChromaConnection", "is_missing_collection"]
 
 LOCK_FILE_NAME = ".amrita_memory.lock"
+
+CLOSE_WAIT_SECONDS = 10.0
+"""How long :meth:`ChromaConnection.close` waits for Chroma calls still running."""
 
 T = TypeVar("T")
 
@@ -36,12 +54,34 @@ def _remote_name(value: str, default: str) -> str:
     return default if value in ("", "default") else value
 
 
+def is_missing_collection(exc: BaseException) -> bool:
+    """Whether ``exc`` (or its cause) says the collection does not exist."""
+    text = f"{exc} {exc.__cause__ or ''}"
+    return "does not exist" in text or "NotFound" in text or "not found" in text.lower()
+
+
+def _release_admin(admin: AdminAPI) -> None:
+    """Stop the System behind a chromadb ``AdminClient`` (1.5.x has no ``close()`` for it).
+
+    The one place that reaches into chromadb's internals:
+    ``tests/test_remap_live.py::test_remote_admin_client_is_released`` fails
+    loudly when they change.
+    """
+    from chromadb.api.shared_system_client import SharedSystemClient
+
+    SharedSystemClient._release_system(admin._identifier)  # type: ignore[attr-defined]
+
+
 class ChromaConnection:
     """The process-wide ChromaDB client, created lazily off the event loop.
 
     In local mode the data directory is locked with ``flock`` for the life of
     the connection so that two processes (a running bot and a maintenance
-    command) never write the same embedded database at once.
+    command) never write the same embedded database at once. :meth:`close`
+    closes the client first and only then releases the lock; a closed
+    connection reconnects (and re-locks) lazily on its next use.
+    ``generation`` changes whenever the client is closed or replaced:
+    collection handles taken from an older generation must be fetched again.
     """
 
     def __init__(self, env: EnvConfig, chroma_dir: Path) -> None:
@@ -49,7 +89,14 @@ class ChromaConnection:
         self.chroma_dir = chroma_dir
         self._client: ClientAPI | None = None
         self._lock_fd: int | None = None
-        self._connect_lock = asyncio.Lock()
+        self._state = threading.Condition()
+        """Guards the client, the lock fd, ``_active`` and ``_closing`` (any thread)."""
+        self._active = 0
+        self._closing = False
+        self.generation = 0
+        self.writers_seen = False
+        """Set by the first guarded write (``storage.guard``): this process serves writers,
+        so maintenance run in it waits for them like for other processes'."""
 
     @property
     def mode(self) -> str:
@@ -60,6 +107,8 @@ class ChromaConnection:
             return f"local {self.chroma_dir}"
         scheme = "https" if self.env.vector_db_server_ssl else "http"
         return f"remote {scheme}://{self.env.vector_db_server}:{self.env.vector_db_port}"
+
+    # -- connecting ---------------------------------------------------------------
 
     def _lock_data_dir(self) -> None:
         self.chroma_dir.mkdir(parents=True, exist_ok=True)
@@ -104,17 +153,21 @@ class ChromaConnection:
         if tenant != DEFAULT_TENANT or database != DEFAULT_DATABASE:
             # A named tenant/database that does not exist yet is created, as a
             # fresh deployment expects rather than a "tenant not found" error.
+            # The admin client is needed only for that, so it is released at once.
             from chromadb.errors import NotFoundError
 
             admin = chromadb.AdminClient(settings())
             try:
-                admin.get_tenant(tenant)
-            except (NotFoundError, ValueError):
-                admin.create_tenant(tenant)
-            try:
-                admin.get_database(database, tenant=tenant)
-            except (NotFoundError, ValueError):
-                admin.create_database(database, tenant=tenant)
+                try:
+                    admin.get_tenant(tenant)
+                except (NotFoundError, ValueError):
+                    admin.create_tenant(tenant)
+                try:
+                    admin.get_database(database, tenant=tenant)
+                except (NotFoundError, ValueError):
+                    admin.create_database(database, tenant=tenant)
+            finally:
+                _release_admin(admin)
         return chromadb.HttpClient(
             host=self.env.vector_db_server,
             port=self.env.vector_db_port,
@@ -125,25 +178,57 @@ class ChromaConnection:
             database=database,
         )
 
-    async def client(self) -> ClientAPI:
-        if self._client is not None:
-            return self._client
-        async with self._connect_lock:
+    def _ensure_client(self) -> ClientAPI:
+        with self._state:
+            while self._closing:
+                self._state.wait()
             if self._client is None:
-                try:
-                    self._client = await asyncio.to_thread(self._connect_sync)
-                except VectorStoreError:
-                    raise
-                except Exception as exc:
-                    raise VectorStoreError(
-                        f"无法连接向量数据库（{self.describe()}）：{short_error(exc)}"
-                    ) from exc
-        return self._client
+                self._client = self._connect_sync()
+            return self._client
+
+    async def client(self) -> ClientAPI:
+        client = self._client
+        if client is not None:
+            return client
+        try:
+            return await asyncio.to_thread(self._ensure_client)
+        except VectorStoreError:
+            raise
+        except Exception as exc:
+            raise VectorStoreError(
+                f"无法连接向量数据库（{self.describe()}）：{short_error(exc)}"
+            ) from exc
+
+    # -- calls ------------------------------------------------------------------------
+
+    def _enter_call(self) -> None:
+        with self._state:
+            while self._closing:
+                self._state.wait()
+            self._active += 1
+
+    def _leave_call(self) -> None:
+        with self._state:
+            self._active -= 1
+            if self._active == 0:
+                self._state.notify_all()
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a blocking Chroma call in a worker thread, mapping its errors."""
+        """Run a blocking Chroma call in a worker thread, mapping its errors.
+
+        :meth:`close` waits for calls in progress, so a write that started
+        before a shutdown finishes before the client goes away.
+        """
+
+        def call() -> T:
+            self._enter_call()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._leave_call()
+
         try:
-            return await asyncio.to_thread(fn, *args, **kwargs)
+            return await asyncio.to_thread(call)
         except VectorStoreError:
             raise
         except Exception as exc:
@@ -157,14 +242,22 @@ class ChromaConnection:
                 f"向量数据库操作失败（{self.describe()}）：{short_error(exc)}"
             ) from exc
 
+    # -- collections --------------------------------------------------------------------
+
     async def get_collection(self, name: str, *, create: bool = True) -> Collection | None:
+        """The collection ``name``; created if missing with ``create``, else ``None``.
+
+        Looking a collection up costs one call (its metadata comes with it).
+        """
         client = await self.client()
         if create:
             return await self.run(client.get_or_create_collection, name, embedding_function=None)
-        names = await self.run(lambda: [c.name for c in client.list_collections()])
-        if name not in names:
-            return None
-        return await self.run(client.get_collection, name, embedding_function=None)
+        try:
+            return await self.run(client.get_collection, name, embedding_function=None)
+        except VectorStoreError as exc:
+            if is_missing_collection(exc):
+                return None
+            raise
 
     async def delete_collection(self, name: str) -> None:
         client = await self.client()
@@ -190,10 +283,57 @@ class ChromaConnection:
 
         await self.run(rename)
 
+    # -- closing ----------------------------------------------------------------------------
+
+    def _drop_client(self, *, release_lock: bool) -> None:
+        with self._state:
+            if self._closing:  # another thread is closing: wait, then see what is left
+                self._state.wait_for(lambda: not self._closing)
+                if self._client is None and (not release_lock or self._lock_fd is None):
+                    return
+            self._closing = True
+            # Let calls in progress finish (a write at shutdown completes first).
+            self._state.wait_for(lambda: self._active == 0, timeout=CLOSE_WAIT_SECONDS)
+            if self._active:
+                logger.warning(
+                    f"[Memory] 关闭向量库连接时仍有 {self._active} 个操作未完成，已等待 "
+                    f"{CLOSE_WAIT_SECONDS:.0f} 秒"
+                )
+            client, self._client = self._client, None
+            fd = None
+            if release_lock:
+                fd, self._lock_fd = self._lock_fd, None
+            try:
+                if client is not None:
+                    try:
+                        # Stops the System: vector indexes, SQLite pool, HTTP session.
+                        client.close()  # type: ignore[attr-defined]
+                    except Exception as exc:  # closing must never take the caller down
+                        logger.warning(f"[Memory] 关闭向量库客户端出错：{short_error(exc)}")
+            finally:
+                if fd is not None:  # only after the client is closed
+                    with contextlib.suppress(OSError):
+                        fcntl.flock(fd, fcntl.LOCK_UN)
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                self.generation += 1
+                self._closing = False
+                self._state.notify_all()
+
     def close(self) -> None:
-        self._client = None
-        if self._lock_fd is not None:
-            with contextlib.suppress(OSError):
-                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-                os.close(self._lock_fd)
-            self._lock_fd = None
+        """Close the client, then release the local data-dir lock.
+
+        Safe to call twice, from any thread and from a shutdown hook; waits
+        (at most ``CLOSE_WAIT_SECONDS``) for Chroma calls still running. The
+        connection reopens lazily on its next use.
+        """
+        self._drop_client(release_lock=True)
+
+    def refresh(self) -> None:
+        """Close the client but keep the data-dir lock: the next call opens a fresh one.
+
+        A fresh client reloads the vector indexes from disk (embedded) or sees
+        only what the server has (remote), exactly like the next process would,
+        which is what re-embedding verifies its result against.
+        """
+        self._drop_client(release_lock=False)

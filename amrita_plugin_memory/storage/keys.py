@@ -3,7 +3,8 @@
 The key format is whatever the installed Amrita produces
 (``amrita.plugins.chat.utils.sql.make_uni_id``); the plugin never hard-codes
 it, so an Amrita upgrade that changes the format is followed automatically
-and stored memories are migrated by :func:`migrate_partition_keys`.
+and stored memories are migrated by :func:`migrate_partition_keys` (L1 memo rows
+by :meth:`.memo_store.MemoService.migrate_keys`, with the same :func:`normalize_key`).
 
 Both the legacy ``user_{qq}`` / ``group_{gid}`` form (Amrita <= 1.9) and the
 current ``QQPlatform_Private_{qq}`` / ``QQPlatform_Group_{gid}`` form are read.

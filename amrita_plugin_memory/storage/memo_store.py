@@ -5,21 +5,32 @@ the group's row. Writes are whole-text replacements with a hard character
 limit (``memo_max_chars``): appending would make the limit meaningless, so an
 over-long text is refused and the model is told the lengths to compress.
 
-Injection into the prompt is :mod:`..adapters.memo_hook`. Reads go through an in-process LRU cache (write-through invalidation); an
-empty memo is cached too, so chats without a memo cost no query per turn.
+Injection into the prompt is :mod:`..adapters.memo_hook`. Reads go through an
+in-process LRU cache (write-through); an empty memo is cached too, so chats
+without a memo cost no query per turn. A read fills the cache only if no write
+happened while it waited for the database (a write generation counter), so an
+older read can never replace a newer write in the cache.
+
+Rows keyed in an older uni_id format (``user_{qq}`` / ``group_{gid}``) are
+moved to the current format by :meth:`MemoService.migrate_keys`, at every
+start and from ``ambot memory migrate-keys``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from nonebot import logger
 from nonebot_plugin_amrita.cache import LRUCache
 from nonebot_plugin_orm import get_session
+from sqlalchemy import Engine, select
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..core.locks import PartitionLocks
+from .keys import normalize_key
 from .models import UserMemo, db_now
 
-__all__ = ["MemoService", "MemoWriteResult"]
+__all__ = ["MemoKeyMigration", "MemoService", "MemoWriteResult", "dispose_memo_engine"]
 
 MEMO_CACHE_SIZE = 128
 
@@ -34,6 +45,20 @@ class MemoWriteResult:
     limit: int
 
 
+@dataclass(slots=True)
+class MemoKeyMigration:
+    """What :meth:`MemoService.migrate_keys` found or did."""
+
+    scanned: int = 0
+    """Rows in the memo table."""
+    moved: int = 0
+    """Legacy rows moved (or, in a dry run, to move) to the current key."""
+    conflicts: list[tuple[str, str, str]] = field(default_factory=list)
+    """``(old key, new key, kept key)`` where both rows existed; the older was dropped."""
+    unparsable: int = 0
+    """Rows whose key is not a known uni_id form (left alone)."""
+
+
 class MemoService:
     """Reads and writes memos in the ``UserMemo`` table."""
 
@@ -41,16 +66,30 @@ class MemoService:
         self.max_chars = max_chars
         self._cache: LRUCache[str, str] = LRUCache(cache_size)
         self._locks = PartitionLocks()
+        self._writes = 0
+        """Write generation: bumped after every committed write, before the cache is updated."""
 
     async def get(self, uni_id: str) -> str:
         """The memo of ``uni_id`` (``""`` when there is none)."""
         if uni_id in self._cache:
             return self._cache.get(uni_id) or ""
+        generation = self._writes
         async with get_session() as session:
             row = await session.get(UserMemo, uni_id)
             text = row.content if row is not None else ""
-        self._cache.put(uni_id, text)
+        # A write committed while this read was in flight may be newer than
+        # ``text``; it has already put its own text into the cache.
+        if self._writes == generation:
+            self._cache.put(uni_id, text)
         return text
+
+    def _written(self, uni_id: str, content: str | None) -> None:
+        """After a commit: bump the generation, then cache ``content`` (``None``: forget)."""
+        self._writes += 1
+        if content is None:
+            self._cache.pop(uni_id, None)
+        else:
+            self._cache.put(uni_id, content)
 
     async def update(self, uni_id: str, content: str) -> MemoWriteResult:
         """Replace the memo of ``uni_id``; refuse (write nothing) above the limit.
@@ -71,5 +110,77 @@ class MemoService:
                     row.content = content
                     row.updated_at = db_now()
                 await session.commit()
-            self._cache.put(uni_id, content)
+            self._written(uni_id, content)
             return MemoWriteResult(True, attempted, attempted, self.max_chars)
+
+    async def migrate_keys(self, *, dry_run: bool = False) -> MemoKeyMigration:
+        """Move rows keyed in an older uni_id format to the current one.
+
+        Idempotent: the second run finds nothing to move. When a row exists
+        under both keys, the one with the newer ``updated_at`` is kept under the
+        current key and the other is dropped (logged without any text). The
+        table holds one short row per user or group, so the keys are scanned
+        whole at every start.
+        """
+        report = MemoKeyMigration()
+        async with get_session() as session:
+            keys = list((await session.scalars(select(UserMemo.user_id))).all())
+        report.scanned = len(keys)
+        moves: list[tuple[str, str]] = []
+        for key in keys:
+            new = normalize_key(key)
+            if new is None:
+                report.unparsable += 1
+            elif new != key:
+                moves.append((key, new))
+        report.moved = len(moves)
+        if dry_run:
+            return report
+        for old, new in moves:
+            kept = await self._move(old, new)
+            if kept is not None:
+                report.conflicts.append((old, new, kept))
+        return report
+
+    async def _move(self, old: str, new: str) -> str | None:
+        """Move row ``old`` to key ``new``; on a conflict the key whose text is kept."""
+        async with self._locks.hold(new):
+            kept: str | None = None
+            async with get_session() as session:
+                legacy = await session.get(UserMemo, old)
+                if legacy is None:  # moved meanwhile (another process)
+                    return None
+                current = await session.get(UserMemo, new)
+                if current is None:
+                    session.add(
+                        UserMemo(user_id=new, content=legacy.content, updated_at=legacy.updated_at)
+                    )
+                else:
+                    legacy_newer = legacy.updated_at > current.updated_at
+                    kept = old if legacy_newer else new
+                    logger.info(
+                        f"[Memory] 备忘录键迁移：{old} 与 {new} 同时存在，保留较新的 {kept}"
+                        f"（更新于 {max(legacy.updated_at, current.updated_at):%Y-%m-%d %H:%M:%S} UTC），"
+                        f"丢弃另一条（{len(current.content if legacy_newer else legacy.content)} 字）"
+                    )
+                    if legacy_newer:
+                        current.content = legacy.content
+                        current.updated_at = legacy.updated_at
+                await session.delete(legacy)
+                await session.commit()
+            self._written(old, None)
+            self._written(new, None)
+            return kept
+
+
+async def dispose_memo_engine() -> None:
+    """Close the pooled connections of the engine the memo table lives on.
+
+    For one-shot processes (``ambot memory …``): nonebot_plugin_orm never
+    disposes its engines, and aiosqlite's worker threads are not daemon
+    threads, so a pooled connection left open would keep the process alive.
+    """
+    async with get_session() as session:
+        bind = session.sync_session.get_bind(UserMemo)
+    if isinstance(bind, Engine):
+        await AsyncEngine(bind).dispose()

@@ -16,12 +16,15 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..core.errors import MemoryLimitReached, VectorStoreError
+from ..core.errors import MaintenanceInProgress, MemoryLimitReached, VectorStoreError
+from ..core.gate import WriteGate
 from ..core.locks import PartitionLocks
 from ..core.protocols import Embedder
-from ..core.records import MemoryRecord, utc_now
-from .chroma import ChromaConnection
+from ..core.records import ORIGIN_GROUP_FLAG, ORIGIN_PRIVATE, MemoryRecord, utc_now
+from .chroma import ChromaConnection, is_missing_collection
+from .guard import CollectionGuard
 from .paging import iter_pages
+from .recent import RecentIds
 
 if TYPE_CHECKING:
     from chromadb.api.models.Collection import Collection
@@ -90,8 +93,12 @@ class PartitionCounts:
         return len(self._entries)
 
 
-def _where(partition: str, **filters: str | None) -> dict[str, Any]:
+def _where(
+    partition: str, *, group_origin_only: bool = False, **filters: str | None
+) -> dict[str, Any]:
     clauses: list[dict[str, Any]] = [{"user_id": partition}]
+    if group_origin_only:  # memories written in a group chat (see core.records.ORIGIN_GROUP_FLAG)
+        clauses.append({ORIGIN_GROUP_FLAG: True})
     clauses += [{k: v} for k, v in filters.items() if v is not None]
     return clauses[0] if len(clauses) == 1 else {"$and": clauses}
 
@@ -110,44 +117,61 @@ class MemoryStore:
         self.name = name
         self.locks = PartitionLocks()
         self.counts = PartitionCounts()
+        self.recent = RecentIds()
+        """Id lists of partitions listed newest first (admin console, :mod:`.listing`)."""
+        self.gate = WriteGate()
+        """Closed by maintenance that replaces the collection inside the bot (reindex, restore)."""
         self.clock: Callable[[], str] = utc_now
         """ISO timestamps for ``created_at`` / ``updated_at`` (replaceable in tests)."""
-        self._collection: Collection | None = None
+        self.guard = CollectionGuard(connection)
+        """The cached handle and the cross-process remap markers (never re-creates it)."""
 
     # -- collection handle --------------------------------------------------
 
     async def collection(self) -> Collection:
-        if self._collection is None:
-            col = await self.connection.get_collection(self.name)
-            assert col is not None
-            self._collection = col
-        return self._collection
+        return await self.guard.collection(self.name)
 
     def invalidate(self) -> None:
         """Forget the cached handle and counts (after the collection was replaced)."""
-        self._collection = None
+        self.guard.invalidate()
         self.counts.clear()
+        self.recent.clear()
 
     async def _run(self, fn: Callable[[Collection], T]) -> T:
+        generation = self.connection.generation
         col = await self.collection()
         try:
             return await self.connection.run(fn, col)
         except VectorStoreError as exc:
-            # A replaced or deleted collection: refetch once.
-            if "does not exist" in str(exc) or "NotFound" in str(exc):
+            # A replaced collection (remote remap), or a client reopened meanwhile
+            # (a remap's check): refetch once, never re-create it.
+            if is_missing_collection(exc) or self.connection.generation != generation:
                 self.invalidate()
                 col = await self.collection()
                 return await self.connection.run(fn, col)
             raise
 
+    async def _write(self, fn: Callable[[Collection], T]) -> T:
+        """One memory write, refused while a remap replaces the collection (:class:`CollectionGuard`)."""
+        generation = self.connection.generation
+        col, read_at = await self.guard.for_write(self.name)
+        try:
+            result = await self.connection.run(fn, col)
+        except VectorStoreError as exc:
+            # Replaced, or its client closed by a remap meanwhile: the write did not land.
+            if is_missing_collection(exc) or self.connection.generation != generation:
+                self.invalidate()
+                raise MaintenanceInProgress() from exc
+            raise
+        await self.guard.after_write(self.name, col, read_at)
+        return result
+
     # -- collection metadata --------------------------------------------------
 
     async def get_metadata(self) -> dict[str, Any]:
         """The collection metadata, read fresh (another process may have changed it)."""
-        col = await self.connection.get_collection(self.name)
-        assert col is not None
-        self._collection = col
-        return dict(col.metadata or {})
+        view = await self.guard.read(self.name)
+        return dict(view.collection.metadata or {})
 
     async def get_meta(self, key: str) -> Any:
         return (await self.get_metadata()).get(key)
@@ -175,6 +199,7 @@ class MemoryStore:
         tags: Sequence[str] = (),
         importance: str = "medium",
         limit: int | None = None,
+        origin: str = ORIGIN_PRIVATE,
     ) -> MemoryRecord:
         """Embed and store one memory; with ``limit``, refuse when the partition is full.
 
@@ -193,8 +218,9 @@ class MemoryStore:
             importance=importance,
             created_at=now,
             updated_at=now,
+            origin=origin,
         )
-        async with self.locks.hold(partition):
+        async with self.gate.writing(), self.locks.hold(partition):
             if limit is not None:
                 count = self.counts.get(partition)
                 if count is None or count >= limit:  # unknown, or about to refuse: exact
@@ -203,7 +229,7 @@ class MemoryStore:
                 if count >= limit:
                     raise MemoryLimitReached(limit, count)
             try:
-                await self._run(
+                await self._write(
                     lambda c: c.add(
                         ids=[record.id],
                         documents=[record.content],
@@ -213,8 +239,10 @@ class MemoryStore:
                 )
             except BaseException:
                 self.counts.drop(partition)  # the add may or may not have landed
+                self.recent.drop(partition)
                 raise
             self.counts.adjust(partition, +1)
+            self.recent.added(partition, record.id)
         return record
 
     async def update(
@@ -228,7 +256,7 @@ class MemoryStore:
     ) -> MemoryRecord | None:
         """Change a memory of ``partition``; ``None`` if it is not there."""
         vector = (await self._embed([content]))[0] if content is not None else None
-        async with self.locks.hold(partition):
+        async with self.gate.writing(), self.locks.hold(partition):
             current = await self.get(partition, memory_id)
             if current is None:
                 return None
@@ -242,23 +270,25 @@ class MemoryStore:
             kwargs: dict[str, Any] = {"ids": [memory_id], "metadatas": [current.to_metadata()]}
             if vector is not None:
                 kwargs.update(documents=[current.content], embeddings=[vector])
-            await self._run(lambda c: c.update(**kwargs))
+            await self._write(lambda c: c.update(**kwargs))
         return current
 
     async def delete(self, partition: str, memory_id: str) -> bool:
         """Delete a memory of ``partition``; ``False`` if it is not there."""
-        async with self.locks.hold(partition):
+        async with self.gate.writing(), self.locks.hold(partition):
             # Ownership is checked under the partition's lock; only key
             # migration moves a memory between partitions, and it runs before
             # the bot serves anyone.
             if await self.get(partition, memory_id) is None:
                 return False
             try:
-                await self._run(lambda c: c.delete(ids=[memory_id]))
+                await self._write(lambda c: c.delete(ids=[memory_id]))
             except BaseException:
                 self.counts.drop(partition)
+                self.recent.drop(partition)
                 raise
             self.counts.adjust(partition, -1)
+            self.recent.removed(partition, memory_id)
         return True
 
     # -- reads ------------------------------------------------------------------------
@@ -286,10 +316,17 @@ class MemoryStore:
         *,
         top_k: int = 5,
         importance: str | None = None,
+        group_origin_only: bool = False,
     ) -> list[MemoryRecord]:
         """Nearest memories of ``partition`` (smaller distance = closer)."""
         vector = (await self._embed([text]))[0]
-        return await self.query_vector(partition, vector, top_k=top_k, importance=importance)
+        return await self.query_vector(
+            partition,
+            vector,
+            top_k=top_k,
+            importance=importance,
+            group_origin_only=group_origin_only,
+        )
 
     async def query_vector(
         self,
@@ -298,12 +335,13 @@ class MemoryStore:
         *,
         top_k: int = 5,
         importance: str | None = None,
+        group_origin_only: bool = False,
     ) -> list[MemoryRecord]:
         res = await self._run(
             lambda c: c.query(
                 query_embeddings=[list(vector)],
                 n_results=top_k,
-                where=_where(partition, importance=importance),
+                where=_where(partition, importance=importance, group_origin_only=group_origin_only),
                 include=["documents", "metadatas", "distances"],
             )
         )
@@ -316,11 +354,13 @@ class MemoryStore:
             for i, d, m, dist in zip(ids, docs, metas, dists, strict=False)
         ]
 
-    async def list(self, partition: str, *, limit: int = 20, offset: int = 0) -> list[MemoryRecord]:
+    async def list(
+        self, partition: str, *, limit: int = 20, offset: int = 0, group_origin_only: bool = False
+    ) -> list[MemoryRecord]:
         """Memories of ``partition``, oldest first."""
         res = await self._run(
             lambda c: c.get(
-                where=_where(partition),
+                where=_where(partition, group_origin_only=group_origin_only),
                 limit=limit,
                 offset=offset,
                 include=["documents", "metadatas"],
@@ -333,11 +373,12 @@ class MemoryStore:
             for i, d, m in zip(res["ids"], docs, metas, strict=False)
         ]
 
-    async def count(self, partition: str | None = None) -> int:
+    async def count(self, partition: str | None = None, *, group_origin_only: bool = False) -> int:
         """Memories in ``partition``, or in the whole collection."""
         if partition is None:
             return await self._run(lambda c: c.count())
-        res = await self._run(lambda c: c.get(where=_where(partition), include=[]))
+        where = _where(partition, group_origin_only=group_origin_only)
+        res = await self._run(lambda c: c.get(where=where, include=[]))
         return len(res["ids"])
 
     # -- maintenance (key migration, statistics, backups) ------------------------------
@@ -371,6 +412,7 @@ class MemoryStore:
                 await self._run(lambda c: c.update(ids=list(res["ids"]), metadatas=new_metas))
         finally:
             self.counts.clear()  # memories moved between partitions
+            self.recent.clear()
 
     async def distribution(self, *, page_size: int | None = None) -> dict[tuple[str, str], int]:
         """Memory count per ``(partition, scope)`` over the whole collection."""
@@ -380,3 +422,57 @@ class MemoryStore:
                 key = (record.partition, record.scope)
                 counts[key] = counts.get(key, 0) + 1
         return counts
+
+    # -- comparing stored vectors (the L3 duplicate helper) -------------------------------
+
+    async def vectors(
+        self, partition: str, cap: int, *, page_size: int = 256
+    ) -> list[tuple[MemoryRecord, list[float]]]:
+        """Up to ``cap`` memories of ``partition`` with their STORED vectors, paged by id.
+
+        Comparing memories with each other needs no embedding request, and
+        compares what was stored even when the embedding client would now use
+        another model (``EMBED_MISMATCH_POLICY=never``).
+        """
+        res = await self._run(lambda c: c.get(where=_where(partition), include=[]))
+        ids = list(res["ids"])[: max(cap, 0)]
+        out: list[tuple[MemoryRecord, list[float]]] = []
+        for start in range(0, len(ids), page_size):
+            page = ids[start : start + page_size]
+            got = await self._run(
+                lambda c, page=page: c.get(
+                    ids=page, include=["documents", "metadatas", "embeddings"]
+                )
+            )
+            docs = got.get("documents") or [None] * len(got["ids"])
+            metas = got.get("metadatas") or [None] * len(got["ids"])
+            vecs = got.get("embeddings")
+            for i, memory_id in enumerate(got["ids"]):
+                meta = metas[i]
+                if vecs is None or meta is None or meta.get("user_id") != partition:
+                    continue  # deleted or moved meanwhile
+                record = MemoryRecord.from_chroma(memory_id, docs[i], meta)
+                out.append((record, [float(x) for x in vecs[i]]))
+        return out
+
+    async def nearest(
+        self, partition: str, vectors: Sequence[Sequence[float]], *, top_k: int
+    ) -> list[list[tuple[str, float]]]:
+        """``(id, distance)`` of the ``top_k`` nearest memories of ``partition`` for
+        each of ``vectors``, in one batched query (same distance as every search)."""
+        if not vectors:
+            return []
+        res = await self._run(
+            lambda c: c.query(
+                query_embeddings=[list(v) for v in vectors],  # type: ignore[arg-type]
+                n_results=top_k,
+                where=_where(partition),
+                include=["distances"],
+            )
+        )
+        ids = res["ids"] or []
+        dists = res.get("distances") or [[] for _ in ids]
+        return [
+            [(i, float(d)) for i, d in zip(row_ids, row_d, strict=False)]
+            for row_ids, row_d in zip(ids, dists, strict=False)
+        ]

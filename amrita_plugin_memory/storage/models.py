@@ -6,10 +6,19 @@ from datetime import UTC, datetime
 from typing import Any
 
 from nonebot_plugin_orm import Model
-from sqlalchemy import JSON, DateTime, String, Text
+from sqlalchemy import JSON, Boolean, DateTime, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-__all__ = ["SubconsciousState", "UserMemo", "db_now"]
+__all__ = [
+    "BotSelfMemory",
+    "GroupMemberLabel",
+    "GroupMessage",
+    "GroupSetting",
+    "MemberPersona",
+    "SubconsciousState",
+    "UserMemo",
+    "db_now",
+]
 
 
 def db_now() -> datetime:
@@ -35,3 +44,58 @@ class SubconsciousState(Model):
     uid: Mapped[str] = mapped_column(String(64), primary_key=True)
     data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     updated_at: Mapped[datetime] = mapped_column(DateTime, default=db_now)
+
+
+class GroupMessage(Model):
+    """Group window (Openmim L1): one row per persisted message of a group's rolling window."""
+
+    __tablename__ = "amrita_plugin_memory_group_message"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    group_id: Mapped[str] = mapped_column(String(32), index=True)
+    user_id: Mapped[str] = mapped_column(String(32))
+    nickname: Mapped[str] = mapped_column(String(64), default="")
+    is_bot: Mapped[bool] = mapped_column(Boolean, default=False)
+    text: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=db_now)
+
+
+class GroupSetting(Model):
+    """Per-group switches; ``anonymize`` ``None`` follows ``[group_context] anonymize``."""
+
+    __tablename__ = "amrita_plugin_memory_group_setting"
+
+    group_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    anonymize: Mapped[bool | None] = mapped_column(Boolean, nullable=True, default=None)
+    updated_at: Mapped[datetime] = mapped_column(DateTime, default=db_now)
+
+
+class GroupMemberLabel(Model):
+    """The anonymous label (``用户_1234``) of a member in one group, fixed once given."""
+
+    __tablename__ = "amrita_plugin_memory_group_label"
+
+    group_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    user_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    label: Mapped[str] = mapped_column(String(64))
+
+
+class MemberPersona(Model):
+    """A member's persona (Openmim L2), per user id across groups; ``learning_off``: opted out."""
+
+    __tablename__ = "amrita_plugin_memory_persona"
+
+    user_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    fields: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    learning_off: Mapped[bool] = mapped_column(Boolean, default=False)
+    updated_at: Mapped[datetime] = mapped_column(DateTime, default=db_now)
+
+
+class BotSelfMemory(Model):
+    """One entry of the bot's self memory (Openmim L3), kept by superusers."""
+
+    __tablename__ = "amrita_plugin_memory_self_memory"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    content: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=db_now)

@@ -16,7 +16,14 @@ from typing import Any
 
 from nonebot import logger
 
-from ..core.errors import DimensionMismatch, EmbeddingError, MemoryLimitReached, VectorStoreError
+from ..core.errors import (
+    DimensionMismatch,
+    EmbeddingConfigError,
+    EmbeddingError,
+    MaintenanceInProgress,
+    MemoryLimitReached,
+    VectorStoreError,
+)
 
 __all__ = [
     "LIMITS",
@@ -183,9 +190,15 @@ async def guard_tool_call(
         return await call()
     except (ToolArgError, MemoryLimitReached, *expected) as exc:
         return tool_error(str(exc))
+    except EmbeddingConfigError as exc:
+        logger.warning(f"{prefix} {name} 失败：嵌入模型配置有误：{exc}")
+        return tool_error(f"嵌入模型配置有误（请管理员检查 EMBEDDING_MODEL_NAME），本次操作未执行：{exc}")
     except EmbeddingError as exc:
         logger.warning(f"{prefix} {name} 失败：嵌入服务错误：{exc}")
         return tool_error(f"嵌入服务不可用，本次操作未执行：{exc}")
+    except MaintenanceInProgress as exc:
+        logger.info(f"{prefix} {name} 未执行：记忆库维护中（重映射进行中）")
+        return tool_error(str(exc))
     except DimensionMismatch as exc:
         logger.warning(f"{prefix} {name} 失败：{exc}")
         return tool_error(f"嵌入服务返回的向量与记忆库不匹配，本次操作未执行：{exc}")

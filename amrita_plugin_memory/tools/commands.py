@@ -6,18 +6,31 @@ commands reuse :class:`~.memory_tools.MemoryTools`, so argument checks,
 partition confinement and permissions are the same as in the tool path.
 
 Privacy rule: a user's personal memories are never posted into a group. In a
-group, ``/memory user list|search`` answers by private message.
+group, ``/memory user list|search`` and ``/memory persona`` answer by private
+message (:func:`replies_privately`).
+
+The group-awareness commands (``self``, ``persona``, ``memo``, ``group
+anonymize|context|memo``) are :class:`~.group_commands.GroupCommands`.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .group_commands import GroupCommands
 from .memory_tools import Caller, MemoryTools
 
-__all__ = ["PAGE_SIZE", "USAGE", "CommandRequest", "MemoryCommands", "parse_command"]
+__all__ = [
+    "PAGE_SIZE",
+    "USAGE",
+    "CommandRequest",
+    "MemoryCommands",
+    "parse_command",
+    "replies_privately",
+]
 
 PAGE_SIZE = 10
 PREVIEW_CHARS = 120
@@ -38,6 +51,50 @@ _ACTIONS = {
     "帮助": "help",
 }
 
+# Group-awareness commands: ``/memory <head> [<sub>] [<argument>]``.
+_HEADS = {
+    "self": "self",
+    "自我": "self",
+    "persona": "persona",
+    "画像": "persona",
+    "memo": "memo",
+    "备忘录": "memo",
+}
+_SUBCOMMANDS: dict[str, dict[str, str]] = {
+    "self": {
+        "add": "add",
+        "添加": "add",
+        "list": "list",
+        "ls": "list",
+        "列表": "list",
+        "delete": "delete",
+        "del": "delete",
+        "rm": "delete",
+        "删除": "delete",
+    },
+    "persona": {
+        "clear": "clear",
+        "清空": "clear",
+        "off": "off",
+        "关闭": "off",
+        "on": "on",
+        "开启": "on",
+    },
+    "memo": {"clear": "clear", "清空": "clear"},
+}
+_DEFAULT_ACTION = {"self": None, "persona": "show", "memo": "show"}
+_GROUP_EXTRAS = {
+    "anonymize": "anonymize",
+    "匿名": "anonymize",
+    "context": "context",
+    "上下文": "context",
+    "memo": "memo",
+    "备忘录": "memo",
+}
+_CLEAR = {"clear", "清空"}
+_GROUP_ACTIONS = {"anonymize", "context_clear", "memo", "memo_clear"}
+_HEAD_AND_REST = re.compile(r"\s*(\S+)(?:\s+(.*))?", re.DOTALL)
+
 USAGE = """记忆命令：
 /memory user list [页码] — 列出个人记忆
 /memory user search <关键词> — 搜索个人记忆
@@ -45,6 +102,12 @@ USAGE = """记忆命令：
 /memory group list [页码] — 列出群共享记忆
 /memory group search <关键词> — 搜索群共享记忆
 /memory group delete <ID> — 删除群共享记忆（仅管理员 / 群主）
+/memory persona [clear|off|on] — 查看（私聊发送）/ 删除你的画像 / 停止并删除 / 恢复学习
+/memory memo [clear] — 查看 / 清空你的个人备忘录（私聊）
+/memory group memo [clear] — 查看本群备忘录 / 清空（仅管理员 / 群主）
+/memory group anonymize on|off — 本群成员匿名开关（仅管理员 / 群主）
+/memory group context clear — 清空本群的群聊上下文窗口（仅管理员 / 群主）
+/memory self add <文本>|list|delete <编号> — 机器人的自我记忆（仅超级用户）
 兼容旧格式 /memory list|search|delete（个人范围）"""
 
 
@@ -55,16 +118,62 @@ class CommandRequest:
     argument: str
 
 
+def _split(text: str) -> tuple[str, str]:
+    """The first word (lower-cased) and the rest verbatim (stripped)."""
+    match = _HEAD_AND_REST.fullmatch(text)
+    if match is None:
+        return "", ""
+    return match.group(1).lower(), (match.group(2) or "").strip()
+
+
+def _parse_head(scope: str, rest: str) -> CommandRequest:
+    word, argument = _split(rest)
+    if not word:
+        action = _DEFAULT_ACTION[scope]
+        return CommandRequest(scope, action, "") if action else CommandRequest(scope, "help", "")
+    action = _SUBCOMMANDS[scope].get(word)
+    if action is None or (argument and scope != "self"):
+        return CommandRequest(scope, "help", "")
+    return CommandRequest(scope, action, argument)
+
+
+def _parse_group_extra(extra: str, rest: str) -> CommandRequest:
+    word, more = _split(rest)
+    if extra == "anonymize":
+        return (
+            CommandRequest("group", "anonymize", word)
+            if word and not more
+            else CommandRequest("group", "help", "")
+        )
+    if extra == "context":
+        ok = word in _CLEAR and not more
+        return CommandRequest("group", "context_clear" if ok else "help", "")
+    if not word:
+        return CommandRequest("group", "memo", "")
+    return CommandRequest("group", "memo_clear" if word in _CLEAR and not more else "help", "")
+
+
 def parse_command(text: str) -> CommandRequest:
     """Parse the text after ``/memory``; unknown input becomes ``help``."""
+    head, rest = _split(text)
+    if head in _HEADS:
+        return _parse_head(_HEADS[head], rest)
     tokens = text.split()
     scope = "user"
     if tokens and tokens[0].lower() in _SCOPES:
         scope = _SCOPES[tokens.pop(0).lower()]
+        if scope == "group" and tokens and tokens[0].lower() in _GROUP_EXTRAS:
+            return _parse_group_extra(_GROUP_EXTRAS[tokens[0].lower()], _split(rest)[1])
     action = _ACTIONS.get(tokens[0].lower()) if tokens else None
     if action is None:
         return CommandRequest(scope, "help", "")
     return CommandRequest(scope, action, " ".join(tokens[1:]))
+
+
+def replies_privately(request: CommandRequest) -> bool:
+    """Whether the reply is about one user only and must not be posted into a group."""
+    personal_listing = request.scope == "user" and request.action in ("list", "search")
+    return personal_listing or (request.scope == "persona" and request.action == "show")
 
 
 def _scope_name(scope: str) -> str:
@@ -90,12 +199,15 @@ def _line(index: int, memory: Mapping[str, Any], *, with_distance: bool = False)
 class MemoryCommands:
     """Executes parsed ``/memory`` requests and renders Chinese replies."""
 
-    def __init__(self, tools: MemoryTools) -> None:
+    def __init__(self, tools: MemoryTools, group: GroupCommands | None = None) -> None:
         self.tools = tools
+        self.group = group
 
-    async def run(self, request: CommandRequest, caller: Caller) -> str:
+    async def run(self, request: CommandRequest, caller: Caller, *, superuser: bool = False) -> str:
         if request.action == "help":
             return USAGE
+        if request.scope in ("self", "persona", "memo") or request.action in _GROUP_ACTIONS:
+            return await self._group_awareness(request, caller, superuser)
         if request.scope == "group" and not caller.target.is_group:
             return "群共享记忆只能在群聊中使用"
         if request.action == "list":
@@ -104,6 +216,21 @@ class MemoryCommands:
             return await self._search(request, caller)
         return await self._delete(request, caller)
 
+    async def _group_awareness(
+        self, request: CommandRequest, caller: Caller, superuser: bool
+    ) -> str:
+        if self.group is None:
+            return "该命令未启用"
+        if request.scope == "self":
+            return await self.group.self_memory(
+                request.action, request.argument, superuser=superuser
+            )
+        if request.scope == "persona":
+            return await self.group.persona(request.action, caller)
+        if request.scope == "memo":
+            return await self.group.private_memo(request.action, caller)
+        return await self.group.group(request.action, request.argument, caller)
+
     async def _list(self, request: CommandRequest, caller: Caller) -> str:
         page = 1
         if request.argument:
@@ -111,7 +238,9 @@ class MemoryCommands:
                 return "页码必须是正整数，例如 /memory user list 2"
             page = int(request.argument)
         result = await self.tools.list_memory(
-            caller, {"limit": PAGE_SIZE, "offset": (page - 1) * PAGE_SIZE, "scope": request.scope}
+            caller,
+            {"limit": PAGE_SIZE, "offset": (page - 1) * PAGE_SIZE, "scope": request.scope},
+            private_reply=replies_privately(request),
         )
         if not result["ok"]:
             return f"查询失败：{result['error']}"
@@ -133,7 +262,9 @@ class MemoryCommands:
         if not request.argument:
             return f"请提供关键词，例如 /memory {request.scope} search 生日"
         result = await self.tools.read_memory(
-            caller, {"query": request.argument, "top_k": 5, "scope": request.scope}
+            caller,
+            {"query": request.argument, "top_k": 5, "scope": request.scope},
+            private_reply=replies_privately(request),
         )
         if not result["ok"]:
             return f"搜索失败：{result['error']}"

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from nonebot import logger
 
-from ..core.records import IMPORTANCE_LEVELS, SCOPES
+from ..core.records import IMPORTANCE_LEVELS, ORIGIN_PRIVATE, SCOPES, origin_of_group
 from ..storage.keys import ChatTarget
 from ..storage.memo_store import MemoService
 from ..storage.memory_store import MemoryStore
@@ -33,7 +33,10 @@ from .args import (
     parse_text,
 )
 
-__all__ = ["Caller", "MemoryTools", "caller_for_user"]
+__all__ = ["Caller", "GroupEditors", "MemoryTools", "caller_for_user"]
+
+GroupEditors = Literal["member", "admin"]
+"""``group_memo_editors`` (config): who may write a group's memo and new group memories."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +63,36 @@ def caller_for_user(target: ChatTarget) -> Caller:
 class MemoryTools:
     """The logic behind the surface tools, callable without a running bot."""
 
-    def __init__(self, store: MemoryStore, memo: MemoService, *, memory_limit: int) -> None:
+    def __init__(
+        self,
+        store: MemoryStore,
+        memo: MemoService,
+        *,
+        memory_limit: int,
+        group_editors: GroupEditors = "member",
+        private_memories_in_groups: bool = False,
+    ) -> None:
         self.store = store
         self.memo = memo
         self.memory_limit = memory_limit
+        self.group_editors: GroupEditors = group_editors
+        """``group_memo_editors``: with "admin", writing the group memo or a new
+        group memory needs the rights that changing one always needs."""
+        self.private_memories_in_groups = private_memories_in_groups
+        """With ``False``, a group chat reads only the speaker's memories written in groups."""
+
+    def _group_origin_only(self, caller: Caller, scope: str, private_reply: bool) -> bool:
+        """Whether a read of the speaker's memories must skip those written in private.
+
+        What a user said in private stays private: in a group chat, unless the
+        answer goes to the user privately (``/memory user list`` in a group).
+        """
+        return (
+            scope == "user"
+            and caller.target.is_group
+            and not private_reply
+            and not self.private_memories_in_groups
+        )
 
     @staticmethod
     def partition_for(caller: Caller, scope: str) -> str:
@@ -76,6 +105,14 @@ class MemoryTools:
     async def _require_manager(self, caller: Caller, scope: str, action: str) -> None:
         if scope == "group" and not await caller.can_manage_group():
             raise ToolArgError(f"{action}群共享记忆需要群管理员、群主或超级用户权限")
+
+    async def _require_group_editor(self, caller: Caller, what: str) -> None:
+        """With ``group_memo_editors = "admin"``, refuse a group write by a non-manager."""
+        if self.group_editors == "admin" and not await caller.can_manage_group():
+            raise ToolArgError(
+                f"本 Bot 设置为只有群管理员、群主或超级用户可以{what}（group_memo_editors = admin），"
+                "未做任何修改"
+            )
 
     async def _guard(
         self, name: str, call: Callable[[], Awaitable[dict[str, Any]]]
@@ -92,15 +129,26 @@ class MemoryTools:
             scope = parse_enum(args, "scope", SCOPES, "user")
             assert content is not None and tags is not None and importance and scope
             partition = self.partition_for(caller, scope)
+            if scope == "group":
+                await self._require_group_editor(caller, "写入群共享记忆")
+            gid = caller.target.group_id
             record = await self.store.add(
-                partition, scope, content, tags=tags, importance=importance, limit=self.memory_limit
+                partition,
+                scope,
+                content,
+                tags=tags,
+                importance=importance,
+                limit=self.memory_limit,
+                origin=origin_of_group(gid) if gid else ORIGIN_PRIVATE,
             )
             logger.info(f"[Memory] write_memory partition={partition} id={record.id}")
             return {"ok": True, "memory": record.compact()}
 
         return await self._guard("write_memory", run)
 
-    async def read_memory(self, caller: Caller, args: Mapping[str, Any]) -> dict[str, Any]:
+    async def read_memory(
+        self, caller: Caller, args: Mapping[str, Any], *, private_reply: bool = False
+    ) -> dict[str, Any]:
         async def run() -> dict[str, Any]:
             query = parse_text(args, "query", max_chars=LIMITS.query_chars)
             top_k = parse_int(
@@ -110,7 +158,13 @@ class MemoryTools:
             scope = parse_enum(args, "scope", SCOPES, "user")
             assert query is not None and scope
             partition = self.partition_for(caller, scope)
-            hits = await self.store.query(partition, query, top_k=top_k, importance=importance)
+            hits = await self.store.query(
+                partition,
+                query,
+                top_k=top_k,
+                importance=importance,
+                group_origin_only=self._group_origin_only(caller, scope, private_reply),
+            )
             return {"ok": True, "scope": scope, "memories": [h.compact() for h in hits]}
 
         return await self._guard("read_memory", run)
@@ -151,7 +205,9 @@ class MemoryTools:
 
         return await self._guard("delete_memory", run)
 
-    async def list_memory(self, caller: Caller, args: Mapping[str, Any]) -> dict[str, Any]:
+    async def list_memory(
+        self, caller: Caller, args: Mapping[str, Any], *, private_reply: bool = False
+    ) -> dict[str, Any]:
         async def run() -> dict[str, Any]:
             limit = parse_int(
                 args, "limit", low=1, high=LIMITS.list_max, default=LIMITS.list_default
@@ -160,8 +216,11 @@ class MemoryTools:
             scope = parse_enum(args, "scope", SCOPES, "user")
             assert scope
             partition = self.partition_for(caller, scope)
-            records = await self.store.list(partition, limit=limit, offset=offset)
-            total = await self.store.count(partition)
+            only_group = self._group_origin_only(caller, scope, private_reply)
+            records = await self.store.list(
+                partition, limit=limit, offset=offset, group_origin_only=only_group
+            )
+            total = await self.store.count(partition, group_origin_only=only_group)
             return {
                 "ok": True,
                 "scope": scope,
@@ -180,6 +239,8 @@ class MemoryTools:
             if not isinstance(content, str):
                 raise ToolArgError("参数 content 必须是字符串（备忘录的完整新全文）")
             content = content.strip()
+            if caller.target.is_group:
+                await self._require_group_editor(caller, "修改群备忘录")
             uni_id = caller.target.session
             result = await self.memo.update(uni_id, content)
             if not result.ok:

@@ -19,8 +19,19 @@ from aiohttp import web
 
 from ._thread import ThreadedAppServer
 
-#: Failure modes understood by :meth:`EmbeddingServer.set_mode`.
-EMBEDDING_MODES = ("ok", "error500", "error503", "hang", "wrong_dim", "wrong_count", "close")
+#: Failure modes understood by :meth:`EmbeddingServer.set_mode`. ``hang`` stalls the
+#: embedding endpoints only; ``hang_all`` also stalls the model lists (a service that
+#: accepts connections and never answers anything).
+EMBEDDING_MODES = (
+    "ok",
+    "error500",
+    "error503",
+    "hang",
+    "hang_all",
+    "wrong_dim",
+    "wrong_count",
+    "close",
+)
 
 DEFAULT_MODEL_DIMS: dict[str, int] = {
     "nomic-embed-text:latest": 384,
@@ -136,6 +147,7 @@ class EmbeddingServer(ThreadedAppServer):
         self._models: list[str] | None = None
         self._requests: list[dict[str, Any]] = []
         self._embed_calls = 0
+        self._fail_next: list[str] = []
 
     # ------------------------------------------------------------------ control API
     @property
@@ -163,6 +175,21 @@ class EmbeddingServer(ThreadedAppServer):
         with self._lock:
             self._models = list(names)
 
+    def fail_next(self, mode: str, count: int = 1) -> None:
+        """Serve the next ``count`` embedding requests in ``mode``, then the current mode again.
+
+        The opposite of ``set_mode(mode, after=n)``: failures first, then
+        success, e.g. a transient 503 that a retry gets past.
+        """
+        if mode not in EMBEDDING_MODES:
+            raise ValueError(f"unknown mode {mode!r}; expected one of {list(EMBEDDING_MODES)}")
+        with self._lock:
+            self._fail_next = [mode] * count
+
+    def embed_requests(self) -> list[dict[str, Any]]:
+        """The recorded requests to ``/api/embed`` and ``/v1/embeddings``."""
+        return [r for r in self.requests if r["path"] in ("/api/embed", "/v1/embeddings")]
+
     def reset(self) -> None:
         """Back to mode "ok", default model list, no recorded requests or calls."""
         self.mode.reset()
@@ -170,6 +197,7 @@ class EmbeddingServer(ThreadedAppServer):
             self._requests.clear()
             self._embed_calls = 0
             self._models = None
+            self._fail_next = []
 
     def dim_for(self, model: str) -> int | None:
         """Dimension served for ``model``, or None if the model is unknown (404)."""
@@ -180,6 +208,19 @@ class EmbeddingServer(ThreadedAppServer):
             return self.model_dims.get(name, self.default_dim)
 
     # ------------------------------------------------------------------ internals
+    def _take_mode(self) -> str:
+        """The mode of one embedding request: queued ``fail_next`` modes first."""
+        with self._lock:
+            queued = self._fail_next.pop(0) if self._fail_next else None
+        mode = queued or self.mode.take()
+        return "hang" if mode == "hang_all" else mode
+
+    async def _listing_fault(self, request: web.Request) -> web.StreamResponse | None:
+        """``hang_all`` stalls the model lists too (other modes leave them alone)."""
+        if self.mode.peek() == "hang_all":
+            return await self._hang(request)
+        return None
+
     def _resolve(self, model: str) -> str | None:
         """Map a requested name to a known model; like Ollama, a bare name means ":latest"."""
         if not model:
@@ -242,7 +283,7 @@ class EmbeddingServer(ThreadedAppServer):
             return web.json_response(
                 {"error": f'model "{model}" not found, try pulling it first'}, status=404
             )
-        mode = self.mode.take()
+        mode = self._take_mode()
         if mode == "hang":
             return await self._hang(request)
         if mode == "close":
@@ -261,7 +302,9 @@ class EmbeddingServer(ThreadedAppServer):
             }
         )
 
-    async def _ollama_tags(self, request: web.Request) -> web.Response:
+    async def _ollama_tags(self, request: web.Request) -> web.StreamResponse:
+        if (stalled := await self._listing_fault(request)) is not None:
+            return stalled
         if self.mode.peek() == "error500":
             return web.json_response({"error": _OLLAMA_ERRORS[500]}, status=500)
         return web.json_response({"models": [_ollama_model_entry(n) for n in self.models]})
@@ -293,7 +336,7 @@ class EmbeddingServer(ThreadedAppServer):
                 f"The model `{model}` does not exist or you do not have access to it.",
                 code="model_not_found",
             )
-        mode = self.mode.take()
+        mode = self._take_mode()
         if mode == "hang":
             return await self._hang(request)
         if mode == "close":
@@ -321,9 +364,11 @@ class EmbeddingServer(ThreadedAppServer):
             }
         )
 
-    async def _openai_models(self, request: web.Request) -> web.Response:
+    async def _openai_models(self, request: web.Request) -> web.StreamResponse:
         if (denied := self._openai_auth_error(request)) is not None:
             return denied
+        if (stalled := await self._listing_fault(request)) is not None:
+            return stalled
         if self.mode.peek() == "error500":
             return _openai_error(500, _OPENAI_ERRORS[500], error_type="server_error")
         return web.json_response(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from amrita_core import FunctionDefinitionSchema, ToolContext
@@ -243,7 +244,11 @@ class MemoryToolset:
                 high=DUPLICATE_MAX_DISTANCE,
                 default=DUPLICATE_DEFAULT_DISTANCE,
             )
-            records = await self._all_records(DUPLICATE_SCAN_MAX)
+            # The stored vectors, compared with each other in one batched query:
+            # no embedding request, and no new-model query against old-model
+            # vectors when the embedding model changed (EMBED_MISMATCH_POLICY=never).
+            stored = await self.store.vectors(self.partition, DUPLICATE_SCAN_MAX)
+            records = [record for record, _ in stored]
             total = await self.store.count(self.partition)
             if len(records) < 2:
                 return {
@@ -253,13 +258,19 @@ class MemoryToolset:
                     "groups": [],
                     "guidance": "记忆不足两条，无需去重。",
                 }
-            vectors = await self.store.embedder.embed([r.content for r in records])
-            neighbours: dict[str, list[MemoryRecord]] = {}
             k = min(DUPLICATE_NEIGHBOURS + 1, len(records))
-            for record, vector in zip(records, vectors, strict=True):
-                neighbours[record.id] = await self.store.query_vector(
-                    self.partition, vector, top_k=k
-                )
+            rows = await self.store.nearest(
+                self.partition, [vector for _, vector in stored], top_k=k
+            )
+            by_id = {r.id: r for r in records}
+            neighbours: dict[str, list[MemoryRecord]] = {
+                record.id: [
+                    replace(by_id[hit], distance=round(distance, 4))
+                    for hit, distance in row
+                    if hit in by_id
+                ]
+                for record, row in zip(records, rows, strict=False)
+            }
             groups = find_duplicate_groups(records, neighbours, max_distance)
             return {
                 "ok": True,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from amrita_core import FunctionDefinitionSchema, ToolContext
 from nonebot import logger
@@ -33,7 +33,17 @@ from ..types import (
 from .base import LoopTool
 from .knowledge import LINE_NO_MAX, guard_kb, parse_kid
 
-__all__ = ["REASON_CHARS", "SUGGESTIONS_MAX", "SUGGESTION_BODY_MAX", "SuggestionToolset", "suggestions_schema"]
+__all__ = [
+    "REASON_CHARS",
+    "SUGGESTIONS_MAX",
+    "SUGGESTION_BODY_MAX",
+    "SuggestFrom",
+    "SuggestionToolset",
+    "suggestions_schema",
+]
+
+SuggestFrom = Literal["target", "anyone"]
+"""``knowledge_suggest_from`` (config): whose suggestions are accepted."""
 
 SUGGESTIONS_MAX: Final = 20
 """Suggestions kept in the queue; a new one beyond this drops the oldest."""
@@ -50,7 +60,10 @@ _SUGGESTION_NOTE = (
     "不合适的直接忽略。本轮成功结束后，已读取的建议会从队列中移除。"
 )
 
-
+_REFUSED = (
+    "知识建议只接受本 Bot 的主人（后台整理循环的目标用户）或超级用户提交；"
+    "当前用户无权提交，建议未加入队列。不要再次尝试，可以直接用自己的话回答用户。"
+)
 
 
 def suggestions_schema() -> FunctionDefinitionSchema:
@@ -79,9 +92,30 @@ class SuggestionToolset:
 
     name = "suggestions"
 
-    def __init__(self, ctx: LoopContext, kb: KnowledgeBaseManager) -> None:
+    def __init__(
+        self,
+        ctx: LoopContext,
+        kb: KnowledgeBaseManager,
+        *,
+        target_user_id: str,
+        suggest_from: SuggestFrom = "target",
+    ) -> None:
         self.ctx = ctx
         self.kb = kb
+        self.target_user_id = target_user_id
+        self.suggest_from: SuggestFrom = suggest_from
+        """Everyone (``"anyone"``) or only the target user and superusers (``"target"``)."""
+
+    def may_suggest(self, user_id: str | None, *, superuser: bool) -> bool:
+        """Whether a suggestion from ``user_id`` is accepted (``None``: not known who asks).
+
+        The suggestions feed a loop that reads the target user's private chat,
+        profile and memories and writes the global knowledge base, so with the
+        default ``"target"`` nobody else can steer it.
+        """
+        if self.suggest_from == "anyone" or superuser:
+            return True
+        return user_id is not None and user_id == self.target_user_id
 
     @property
     def suggestion_body_max(self) -> int:
@@ -150,10 +184,27 @@ class SuggestionToolset:
 
         return await guard_kb("subconscious_read_suggestions", run)
 
-    async def suggest(self, args: Mapping[str, Any], *, source: str) -> dict[str, Any]:
-        """``knowledge_suggest``: validate and queue a suggestion for the loop."""
+    async def suggest(
+        self,
+        args: Mapping[str, Any],
+        *,
+        source: str,
+        user_id: str | None,
+        superuser: bool = False,
+    ) -> dict[str, Any]:
+        """``knowledge_suggest``: validate and queue a suggestion for the loop.
+
+        ``user_id`` is who asks (``None`` when unknown) and ``superuser`` whether
+        they are one (resolved by the adapter); a refused suggestion queues nothing.
+        """
 
         async def run() -> dict[str, Any]:
+            if not self.may_suggest(user_id, superuser=superuser):
+                logger.info(
+                    f"[Subconscious] knowledge_suggest refused for user={user_id} from {source} "
+                    f"(knowledge_suggest_from={self.suggest_from})"
+                )
+                return tool_error(_REFUSED)
             raw_action = args.get("action")
             normalized = raw_action.strip().lower() if isinstance(raw_action, str) else None
             if normalized not in SUGGESTION_ACTIONS:

@@ -1,0 +1,73 @@
+"""The console of one bot process: every operation the admin API offers, in one object."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from ..rethinking.profile_store import ProfileStore
+from ..rethinking.runner import SubconsciousRunner
+from ..services import MemoryRuntime
+from ..storage.group_stores import GroupStores
+from .catalog import PartitionCatalog
+from .errors import guarded
+from .groups import GroupAdmin
+from .jobs import MaintenanceJobs
+from .knowledge import KnowledgeAdmin, ProfileAdmin
+from .memories import MemoryAdmin
+from .memos import MemoAdmin
+from .status import StatusCache, group_awareness_json, l3_json
+
+__all__ = ["ConsoleService"]
+
+
+class ConsoleService:
+    """Built once by the plugin from its runtime, (when the L3 loop runs) its runner and
+    the stores of group awareness.
+
+    ``publish`` sends a message to the WebUI's WebSocket channel of the
+    plugin (progress of long operations); ``None`` when there is no WebUI.
+    """
+
+    def __init__(
+        self,
+        runtime: MemoryRuntime,
+        runner: SubconsciousRunner | None = None,
+        groups: GroupStores | None = None,
+        *,
+        publish: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.runner = runner
+        self.catalog = PartitionCatalog(runtime.store)
+        self.status_cache = StatusCache(runtime.maintenance)
+        self.catalog.listeners.append(self.status_cache.invalidate)
+        self.memories = MemoryAdmin(runtime.store, self.catalog)
+        self.memos = MemoAdmin(runtime.memo)
+        self.knowledge = KnowledgeAdmin(runner.knowledge if runner is not None else None)
+        profile = runner.profile if runner is not None else ProfileStore(runtime.config.data_dir)
+        self.profile = ProfileAdmin(
+            profile, target=runner.target_user_id if runner is not None else None
+        )
+        self.groups = GroupAdmin(groups, runtime.config.file.persona)
+        self.jobs = MaintenanceJobs(
+            runtime.maintenance,
+            self.catalog,
+            knowledge=runner.knowledge if runner is not None else None,
+            publish=publish,
+        )
+
+    async def status(self, query: Mapping[str, Any]) -> dict[str, Any]:
+        """The overview; ``fresh=1`` recomputes the store report now."""
+        fresh = str(query.get("fresh", "")).strip().lower() in ("1", "true", "yes")
+        store = await guarded("console_status", lambda: self.status_cache.get(fresh=fresh))
+        file = self.runtime.config.file
+        return {
+            **store,
+            "subconscious": l3_json(self.runner, file),
+            "group_awareness": {**group_awareness_json(file), **await self.groups.counts()},
+            "job": self.jobs.current(),
+            "maintenance": self.jobs.busy,
+            "memory_limit": file.per_session_memory_limit,
+            "memo_max_chars": file.memo_max_chars,
+        }

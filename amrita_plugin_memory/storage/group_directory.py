@@ -1,0 +1,106 @@
+"""Per-group facts: the anonymisation switch and the members' fixed labels.
+
+Both are read in every group turn, so both are cached in memory after the
+first read of a group; writes go to SQLite first and then to the cache.
+A label is given once (:func:`~..core.labels.make_label` against the labels
+the group already uses) and stored, so a member keeps it across restarts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from nonebot_plugin_orm import get_session
+from sqlalchemy import select
+
+from ..core.config import GroupContextConfig
+from ..core.labels import make_label
+from ..core.locks import PartitionLocks
+from .models import GroupMemberLabel, GroupSetting, db_now
+
+__all__ = ["GroupDirectory"]
+
+
+class _Labels:
+    __slots__ = ("by_user", "taken")
+
+    def __init__(self) -> None:
+        self.by_user: dict[str, str] = {}
+        self.taken: set[str] = set()
+
+    def add(self, user_id: str, label: str) -> None:
+        self.by_user[user_id] = label
+        self.taken.add(label)
+
+
+class GroupDirectory:
+    """Anonymisation switches and member labels of every group."""
+
+    def __init__(self, config: GroupContextConfig) -> None:
+        self.config = config
+        self._anonymize: dict[str, bool | None] = {}
+        """The group's own switch; ``None``: follow ``[group_context] anonymize``."""
+        self._labels: dict[str, _Labels] = {}
+        self._locks = PartitionLocks()
+
+    # -- anonymisation --------------------------------------------------------------
+
+    async def anonymize(self, group_id: str) -> bool:
+        """Whether the group's blocks show labels (``True``) or nicknames."""
+        if group_id not in self._anonymize:
+            async with get_session() as session:
+                row = await session.get(GroupSetting, group_id)
+                self._anonymize[group_id] = row.anonymize if row is not None else None
+        own = self._anonymize[group_id]
+        return self.config.anonymize if own is None else own
+
+    async def set_anonymize(self, group_id: str, value: bool) -> None:
+        async with self._locks.hold(f"setting:{group_id}"):
+            async with get_session() as session:
+                row = await session.get(GroupSetting, group_id)
+                if row is None:
+                    session.add(
+                        GroupSetting(group_id=group_id, anonymize=value, updated_at=db_now())
+                    )
+                else:
+                    row.anonymize = value
+                    row.updated_at = db_now()
+                await session.commit()
+            self._anonymize[group_id] = value
+
+    # -- labels --------------------------------------------------------------------------
+
+    async def labels(self, group_id: str, user_ids: Iterable[str]) -> dict[str, str]:
+        """The label of each of ``user_ids`` in the group, giving (and storing) new ones."""
+        wanted = list(dict.fromkeys(user_ids))
+        known = self._labels.get(group_id)
+        if known is not None and all(u in known.by_user for u in wanted):
+            return {u: known.by_user[u] for u in wanted}
+        async with self._locks.hold(f"labels:{group_id}"):
+            known = self._labels.get(group_id)
+            if known is None:
+                known = await self._load(group_id)
+            new = [u for u in wanted if u not in known.by_user]
+            if new:
+                rows = []
+                for user_id in new:
+                    label = make_label(user_id, known.taken)
+                    known.add(user_id, label)
+                    rows.append(GroupMemberLabel(group_id=group_id, user_id=user_id, label=label))
+                try:
+                    async with get_session() as session:
+                        session.add_all(rows)
+                        await session.commit()
+                except Exception:
+                    self._labels.pop(group_id, None)  # re-read next time: never two labels
+                    raise
+            return {u: known.by_user[u] for u in wanted}
+
+    async def _load(self, group_id: str) -> _Labels:
+        known = _Labels()
+        stmt = select(GroupMemberLabel).where(GroupMemberLabel.group_id == group_id)
+        async with get_session() as session:
+            for row in (await session.scalars(stmt)).all():
+                known.add(row.user_id, row.label)
+        self._labels[group_id] = known
+        return known

@@ -1,0 +1,123 @@
+"""A real bot process with the WebUI and the memory console, for the console tests.
+
+:class:`RunningBot` starts ``ambot run`` in a :class:`~tests.botproject.BotProject`
+(local ChromaDB, the session's embedding server, a WebUI password set), waits
+for the web server, and stops it again. Its log goes to ``bot.log`` in the
+project, so tests can read what the bot logged. :func:`login` logs an
+``httpx`` client in through the WebUI's real ``/api/auth/login``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import time
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+
+from tests.botproject import VENV_BIN, BotProject
+from tests.servers import free_port
+
+__all__ = ["PASSWORD", "USER", "RunningBot", "login", "run_async"]
+
+T = TypeVar("T")
+
+USER = "admin"
+PASSWORD = "console-test-Pw-7d41"
+
+CONFIG_TOML = """\
+[subconscious]
+enabled = true
+target_user_id = "10001"
+enable_knowledge = true
+"""
+
+
+class RunningBot:
+    """``ambot run`` in ``project`` with the WebUI on 127.0.0.1 (one per test module)."""
+
+    def __init__(self, project: BotProject, *, l3: bool = True, **env: Any) -> None:
+        self.project = project
+        self.port = free_port()
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+        if l3:
+            config = project.root / "config" / "amrita_plugin_memory" / "config.toml"
+            config.parent.mkdir(parents=True, exist_ok=True)
+            config.write_text(CONFIG_TOML, encoding="utf-8")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.project.root / "bot.log"
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def start(self, timeout: float = 120) -> None:
+        self.project.write_env(
+            **{
+                **self.project.env,
+                "HOST": "127.0.0.1",
+                "PORT": self.port,
+                "LOG_LEVEL": "INFO",
+                "WEBUI_PASSWORD": PASSWORD,
+                **self.env,
+            }
+        )
+        with self.log_path.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [str(VENV_BIN / "ambot"), "run"],
+                cwd=self.project.root,
+                env=self.project.process_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + timeout
+        while "Application startup complete" not in self.log():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                log = self.log()
+                self.stop()
+                raise RuntimeError(f"the bot did not start:\n{log[-4000:]}")
+            time.sleep(0.2)
+
+    def stop(self) -> int | None:
+        """Stop the bot (SIGTERM, a graceful NoneBot shutdown); its exit code."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return None
+        proc.terminate()
+        try:
+            return proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(10)
+            return None
+
+
+def login(client: httpx.Client, password: str = PASSWORD) -> httpx.Response:
+    """Log ``client`` in through the WebUI (its cookie then authenticates every request)."""
+    return client.post("/api/auth/login", json={"username": USER, "password": password})
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to the end on a fresh event loop in a worker thread, from a sync test.
+
+    Not ``asyncio.run`` in the test's own thread: that would leave the thread
+    without a current event loop, which the session's asyncio tests rely on.
+    """
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()

@@ -1,0 +1,187 @@
+"""The 记忆管理 page in a real browser (Debian's Chromium, driven by Playwright).
+
+A real bot process serves the WebUI; the test logs in through the WebUI's
+login form, opens the page from the sidebar, pages and searches the memory
+table, edits a memory, deletes one (through the confirmation dialog) and runs
+a re-embedding with its live progress bar, taking screenshots on the way
+(``AMRITA_MEMORY_SCREENSHOTS=<dir>`` keeps them; the ones in ``docs/`` were
+taken this way). Every change is checked through the admin API too.
+
+Chromium is never downloaded: the test uses ``/usr/bin/chromium`` (installed
+by ``.ci/run`` with apt) and is skipped, saying so, only when it is missing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.botproject import ALICE, BOB, BotProject, memory_meta, seed
+from tests.conftest import EMBED
+from tests.console_bot import PASSWORD, USER, RunningBot, login, run_async
+from tests.lazy import lazy_import
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+MEM = "amrita_user_memory"
+
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason="/usr/bin/chromium is not installed (apt-get install chromium fonts-noto-cjk; CI installs it)",
+)
+
+E = lazy_import("amrita_plugin_memory.embedding", "amrita_plugin_memory.storage.keys")
+
+
+def _alice(i: int) -> tuple[str, str, dict[str, Any]]:
+    meta = memory_meta(ALICE, created_at=f"2025-03-{1 + i // 24:02d}T{i % 24:02d}:00:00+00:00")
+    meta["tags"] = '["水果", "偏好"]' if i % 3 == 0 else '["日常"]'
+    meta["importance"] = ("low", "medium", "high")[i % 3]
+    return f"a{i:04d}", f"爱丽丝说过：喜欢第 {i} 号苹果，最好是脆的", meta
+
+
+@pytest.fixture(scope="module")
+def bot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningBot]:
+    project = BotProject(tmp_path_factory.mktemp("console-browser") / "bot")
+
+    async def prepare() -> None:
+        rt = project.runtime()
+        try:
+            items = [_alice(i) for i in range(45)]
+            items += [
+                (f"b{i}", f"鲍勃的记忆 {i}：周三下午开会", memory_meta(BOB)) for i in range(4)
+            ]
+            await seed(rt, MEM, items)
+            await E.reset_fingerprint(rt.maintenance)
+            await E.migrate_partition_keys(rt.store)
+        finally:
+            await rt.close()
+
+    EMBED.reset()
+    run_async(prepare())
+    running = RunningBot(project)
+    running.start()
+    with httpx.Client(base_url=running.url, timeout=30) as client:
+        login(client)
+        client.put(
+            f"/api/memory/memos/{ALICE}", json={"content": "爱丽丝：下周三体检，提醒她空腹。"}
+        )
+        client.put("/api/memory/profile/summary", json={"content": "程序员，喜欢脆苹果"})
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    wanted = os.environ.get("AMRITA_MEMORY_SCREENSHOTS")
+    path = Path(wanted) if wanted else tmp_path_factory.mktemp("screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def test_console_page_in_chromium(bot: RunningBot, shots: Path) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 900}, locale="zh-CN")
+            page.set_default_timeout(30_000)
+            page.goto(bot.url + "/")
+            page.get_by_label("用户名").fill(USER)
+            page.get_by_label("密码").fill(PASSWORD)
+            page.get_by_role("button", name="登录").click()
+
+            # Open the page from the sidebar.
+            page.get_by_role("button", name="记忆管理").click()
+            overview = page.locator("[data-amc=overview]")
+            expect(overview).to_be_visible()
+            expect(page.locator("[data-amc=memory-total]")).to_have_text("49")
+            expect(overview).to_contain_text("一致")
+            page.screenshot(path=str(shots / "console-overview.png"), full_page=True)
+
+            # The memory table: newest first, paged.
+            page.get_by_role("tab", name="记忆").click()
+            page.locator(f"[data-partition={ALICE}]").click()
+            table = page.locator("[data-amc=memories]")
+            expect(table).to_contain_text("第 1 / 3 页，共 45 条")
+            rows = table.locator("tr[data-memory]")
+            expect(rows.first).to_have_attribute("data-memory", "a0044")
+            expect(rows).to_have_count(20)
+            page.screenshot(path=str(shots / "console-memories.png"), full_page=True)
+            table.locator("[data-amc=next]").click()
+            expect(rows.first).to_have_attribute("data-memory", "a0024")
+
+            # Semantic search.
+            table.locator("[data-amc=search]").fill("喜欢第 7 号苹果")
+            table.locator("[data-amc=search-go]").click()
+            expect(table).to_contain_text("按相似度排序")
+            expect(rows.first).to_have_attribute("data-memory", "a0007")
+            page.screenshot(path=str(shots / "console-search.png"), full_page=True)
+
+            # Edit the memory found.
+            row = table.locator("tr[data-memory=a0007]")
+            row.locator("[data-amc=edit]").click()
+            row.locator("[data-amc=edit-content]").fill("爱丽丝改口了：现在只喜欢青苹果")
+            row.locator("[data-amc=save]").click()
+            expect(page.get_by_role("status")).to_contain_text("已保存记忆 a0007")
+            # Re-embedded: the old words no longer find it, the new ones do.
+            expect(table.locator("tr[data-memory=a0007]")).to_have_count(0)
+            table.locator("[data-amc=search]").fill("青苹果")
+            table.locator("[data-amc=search-go]").click()
+            expect(rows.first).to_have_attribute("data-memory", "a0007")
+            expect(rows.first).to_contain_text("现在只喜欢青苹果")
+
+            # Delete one, through the confirmation dialog.
+            table.locator("tr[data-memory=a0007] [data-amc=delete]").click()
+            dialog = page.get_by_role("dialog")
+            expect(dialog).to_contain_text("确定删除这条记忆吗")
+            page.screenshot(path=str(shots / "console-delete.png"), full_page=True)
+            dialog.locator("[data-amc=confirm]").click()
+            expect(page.get_by_role("status")).to_contain_text("已删除记忆 a0007")
+            expect(table.locator("tr[data-memory=a0007]")).to_have_count(0)
+
+            # The other views show what the bot holds.
+            page.get_by_role("tab", name="备忘录").click()
+            page.get_by_role("button", name=ALICE).click()
+            expect(page.locator("textarea")).to_have_value("爱丽丝：下周三体检，提醒她空腹。")
+            page.get_by_role("tab", name="知识库").click()
+            expect(page.get_by_text("知识库为空")).to_be_visible()
+            page.get_by_role("tab", name="用户画像").click()
+            expect(page.locator("textarea").first).to_have_value("程序员，喜欢脆苹果")
+            page.get_by_role("tab", name="群聊感知").click()
+            expect(page.get_by_text("群成员画像")).to_be_visible()
+            expect(page.get_by_text("机器人自我记忆")).to_be_visible()
+
+            # A re-embedding with its live progress bar.
+            page.get_by_role("tab", name="备份与维护").click()
+            page.locator("[data-amc=reindex]").click()
+            page.get_by_role("dialog").locator("[data-amc=confirm]").click()
+            job = page.locator("[data-amc=job]")
+            expect(job).to_have_attribute("data-state", "done", timeout=60_000)
+            expect(job).to_contain_text("重映射完成：共 48 条")
+            page.screenshot(path=str(shots / "console-maintenance.png"), full_page=True)
+        finally:
+            browser.close()
+
+    with httpx.Client(base_url=bot.url, timeout=30) as api:
+        login(api)
+        alice = api.get("/api/memory/memories", params={"partition": ALICE, "limit": 100}).json()
+        ids = {m["id"] for m in alice["data"]["memories"]}
+        assert alice["data"]["total"] == 44 and "a0007" not in ids
+        assert "控制台 WebUI 用户 admin：修改记忆" in bot.log()
+        assert "删除记忆 partition=" + ALICE + " id=a0007" in bot.log()
