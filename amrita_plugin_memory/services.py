@@ -31,6 +31,7 @@ class MemoryRuntime:
         self.embedder = EmbeddingClient.from_env(config.env)
         self.connection = ChromaConnection(config.env, config.chroma_dir)
         self.store = MemoryStore(self.connection, self.embedder, MEMORY_COLLECTION)
+        self.store.index.max_bytes = config.file.vector_index_max_mb * 1024 * 1024
         # EMBEDDING_MODEL_NAME=auto keeps the model of the stored fingerprint.
         pin_auto_model(self.embedder, self.store)
         self.memo = MemoService(config.file.memo_max_chars)

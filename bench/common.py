@@ -67,7 +67,7 @@ def precomputed_embedder(vectors: dict[str, list[float]]) -> EmbeddingClient:
     from amrita_plugin_memory.embedding.client import EmbeddingClient
 
     class PrecomputedEmbedder(EmbeddingClient):
-        async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        async def embed(self, texts: Sequence[str], kind: str = "document") -> list[list[float]]:
             return [vectors[t] for t in texts]
 
     return PrecomputedEmbedder(

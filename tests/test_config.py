@@ -62,7 +62,7 @@ def test_env_reads_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     [
         ("EMBED_MISMATCH_POLICY", "sometimes", "'ask', 'auto' or 'never'"),
         ("VECTOR_DB_TYPE", "cloud", "'local' or 'remote'"),
-        ("EMBEDDING_PROCTOL", "ollama", "'openai' or 'ollama-embed'"),
+        ("EMBEDDING_PROCTOL", "ollama", "'openai', 'ollama-embed' or 'local'"),
         ("REEMBED_BATCH_SIZE", 0, "ge 1"),
         ("REEMBED_BATCH_SIZE", 100000, "le 2048"),
         ("REEMBED_BACKUP_KEEP", 0, "ge 1"),

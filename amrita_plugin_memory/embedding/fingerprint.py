@@ -4,11 +4,16 @@ Vectors are only comparable when they come from the same embedding model. The
 memory collection therefore records, in its metadata, a fingerprint of the
 embedding configuration::
 
-    fingerprint = sha256(protocol | model | base_url)
+    fingerprint = sha256(protocol | model | base_url)                 # raw text
+    fingerprint = sha256(protocol | model | base_url | text_format)   # prefixes set
 
 (``model`` is the resolved name when ``EMBEDDING_MODEL_NAME=auto``;
 ``base_url`` is normalised by :func:`normalize_base_url`, so the spellings of
-one server's address give one fingerprint). The fingerprint travels with the
+one server's address give one fingerprint; ``EMBEDDING_PROCTOL=local`` records
+``local`` as its address). ``text_format`` (:func:`text_format`) records the
+instruction prefixes and ``input_type``: the same model fed other prefixes
+gives another vector space. It is left out when empty, so fingerprints stored
+before prefixes existed still match a configuration without them. The fingerprint travels with the
 collection, so it also works with a remote ChromaDB.
 
 Once a fingerprint is stored, ``auto`` keeps meaning the model recorded in it
@@ -28,6 +33,7 @@ from urllib.parse import urlsplit
 
 from ..storage.memory_store import MemoryStore
 from .client import EmbeddingClient
+from .local_model import LOCAL_BASE_URL
 
 __all__ = [
     "FINGERPRINT_KEYS",
@@ -38,6 +44,7 @@ __all__ = [
     "pin_auto_model",
     "pinned_model",
     "stored_fingerprint",
+    "text_format",
     "write_fingerprint",
 ]
 
@@ -46,7 +53,8 @@ META_FINGERPRINT = "embedding_fingerprint"
 META_PROTOCOL = "embedding_protocol"
 META_MODEL = "embedding_model"
 META_BASE_URL = "embedding_base_url"
-FINGERPRINT_KEYS = (META_FINGERPRINT, META_PROTOCOL, META_MODEL, META_BASE_URL)
+META_TEXT_FORMAT = "embedding_text_format"
+FINGERPRINT_KEYS = (META_FINGERPRINT, META_PROTOCOL, META_MODEL, META_BASE_URL, META_TEXT_FORMAT)
 
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -61,6 +69,8 @@ def normalize_base_url(protocol: str, url: str) -> str:
     ``http://Host:80/v1/`` and ``http://host`` are the same server; a
     different port or path prefix (a proxy) stays different.
     """
+    if protocol == "local":
+        return LOCAL_BASE_URL  # in-process: no server
     text = url.strip()
     parts = urlsplit(text if "://" in text else "http://" + text)
     scheme = parts.scheme.lower()
@@ -81,9 +91,18 @@ def normalize_base_url(protocol: str, url: str) -> str:
     return f"{scheme}://{netloc}{path}"
 
 
-def compute_fingerprint(protocol: str, model: str, base_url: str) -> str:
-    """``sha256(protocol | model | base_url)`` as hex."""
-    return hashlib.sha256(f"{protocol}|{model}|{base_url}".encode()).hexdigest()
+def compute_fingerprint(protocol: str, model: str, base_url: str, text_format: str = "") -> str:
+    """``sha256(protocol | model | base_url [| text_format])`` as hex."""
+    tail = f"|{text_format}" if text_format else ""
+    return hashlib.sha256(f"{protocol}|{model}|{base_url}{tail}".encode()).hexdigest()
+
+
+def text_format(embedder: EmbeddingClient) -> str:
+    """How texts are presented to the model (prefixes, ``input_type``); ``""`` for raw text."""
+    if not (embedder.query_prefix or embedder.document_prefix or embedder.input_type != "none"):
+        return ""
+    fields = [embedder.query_prefix, embedder.document_prefix, embedder.input_type]
+    return json.dumps(fields, ensure_ascii=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,10 +113,12 @@ class FingerprintInfo:
     protocol: str = ""
     model: str = ""
     base_url: str = ""
+    text_format: str = ""
 
     @classmethod
-    def of(cls, protocol: str, model: str, base_url: str) -> FingerprintInfo:
-        return cls(compute_fingerprint(protocol, model, base_url), protocol, model, base_url)
+    def of(cls, protocol: str, model: str, base_url: str, text_format: str = "") -> FingerprintInfo:
+        digest = compute_fingerprint(protocol, model, base_url, text_format)
+        return cls(digest, protocol, model, base_url, text_format)
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any]) -> FingerprintInfo | None:
@@ -109,6 +130,7 @@ class FingerprintInfo:
             str(meta.get(META_PROTOCOL, "")),
             str(meta.get(META_MODEL, "")),
             str(meta.get(META_BASE_URL, "")),
+            str(meta.get(META_TEXT_FORMAT, "")),
         )
 
     def as_meta(self) -> dict[str, str]:
@@ -117,6 +139,7 @@ class FingerprintInfo:
             META_PROTOCOL: self.protocol,
             META_MODEL: self.model,
             META_BASE_URL: self.base_url,
+            META_TEXT_FORMAT: self.text_format,
         }
 
     def to_json(self) -> str:
@@ -126,6 +149,7 @@ class FingerprintInfo:
                 "protocol": self.protocol,
                 "model": self.model,
                 "base_url": self.base_url,
+                "text_format": self.text_format,
             },
             ensure_ascii=False,
         )
@@ -143,6 +167,7 @@ class FingerprintInfo:
             str(data.get("protocol", "")),
             str(data.get("model", "")),
             str(data.get("base_url", "")),
+            str(data.get("text_format", "")),
         )
 
     def same_service(self, other: FingerprintInfo) -> bool:
@@ -153,7 +178,8 @@ class FingerprintInfo:
         """
         return (
             bool(self.protocol and self.model)
-            and (self.protocol, self.model) == (other.protocol, other.model)
+            and (self.protocol, self.model, self.text_format)
+            == (other.protocol, other.model, other.text_format)
             and normalize_base_url(self.protocol, self.base_url)
             == normalize_base_url(other.protocol, other.base_url)
         )
@@ -161,7 +187,8 @@ class FingerprintInfo:
     def describe(self) -> str:
         if not (self.protocol or self.model or self.base_url):
             return self.fingerprint[:16]
-        return f"{self.protocol} / {self.model} @ {self.base_url}（{self.fingerprint[:16]}）"
+        fmt = f"，文本格式 {self.text_format}" if self.text_format else ""
+        return f"{self.protocol} / {self.model} @ {self.base_url}{fmt}（{self.fingerprint[:16]}）"
 
 
 async def current_fingerprint(embedder: EmbeddingClient, *, probe: bool = False) -> FingerprintInfo:
@@ -174,7 +201,7 @@ async def current_fingerprint(embedder: EmbeddingClient, *, probe: bool = False)
     """
     model = await embedder.resolve_model(probe=probe)
     url = normalize_base_url(embedder.protocol, embedder.base_url)
-    return FingerprintInfo.of(embedder.protocol, model, url)
+    return FingerprintInfo.of(embedder.protocol, model, url, text_format(embedder))
 
 
 async def pinned_model(store: MemoryStore, embedder: EmbeddingClient) -> str | None:

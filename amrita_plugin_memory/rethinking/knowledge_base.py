@@ -259,7 +259,7 @@ class KnowledgeBaseManager:
         }
 
     async def search(self, query: str, top_k: int = 5) -> list[dict[str, Any]]:
-        vector = (await self.embedder.embed([query]))[0]
+        vector = (await self.embedder.embed([query], "query"))[0]
         col = await self._collection()
         res = await self.connection.run(
             lambda: col.query(

@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..core.errors import MaintenanceInProgress, MemoryLimitReached, VectorStoreError
 from ..core.gate import WriteGate
 from ..core.locks import PartitionLocks
-from ..core.protocols import Embedder
+from ..core.protocols import Embedder, TextKind
 from ..core.records import ORIGIN_GROUP_FLAG, ORIGIN_PRIVATE, MemoryRecord, utc_now
 from .chroma import ChromaConnection, is_missing_collection
 from .guard import CollectionGuard
 from .paging import iter_pages
+from .partition_index import PartitionIndex
 from .recent import RecentIds
 
 if TYPE_CHECKING:
@@ -125,6 +126,8 @@ class MemoryStore:
         """ISO timestamps for ``created_at`` / ``updated_at`` (replaceable in tests)."""
         self.guard = CollectionGuard(connection)
         """The cached handle and the cross-process remap markers (never re-creates it)."""
+        self.index = PartitionIndex(ttl=60.0 if connection.mode == "remote" else None)
+        """Exact per-partition vector index: searches cost O(partition), not O(collection)."""
 
     # -- collection handle --------------------------------------------------
 
@@ -136,6 +139,7 @@ class MemoryStore:
         self.guard.invalidate()
         self.counts.clear()
         self.recent.clear()
+        self.index.clear()
 
     async def _run(self, fn: Callable[[Collection], T]) -> T:
         generation = self.connection.generation
@@ -185,8 +189,8 @@ class MemoryStore:
 
     # -- embedding --------------------------------------------------------------
 
-    async def _embed(self, texts: Sequence[str]) -> list[list[float]]:
-        return await self.embedder.embed(list(texts))
+    async def _embed(self, texts: Sequence[str], kind: TextKind = "document") -> list[list[float]]:
+        return await self.embedder.embed(list(texts), kind)
 
     # -- writes ---------------------------------------------------------------------
 
@@ -240,9 +244,11 @@ class MemoryStore:
             except BaseException:
                 self.counts.drop(partition)  # the add may or may not have landed
                 self.recent.drop(partition)
+                self.index.drop(partition)
                 raise
             self.counts.adjust(partition, +1)
             self.recent.added(partition, record.id)
+            self.index.added(partition, vector, record)
         return record
 
     async def update(
@@ -270,7 +276,12 @@ class MemoryStore:
             kwargs: dict[str, Any] = {"ids": [memory_id], "metadatas": [current.to_metadata()]}
             if vector is not None:
                 kwargs.update(documents=[current.content], embeddings=[vector])
-            await self._write(lambda c: c.update(**kwargs))
+            try:
+                await self._write(lambda c: c.update(**kwargs))
+            except BaseException:
+                self.index.drop(partition)
+                raise
+            self.index.updated(partition, vector, current)
         return current
 
     async def delete(self, partition: str, memory_id: str) -> bool:
@@ -286,9 +297,11 @@ class MemoryStore:
             except BaseException:
                 self.counts.drop(partition)
                 self.recent.drop(partition)
+                self.index.drop(partition)
                 raise
             self.counts.adjust(partition, -1)
             self.recent.removed(partition, memory_id)
+            self.index.removed(partition, memory_id)
         return True
 
     # -- reads ------------------------------------------------------------------------
@@ -319,7 +332,7 @@ class MemoryStore:
         group_origin_only: bool = False,
     ) -> list[MemoryRecord]:
         """Nearest memories of ``partition`` (smaller distance = closer)."""
-        vector = (await self._embed([text]))[0]
+        vector = (await self._embed([text], "query"))[0]
         return await self.query_vector(
             partition,
             vector,
@@ -337,6 +350,9 @@ class MemoryStore:
         importance: str | None = None,
         group_origin_only: bool = False,
     ) -> list[MemoryRecord]:
+        hits = await self.index.query(self, partition, vector, top_k, importance, group_origin_only)
+        if hits is not None:
+            return hits
         res = await self._run(
             lambda c: c.query(
                 query_embeddings=[list(vector)],
@@ -413,6 +429,7 @@ class MemoryStore:
         finally:
             self.counts.clear()  # memories moved between partitions
             self.recent.clear()
+            self.index.clear()
 
     async def distribution(self, *, page_size: int | None = None) -> dict[tuple[str, str], int]:
         """Memory count per ``(partition, scope)`` over the whole collection."""
