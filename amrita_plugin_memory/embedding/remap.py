@@ -399,14 +399,17 @@ async def remap(maint: Maintenance, *, progress: ProgressCallback | None = None)
         await write_fingerprint(maint.store, target)
         logger.info(f"[Memory] 集合为空，已直接写入嵌入指纹：{target.describe()}")
         return RemapReport(target, None, {p.cov.name: 0 for p in plans})
-    info = await create_backup(maint)
-    logger.info(
-        f"[Memory] 开始重映射 {sum(p.expected for p in plans)} 条（{target.describe()}），"
-        f"备份：{info.path}"
-    )
+    # Writers are stopped before the backup (as in restore): a backup taken
+    # while the bot writes would see the collection change under it.
     await mark_running(maint, "reindex")
     since = time.monotonic()
     try:
+        await asyncio.sleep(_grace(maint.connection))  # writers of other processes stop
+        info = await create_backup(maint)
+        logger.info(
+            f"[Memory] 开始重映射 {sum(p.expected for p in plans)} 条（{target.describe()}），"
+            f"备份：{info.path}"
+        )
         plans = [plan for cov in maint.covered if (plan := await _live_plan(maint, cov))]
     except BaseException:
         with contextlib.suppress(Exception):
