@@ -107,7 +107,7 @@ class GroupCommands:
                 return "用法：/memory group anonymize on|off"
             await self.stores.directory.set_anonymize(group_id, choice)
             if choice:
-                return "本群已开启匿名：群上下文与画像中成员显示为 用户_XXXX"
+                return "本群已开启匿名：群上下文与画像中成员显示为「用户_」加 QQ 号末四位"
             return "本群已关闭匿名：群上下文与画像中成员显示为群名片/昵称"
         if action == "context_clear":
             await self.stores.windows.clear(group_id)
