@@ -132,9 +132,11 @@ async def test_a_failed_window_write_loses_nothing(groups: Callable[..., Any]) -
     gid, member = "41004", "4104001"
     await awareness.stores.windows.recent(gid, 1)  # loaded before the fault
     table = "amrita_plugin_memory_group_message"
-    db = sqlite3.connect(WORK / "db.sqlite3", isolation_level=None)
+    # Other tests' background writes may hold the shared database for a moment:
+    # wait for the lock instead of failing (sqlite3's default is 5 s).
+    db = sqlite3.connect(WORK / "db.sqlite3", isolation_level=None, timeout=60)
+    db.execute(f"ALTER TABLE {table} RENAME TO {table}_away")  # the table is gone
     try:
-        db.execute(f"ALTER TABLE {table} RENAME TO {table}_away")  # the table is gone
         with captured_logs("WARNING") as lines:
             awareness.observe(gid, member, "nick", "第一条")
             awareness.observe(gid, member, "nick", "第二条")
