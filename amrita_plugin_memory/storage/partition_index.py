@@ -9,7 +9,7 @@ step by the store's own writes (which run under the same lock), and dropped on
 any error, on :meth:`PartitionIndex.clear` (``MemoryStore.invalidate``), when the
 connection's ``generation`` or the collection's id changes (remap, reconnect),
 and after ``ttl`` seconds in remote mode so that another process's writes are
-seen, like :class:`~.memory_store.PartitionCounts`.
+seen, like :class:`~.counts.PartitionCounts`.
 
 Only Chroma's default space ``l2`` (squared Euclidean distance) is scanned
 here; a collection configured for ``cosine`` / ``ip`` keeps using Chroma's own
@@ -25,7 +25,7 @@ import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -88,6 +88,9 @@ class _Entry:
     """``importance`` of every row (object array), for the filter."""
     group: np.ndarray
     """Rows written in a group chat (``ORIGIN_GROUP_FLAG is True``), for the filter."""
+    derived: dict[str, Any] = field(default_factory=dict, compare=False)
+    """Structures computed lazily from these rows by other modules (the keyword
+    index of :mod:`.keyword_index`); a write builds a new entry, so they never go stale."""
 
 
 def _size(vectors: np.ndarray, ids: Sequence[str], docs: Sequence[str | None]) -> int:
@@ -302,6 +305,23 @@ class PartitionIndex:
 
     # -- reads ------------------------------------------------------------------------
 
+    async def snapshot(self, store: IndexedStore, partition: str) -> _Entry | None:
+        """The partition's cached rows (loaded from Chroma when needed), or ``None``
+        when Chroma must answer (index disabled, not ``l2``, too large, a reconnect)."""
+        if self.max_bytes <= 0:
+            return None
+        col = await store.collection()
+        if collection_space(col) != "l2":
+            return None
+        generation = (store.connection.generation, str(col.id))
+        entry = self._valid(partition, generation)
+        if entry is None:
+            seen = self._oversized.get(partition)
+            if seen is not None and self.clock() - seen < OVERSIZED_RECHECK:
+                return None
+            entry = await self._load(store, col, partition, generation)
+        return entry
+
     async def query(
         self,
         store: IndexedStore,
@@ -312,21 +332,10 @@ class PartitionIndex:
         group_origin_only: bool,
     ) -> list[MemoryRecord] | None:
         """The search answered from the index, or ``None`` when Chroma must answer."""
-        if self.max_bytes <= 0:
-            return None
         try:
-            col = await store.collection()
-            if collection_space(col) != "l2":
-                return None
-            generation = (store.connection.generation, str(col.id))
-            entry = self._valid(partition, generation)
+            entry = await self.snapshot(store, partition)
             if entry is None:
-                seen = self._oversized.get(partition)
-                if seen is not None and self.clock() - seen < OVERSIZED_RECHECK:
-                    return None
-                entry = await self._load(store, col, partition, generation)
-                if entry is None:
-                    return None
+                return None
             query = np.asarray(vector, dtype=np.float32)
             if len(entry.ids) and query.shape != entry.vectors.shape[1:]:
                 return None  # Chroma reports the dimension mismatch itself
