@@ -154,6 +154,34 @@ def reset_fingerprint() -> None:
     _run("reset_fingerprint")
 
 
+@memory.group("archive")
+def archive() -> None:
+    """归档：超过寿命的记忆与更新前的旧版本（可恢复，从不删除）。"""
+
+
+@archive.command("list")
+@click.option("--partition", "-p", default=None, help="只列出该分区（如 QQPlatform_Private_10001）")
+@click.option(
+    "--limit", "-n", type=click.IntRange(1, 10_000), default=20, show_default=True, help="最多列出多少条"
+)
+def archive_list(partition: str | None, limit: int) -> None:
+    """列出归档（最新的在前，含内容与归档原因）。"""
+    _run("archive", action="list", partition=partition, limit=limit)
+
+
+@archive.command("restore")
+@click.argument("row_id", metavar="ID")
+def archive_restore(row_id: str) -> None:
+    """把归档中的 ID 恢复为记忆（旧版本则替换当前内容，当前内容存入归档）。"""
+    _run("archive", action="restore", row_id=row_id)
+
+
+@archive.command("sweep")
+def archive_sweep() -> None:
+    """立即执行一次归档清理（把超过寿命的记忆移入归档）。"""
+    _run("archive", action="sweep")
+
+
 @memory.group("backup")
 def backup() -> None:
     """备份管理（备份只含 ids / documents / metadatas，恢复时用当前模型重新嵌入）。"""

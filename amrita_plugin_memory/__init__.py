@@ -16,6 +16,7 @@ require("amrita.plugins.chat")
 import nonebot_plugin_localstore as localstore  # noqa: E402
 from nonebot.plugin import PluginMetadata  # noqa: E402
 
+from .adapters.archive_hooks import setup_archive  # noqa: E402
 from .adapters.console_setup import setup_console  # noqa: E402
 from .adapters.group_hooks import setup_group_awareness  # noqa: E402
 from .adapters.matchers import register_commands  # noqa: E402
@@ -75,6 +76,7 @@ def _setup() -> MemoryRuntime | None:
     awareness = setup_group_awareness(rt)  # group window, personas, self memory
     register_commands(MemoryCommands(rt.tools, GroupCommands(awareness.stores, rt.memo)))
     runner = setup_subconscious(rt)
+    setup_archive(rt)  # the periodic sweep into the archive ([archive] enabled)
     setup_console(rt, runner, awareness.stores)  # WebUI page, admin API, ambot memory while running
     logger.info(
         f"[Memory] 已加载：向量库 {rt.connection.describe()}，嵌入服务 {rt.embedder.describe()}"

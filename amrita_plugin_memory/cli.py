@@ -6,10 +6,8 @@ The command line itself (names, options, help) is declared in the launcher
 launcher checks for a bot project, sets ``AMBOT_COMMAND_CONTEXT=1`` (the
 plugin then skips its startup check), runs ``amrita.init()`` +
 ``amrita.load_plugins()`` and calls the matching ``*_cmd`` function here
-(inside the click context). The bot's startup hooks have not run (no
-AmritaConfig, no scheduler), so every
-command builds its own event loop with :func:`asyncio.run` and uses only the
-plugin's :class:`~.services.MemoryRuntime`.
+(inside the click context). The bot's startup hooks have not run (no AmritaConfig, no
+scheduler): every command runs on its own loop with the plugin's :class:`~.services.MemoryRuntime`.
 
 Every expected failure (embedding service or Chroma unreachable, local data
 dir held by a running bot, bad backup file, no TTY for a confirmation) ends
@@ -52,11 +50,13 @@ from .embedding import (
 )
 from .embedding.report_json import backup_json, status_json
 from .services import MemoryRuntime
+from .storage.archive_view import archive_command
 from .storage.chroma import LOCK_FILE_NAME
 from .storage.keys import migrate_partition_keys
 from .storage.memo_store import dispose_memo_engine
 
 __all__ = [
+    "archive_cmd",
     "backup_create_cmd",
     "backup_list_cmd",
     "backup_restore_cmd",
@@ -247,6 +247,7 @@ def _print_status(report: dict[str, Any]) -> None:
     kb = report["knowledge"]
     knowledge = f"{kb['count']} 条" if kb["count"] is not None else "不存在"
     click.echo(f"知识库 {kb['name']}：{knowledge}")
+    click.echo(f"归档：{report.get('archive_total', 0)} 条（ambot memory archive list）")
     keys = report["key_format"]
     click.echo("分区键格式：")
     click.echo(f"  已存储：{keys['stored'] or '未记录'}")
@@ -489,3 +490,10 @@ def backup_restore_cmd(file: Path, yes: bool) -> None:
         done(report.counts, report.backup)
 
     _run(rt, work)
+
+
+def archive_cmd(action: str, **options: Any) -> None:
+    """``ambot memory archive list|restore|sweep`` (the work: :mod:`.storage.archive_view`)."""
+    rt = _runtime()
+    lines = _run(rt, lambda: archive_command(rt.store, rt.config.file, action, **options))
+    click.echo("\n".join(lines))

@@ -13,6 +13,7 @@ from .embedding.fingerprint import pin_auto_model
 from .storage.chroma import ChromaConnection
 from .storage.memo_store import MemoService
 from .storage.memory_store import MEMORY_COLLECTION, MemoryStore
+from .storage.retrieval import RetrievalSettings
 from .tools.memory_tools import MemoryTools
 
 __all__ = ["MemoryRuntime"]
@@ -32,6 +33,8 @@ class MemoryRuntime:
         self.connection = ChromaConnection(config.env, config.chroma_dir)
         self.store = MemoryStore(self.connection, self.embedder, MEMORY_COLLECTION)
         self.store.index.max_bytes = config.file.vector_index_max_mb * 1024 * 1024
+        self.store.keep_versions = config.file.archive.keep_history
+        self.store.settings = RetrievalSettings.from_config(config.file)
         # EMBEDDING_MODEL_NAME=auto keeps the model of the stored fingerprint.
         pin_auto_model(self.embedder, self.store)
         self.memo = MemoService(config.file.memo_max_chars)

@@ -200,8 +200,13 @@ async def test_duplicate_helper_uses_stored_vectors_in_one_query(
     # The groups as the helper found them before: each memory re-embedded and queried alone.
     records = await rt.store.list(part, limit=50)
     k = min(DUPLICATE_NEIGHBOURS + 1, len(records))
-    neighbours = {r.id: await rt.store.query(part, r.content, top_k=k) for r in records}
-    expected = group_ids(find_duplicate_groups(records, neighbours, 0.6))
+    neighbours = {
+        r.id: await rt.store.query_vector(
+            part, (await rt.embedder.embed([r.content], "query"))[0], top_k=k
+        )
+        for r in records
+    }
+    expected = group_ids(find_duplicate_groups(records, neighbours, 0.6, min_text_similarity=0.6))
     assert expected, "the fixture memories must contain near-duplicates"
 
     calls = embed_server.embed_calls

@@ -67,7 +67,7 @@ async def _seed(store: Any, sizes: dict[str, int], dim: int, rng: random.Random)
 
 async def _raw(store: Any, partition: str, vec: list[float], top_k: int, **f: Any) -> list:
     col = await store.collection()
-    where = P._where(partition, **f)
+    where = P.where_partition(partition, **f)
     res = await store.connection.run(
         col.query, query_embeddings=[vec], n_results=top_k, where=where, include=["distances"]
     )
@@ -115,7 +115,7 @@ APPROXIMATE = [0]
 async def _exact(store: Any, partition: str, vec: list[float], top_k: int, **f: Any) -> list[str]:
     """Brute force in float64 over the partition read back from Chroma."""
     col = await store.collection()
-    where = P._where(partition, **f)
+    where = P.where_partition(partition, **f)
     res = await store.connection.run(col.get, where=where, include=["embeddings"])
     dist = ((np.asarray(res["embeddings"], dtype=np.float64) - np.asarray(vec)) ** 2).sum(axis=1)
     order = sorted(range(len(res["ids"])), key=lambda i: (dist[i], res["ids"][i]))
@@ -222,8 +222,8 @@ async def test_error_drops_entry_and_falls_back(store: Any, logs: list[str]) -> 
     # Corrupt the cached rows (a fault inside the index): the next search fails in
     # the scan, the entry is dropped and Chroma answers.
     entry = store.index._entries["a"]
-    # Fewer rows than ids: the scan fails.
-    broken = dataclasses.replace(entry, vectors=np.zeros((3, dim), dtype=np.float32))
+    # Rows pointing outside the stored vectors: the scan fails.
+    broken = dataclasses.replace(entry, phys=entry.phys + 10**6)
     store.index._entries["a"] = broken
     STATS.faults_injected += 1
     hits = await store.query_vector("a", q, top_k=5)
@@ -336,3 +336,66 @@ async def test_cosine_collection_is_left_to_chroma(store: Any) -> None:
     hits = await store.query_vector("a", probe, top_k=3)
     assert [h.id for h in hits] == [i for i, _ in await _raw(store, "a", probe, 3)]
     assert hits[0].content == "喜欢猫" and len(store.index) == 0
+
+
+def _rows_by_id(entry: Any) -> dict[str, tuple[str | None, dict[str, Any], list[float]]]:
+    vectors = np.asarray(entry.vectors)
+    return {
+        i: (entry.documents[r], dict(entry.metadatas[r]), vectors[r].tolist())
+        for r, i in enumerate(entry.ids)
+    }
+
+
+async def test_writes_are_cheap_and_never_change_a_snapshot(store: Any) -> None:
+    """Writes reuse the partition's vector storage (no copy of every row per write) yet an
+    entry a reader holds never changes; after many writes the cache equals a fresh read."""
+    rng = random.Random(13)
+    dim = await _dim(store)
+    await _seed(store, {"a": 300}, dim, rng)
+    q = [rng.gauss(0, 1) for _ in range(dim)]
+    await store.query_vector("a", q)
+    held = await store.index.snapshot(store, "a")
+    assert held is not None
+    frozen = _rows_by_id(held)
+    # The first add makes room; the next ones write into that room, no copy.
+    await store.add("a", "user", "第一条新记忆")
+    grown = store.index._entries["a"]
+    await store.add("a", "user", "第二条新记忆")
+    assert store.index._entries["a"].arena is grown.arena
+    ids = [r.id for r in await store.list("a", limit=40)]
+    for k, memory_id in enumerate(ids[:10]):
+        await store.update("a", memory_id, content=f"改写 {k}", importance="high")
+    for memory_id in ids[10:15]:
+        await store.update("a", memory_id, tags=["只改标签"])
+    for memory_id in ids[15:40]:
+        assert await store.delete("a", memory_id)
+    for k in range(40):
+        await store.add("a", "user", f"更多新记忆 {k}", importance="low")
+    assert store.index.loads == 1  # kept in step, never reloaded
+    # The snapshot held by a reader is exactly what it was.
+    assert _rows_by_id(held) == frozen
+    hits = await asyncio.to_thread(P.scan, held, np.asarray(q, dtype=np.float32), 5, None, False)
+    assert [held.ids[r] for r, _ in hits] == await _exact_rows(held, q, 5)
+    assert all(held.vector(r).tolist() == frozen[i][2] for r, i in enumerate(held.ids))
+    # The cached entry equals the partition read again from Chroma.
+    cached = store.index._entries["a"]
+    store.index.clear()
+    fresh = await store.index.snapshot(store, "a")
+    assert fresh is not None and store.index.loads == 2
+    mine, theirs = _rows_by_id(cached), _rows_by_id(fresh)
+    assert mine.keys() == theirs.keys() and len(mine) == 300 + 2 + 40 - 25
+    for memory_id, (doc, meta, vec) in mine.items():
+        assert (doc, meta) == theirs[memory_id][:2]
+        assert vec == pytest.approx(theirs[memory_id][2], abs=1e-6)
+    assert store.index.nbytes <= store.index.max_bytes
+    for _ in range(10):
+        probe = [rng.gauss(0, 1) for _ in range(dim)]
+        ours = [r.id for r in await store.query_vector("a", probe, top_k=10)]
+        assert ours == await _exact(store, "a", probe, 10)
+
+
+async def _exact_rows(entry: Any, vec: list[float], top_k: int) -> list[str]:
+    vectors = np.asarray(entry.vectors, dtype=np.float64)
+    dist = ((vectors - np.asarray(vec)) ** 2).sum(axis=1)
+    order = sorted(range(len(entry.ids)), key=lambda i: (dist[i], entry.ids[i]))
+    return [entry.ids[i] for i in order[:top_k]]

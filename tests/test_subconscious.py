@@ -641,8 +641,11 @@ def test_duplicate_groups_are_transitive_and_sorted() -> None:
     from amrita_plugin_memory.core.records import MemoryRecord
     from amrita_plugin_memory.rethinking.toolsets.memory import find_duplicate_groups
 
+    texts = {"a": "用户养了一只猫", "b": "用户养了一只猫", "c": "用户养了一只猫",
+             "d": "用户喜欢跑步", "e": "用户很喜欢跑步"}  # fmt: skip
+
     def rec(i: str, distance: float | None = None) -> MemoryRecord:
-        return MemoryRecord(id=i, content=i, partition="p", scope="user", distance=distance)
+        return MemoryRecord(id=i, content=texts[i], partition="p", scope="user", distance=distance)
 
     records = [rec(i) for i in "abcde"]
     neighbours = {
@@ -652,10 +655,16 @@ def test_duplicate_groups_are_transitive_and_sorted() -> None:
         "d": [rec("d", 0.0), rec("e", 0.2), rec("a", 0.9)],
         "e": [rec("e", 0.0), rec("d", 0.2)],
     }
-    groups = find_duplicate_groups(records, neighbours, 0.35)
+    groups = find_duplicate_groups(records, neighbours, 0.35, min_text_similarity=0.6)
     assert [[m["id"] for m in g["memories"]] for g in groups] == [["a", "b", "c"], ["d", "e"]]
     assert [g["min_distance"] for g in groups] == [0.1, 0.2]
-    assert find_duplicate_groups(records, neighbours, 0.05) == []
+    assert find_duplicate_groups(records, neighbours, 0.05, min_text_similarity=0.6) == []
+    # The notion write_memory merges by: close vectors that give another value are no pair.
+    texts["e"] = "用户喜欢游泳"
+    records = [rec(i) for i in "abcde"]
+    neighbours = {k: [rec(h.id, h.distance) for h in v] for k, v in neighbours.items()}
+    groups = find_duplicate_groups(records, neighbours, 0.35, min_text_similarity=0.6)
+    assert [[m["id"] for m in g["memories"]] for g in groups] == [["a", "b", "c"]]
 
 
 async def test_more_tool_groups_plug_in(

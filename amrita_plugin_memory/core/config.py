@@ -31,12 +31,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = [
+    "ArchiveConfig",
     "ConfigError",
     "ConfigFile",
+    "DecayConfig",
     "EnvConfig",
     "GroupContextConfig",
     "PersonaConfig",
     "PluginConfig",
+    "RetrievalConfig",
     "SelfMemoryConfig",
     "SubconsciousConfig",
     "load_config_file",
@@ -210,6 +213,59 @@ class SelfMemoryConfig(_Section):
     max_chars: int = Field(default=2000, ge=1, le=100_000)
 
 
+class RetrievalConfig(_Section):
+    """``[retrieval]``: how ``read_memory`` ranks and how ``write_memory`` avoids copies."""
+
+    # A keyword channel (character n-grams + whole ASCII/number tokens, BM25)
+    # fused with the vector ranking: finds exact numbers, codes and names.
+    hybrid: bool = True
+    keyword_weight: float = Field(default=0.1, ge=0, le=10)
+    # A write that repeats a memory of the same partition refreshes it instead
+    # of adding a copy (cosine similarity of the vectors AND text similarity).
+    dedup_on_write: bool = True
+    dedup_min_cosine: float = Field(default=0.95, ge=0.5, le=1)
+    dedup_min_text_similarity: float = Field(default=0.5, ge=0, le=1)
+
+
+class DecayConfig(_Section):
+    """``[decay]``: a soft age penalty at retrieval (nothing is deleted).
+
+    A half-life of ``None`` is derived from the spec's keys: ``low`` from
+    ``short_term_expiry_days``, ``medium`` from ``long_term_expiry_days``;
+    0 means the level never ages.
+    """
+
+    enabled: bool = True
+    low_half_life_days: float | None = Field(default=None, ge=0)
+    medium_half_life_days: float | None = Field(default=None, ge=0)
+    high_half_life_days: float = Field(default=0, ge=0)
+    # How much a fully aged memory's distance grows (0.05 = 5 %): within that
+    # margin the more recent memory wins, a clearly better match still wins.
+    weight: float = Field(default=0.05, ge=0, le=10)
+    rerank_candidates: int = Field(default=20, ge=1, le=500)
+    # A newer memory about the same thing as the best match (the two are each
+    # other's nearest memory) ranks first when it is at most this much farther
+    # from the query (0.35 = 35 %): an update ("搬到了天河区") before the old value.
+    supersede_margin: float = Field(default=0.35, ge=0, le=10)
+
+
+class ArchiveConfig(_Section):
+    """``[archive]``: memories past their lifetime move to the archive (never deleted).
+
+    A lifetime of ``None`` is derived like :class:`DecayConfig`'s half-lives;
+    0 means memories of that level never expire. Age counts from ``updated_at``.
+    """
+
+    enabled: bool = True
+    sweep_interval_minutes: float = Field(default=360, gt=0, le=100_000)
+    batch_size: int = Field(default=200, ge=1, le=10_000)
+    low_lifetime_days: float | None = Field(default=None, ge=0)
+    medium_lifetime_days: float | None = Field(default=None, ge=0)
+    high_lifetime_days: float = Field(default=0, ge=0)
+    # update_memory (and a merge on write) keeps the previous text in the archive.
+    keep_history: bool = True
+
+
 class ConfigFile(_Section):
     """``config/amrita_plugin_memory/config.toml``."""
 
@@ -231,6 +287,39 @@ class ConfigFile(_Section):
     group_context: GroupContextConfig = Field(default_factory=GroupContextConfig)
     persona: PersonaConfig = Field(default_factory=PersonaConfig)
     self_memory: SelfMemoryConfig = Field(default_factory=SelfMemoryConfig)
+    retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
+    decay: DecayConfig = Field(default_factory=DecayConfig)
+    archive: ArchiveConfig = Field(default_factory=ArchiveConfig)
+
+    def half_life_days(self, importance: str) -> float:
+        """Decay half-life of ``importance`` in days (0 = never ages)."""
+        return _per_level(
+            importance,
+            self.decay.low_half_life_days,
+            self.decay.medium_half_life_days,
+            self.decay.high_half_life_days,
+            self,
+        )
+
+    def lifetime_days(self, importance: str) -> float:
+        """Days after its last update when a memory of ``importance`` is archived (0 = never)."""
+        return _per_level(
+            importance,
+            self.archive.low_lifetime_days,
+            self.archive.medium_lifetime_days,
+            self.archive.high_lifetime_days,
+            self,
+        )
+
+
+def _per_level(
+    importance: str, low: float | None, medium: float | None, high: float, file: ConfigFile
+) -> float:
+    if importance == "low":
+        return float(file.short_term_expiry_days if low is None else low)
+    if importance == "medium":
+        return float(file.long_term_expiry_days if medium is None else medium)
+    return float(high)
 
 
 _SECTIONS: dict[str, tuple[type[_Section], str]] = {
@@ -238,6 +327,9 @@ _SECTIONS: dict[str, tuple[type[_Section], str]] = {
     "group_context": (GroupContextConfig, "群聊上下文窗口（Openmim L1，默认关闭：会增加每轮的 token）"),
     "persona": (PersonaConfig, "群成员画像（Openmim L2，需要 group_context；每轮额外一次提取请求）"),
     "self_memory": (SelfMemoryConfig, "机器人自我记忆（Openmim L3，超级用户用 /memory self 维护）"),
+    "retrieval": (RetrievalConfig, "检索：关键词通道（混合检索）与写入去重"),
+    "decay": (DecayConfig, "检索时的时间衰减（不删除任何记忆）；半衰期留空 = 取 short/long_term_expiry_days"),
+    "archive": (ArchiveConfig, "归档：超过寿命的记忆移入归档（可恢复，从不删除）；寿命留空 = 取 short/long_term_expiry_days"),
 }
 """The ``[section]`` tables of the file, in the order they are rendered."""
 
@@ -276,7 +368,11 @@ def render_config_toml(config: ConfigFile | None = None) -> str:
         section = getattr(config, name)
         lines += ["", f"# {comment}", f"[{name}]"]
         for key in model.model_fields:
-            lines.append(f"{key} = {_toml_value(getattr(section, key))}")
+            value = getattr(section, key)
+            if value is None:  # derived from another key: shown, commented out
+                lines.append(f"# {key} = （留空：由 short/long_term_expiry_days 推出）")
+            else:
+                lines.append(f"{key} = {_toml_value(value)}")
     return "\n".join(lines) + "\n"
 
 

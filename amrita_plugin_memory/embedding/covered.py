@@ -3,8 +3,9 @@
 :class:`Maintenance` is handed to every re-embedding, backup, status and
 start-up function: the connection, the memory store, the embedding client,
 the settings, and the names of the covered collections (the memory
-collection and the L3 knowledge collection, passed in by whoever builds it:
-this layer never reads the L3 configuration).
+collection, its archive (``storage.archive_store``) and the L3 knowledge
+collection, passed in by whoever builds it: this layer never reads the L3
+configuration).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ class Covered:
     """A collection covered by the fingerprint."""
 
     name: str
-    role: Literal["memory", "knowledge"]
+    role: Literal["memory", "archive", "knowledge"]
 
     @property
     def temp(self) -> str:
@@ -128,9 +129,13 @@ class Maintenance:
     """Name of the L3 knowledge collection (covered whether or not L3 is on)."""
 
     @property
-    def covered(self) -> tuple[Covered, Covered]:
-        """(knowledge, memory): the swap order (memory last, see :mod:`.remap`)."""
-        return Covered(self.knowledge_collection, "knowledge"), Covered(self.store.name, "memory")
+    def covered(self) -> tuple[Covered, Covered, Covered]:
+        """(knowledge, archive, memory): the swap order (memory last, see :mod:`.remap`)."""
+        return (
+            Covered(self.knowledge_collection, "knowledge"),
+            Covered(self.store.archive.name, "archive"),
+            Covered(self.store.name, "memory"),
+        )
 
 
 async def apply_live_changes(maint: Maintenance, live: Collection, temp: Collection) -> int:

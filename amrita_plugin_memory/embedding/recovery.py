@@ -124,8 +124,8 @@ async def finalize_remap(
         if col is None:
             continue
         meta = meta_of(col)
-        if cov.role == "knowledge" and not any(k in meta for k in MARKER_KEYS):
-            continue  # untouched knowledge collection (not part of this remap)
+        if cov.role != "memory" and not any(k in meta for k in MARKER_KEYS):
+            continue  # untouched knowledge or archive collection (not part of this remap)
         await replace_meta(conn, col, {**user_meta(meta), **target.as_meta()})
     maint.store.invalidate()
 
@@ -237,7 +237,7 @@ async def recover_interrupted_remap(maint: Maintenance) -> str | None:
     """
     conn = maint.connection
     names = maint.covered
-    knowledge, memory = names
+    *others, memory = names  # knowledge and archive, then memory (see Maintenance.covered)
     existing = set(await conn.list_collections())
     temps = [cov for cov in names if cov.temp in existing]
     memory_temp = await open_collection(conn, memory.temp) if memory.temp in existing else None
@@ -260,10 +260,12 @@ async def recover_interrupted_remap(maint: Maintenance) -> str | None:
             return "dropped"
         return None
     logger.warning("[Memory] 发现上次已提交但未切换完成的重映射，正在完成切换…")
-    if knowledge.temp in existing:
-        col = await open_collection(conn, knowledge.temp)
+    for other in others:
+        if other.temp not in existing:
+            continue
+        col = await open_collection(conn, other.temp)
         if col is not None and meta_of(col).get(META_REEMBED_COMPLETE) is not True:
-            await conn.delete_collection(knowledge.temp)  # cannot happen; be safe
+            await conn.delete_collection(other.temp)  # cannot happen; be safe
     await swap_collections(maint, names)
     present = set(await conn.list_collections())
     await verify_searchable(maint, [cov.name for cov in names if cov.name in present])

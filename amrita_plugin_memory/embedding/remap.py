@@ -326,8 +326,8 @@ async def _run_remap(
             temps[plan.cov.role] = await _build_temp(maint, plan, target, done, total, progress)
         await _catch_up(maint, plans, temps, since)
         await verify_searchable(maint, [p.cov.temp for p in plans])
-        # Commit: knowledge temporary first, memory temporary last (the commit point).
-        for role in ("knowledge", "memory"):
+        # Commit: knowledge and archive temporaries first, memory last (the commit point).
+        for role in ("knowledge", "archive", "memory"):
             plan = next((p for p in plans if p.cov.role == role), None)
             if plan is None:
                 continue

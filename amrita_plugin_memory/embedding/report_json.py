@@ -58,6 +58,7 @@ def status_json(report: StatusReport, backup_dir: Path) -> dict[str, Any]:
             for (partition, scope), n in sorted(report.distribution.items())
         ],
         "knowledge": {"name": report.knowledge_name, "count": report.knowledge_count},
+        "archive_total": report.archive_count,
         "key_format": {
             "stored": report.key_format_stored,
             "current": report.key_format_current,

@@ -26,6 +26,8 @@ class StatusReport:
     distribution: dict[tuple[str, str], int]
     knowledge_name: str
     knowledge_count: int | None
+    archive_count: int
+    """Archived memories and previous versions (``storage.archive_store``)."""
     key_format_stored: str | None
     key_format_current: str
     pending_temps: list[str]
@@ -72,7 +74,7 @@ class StatusReport:
 async def collect_status(maint: Maintenance) -> StatusReport:
     """Read-only state of the store; works with the embedding service down."""
     conn = maint.connection
-    knowledge, memory = maint.covered
+    knowledge, archive, memory = maint.covered
     existing = await conn.list_collections()
     meta = await maint.store.get_metadata() if memory.name in existing else {}
     current: FingerprintInfo | None = None
@@ -85,6 +87,7 @@ async def collect_status(maint: Maintenance) -> StatusReport:
         config_problem = isinstance(exc, EmbeddingConfigError)
     distribution = await maint.store.distribution() if memory.name in existing else {}
     kcol = await open_collection(conn, knowledge.name) if knowledge.name in existing else None
+    acol = await open_collection(conn, archive.name) if archive.name in existing else None
     return StatusReport(
         vector_db=conn.describe(),
         stored=FingerprintInfo.from_meta(meta),
@@ -94,9 +97,10 @@ async def collect_status(maint: Maintenance) -> StatusReport:
         distribution=distribution,
         knowledge_name=knowledge.name,
         knowledge_count=await count_of(conn, kcol) if kcol is not None else None,
+        archive_count=await count_of(conn, acol) if acol is not None else 0,
         key_format_stored=meta.get(KEY_FORMAT_META),
         key_format_current=current_key_format(),
-        pending_temps=[c.temp for c in (knowledge, memory) if c.temp in existing],
+        pending_temps=[c.temp for c in maint.covered if c.temp in existing],
         backups=list_backups(maint.backup_dir),
         config_problem=config_problem,
     )

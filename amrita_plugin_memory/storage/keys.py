@@ -153,5 +153,7 @@ async def migrate_partition_keys(
         if updates and not dry_run:
             await store.rewrite_partition_keys(updates)
     if not dry_run:
+        # Archived memories and versions follow their partition (restores find them).
+        await store.archive.rewrite_partition_keys(normalize_key)
         await store.set_meta({KEY_FORMAT_META: current})
     return report

@@ -10,6 +10,7 @@ whole partition, which made by-id cost grow with its size).
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -18,13 +19,17 @@ from ..core.errors import MaintenanceInProgress, MemoryLimitReached, VectorStore
 from ..core.gate import WriteGate
 from ..core.locks import PartitionLocks
 from ..core.protocols import Embedder, TextKind
-from ..core.records import ORIGIN_GROUP_FLAG, ORIGIN_PRIVATE, MemoryRecord, utc_now
+from ..core.records import ORIGIN_PRIVATE, MemoryRecord, utc_now
+from .archive_store import REASON_UPDATED, ArchiveStore, archive_name
 from .chroma import ChromaConnection, is_missing_collection
 from .counts import PartitionCounts
+from .filters import where_partition
 from .guard import CollectionGuard
+from .merge import MERGE_NEIGHBOURS, WriteResult, merge_candidates, merge_into
 from .paging import iter_pages
 from .partition_index import PartitionIndex
 from .recent import RecentIds
+from .retrieval import RetrievalSettings, search
 
 if TYPE_CHECKING:
     from chromadb.api.models.Collection import Collection
@@ -34,16 +39,6 @@ __all__ = ["MEMORY_COLLECTION", "MemoryStore", "PartitionCounts"]
 MEMORY_COLLECTION = "amrita_user_memory"
 
 T = TypeVar("T")
-
-
-def _where(
-    partition: str, *, group_origin_only: bool = False, **filters: str | None
-) -> dict[str, Any]:
-    clauses: list[dict[str, Any]] = [{"user_id": partition}]
-    if group_origin_only:  # memories written in a group chat (see core.records.ORIGIN_GROUP_FLAG)
-        clauses.append({ORIGIN_GROUP_FLAG: True})
-    clauses += [{k: v} for k, v in filters.items() if v is not None]
-    return clauses[0] if len(clauses) == 1 else {"$and": clauses}
 
 
 class MemoryStore:
@@ -70,6 +65,12 @@ class MemoryStore:
         """The cached handle and the cross-process remap markers (never re-creates it)."""
         self.index = PartitionIndex(ttl=60.0 if connection.mode == "remote" else None)
         """Exact per-partition vector index: searches cost O(partition), not O(collection)."""
+        self.archive = ArchiveStore(connection, archive_name(name))
+        """Swept memories and previous versions (``storage.archive_store``), same Chroma store."""
+        self.keep_versions = True
+        """Whether a changed text keeps the previous one in the archive (``[archive] keep_history``)."""
+        self.settings = RetrievalSettings()
+        """Ranking (hybrid, decay) and merging settings (``[retrieval]``, ``[decay]``)."""
 
     # -- collection handle --------------------------------------------------
 
@@ -79,6 +80,7 @@ class MemoryStore:
     def invalidate(self) -> None:
         """Forget the cached handle and counts (after the collection was replaced)."""
         self.guard.invalidate()
+        self.archive.invalidate()
         self.counts.clear()
         self.recent.clear()
         self.index.clear()
@@ -146,14 +148,17 @@ class MemoryStore:
         importance: str = "medium",
         limit: int | None = None,
         origin: str = ORIGIN_PRIVATE,
+        vector: Sequence[float] | None = None,
     ) -> MemoryRecord:
         """Embed and store one memory; with ``limit``, refuse when the partition is full.
 
         The count check and the add happen under the partition's lock, so
         concurrent writers cannot exceed the limit. The text is embedded before
         anything is written: an embedding failure leaves nothing behind.
+        ``vector`` is the text's embedding when the caller has it already.
         """
-        vector = (await self._embed([content]))[0]
+        if vector is None:
+            vector = (await self._embed([content]))[0]
         now = self.clock()
         record = MemoryRecord(
             id=uuid.uuid4().hex,
@@ -201,13 +206,26 @@ class MemoryStore:
         content: str | None = None,
         tags: Sequence[str] | None = None,
         importance: str | None = None,
+        stored_vector: Sequence[float] | None = None,
     ) -> MemoryRecord | None:
-        """Change a memory of ``partition``; ``None`` if it is not there."""
-        vector = (await self._embed([content]))[0] if content is not None else None
+        """Change a memory of ``partition``; ``None`` if it is not there.
+
+        A changed text first keeps the previous version in the archive
+        (:meth:`keep_history`): if that fails, nothing changes. ``stored_vector``
+        is the vector of ``content`` when it is known already (an archived
+        version restored), so it is not embedded again.
+        """
+        vector: Sequence[float] | None = None
+        if content is not None:
+            vector = stored_vector
+            if vector is None:
+                vector = (await self._embed([content]))[0]
         async with self.gate.writing(), self.locks.hold(partition):
             current = await self.get(partition, memory_id)
             if current is None:
                 return None
+            if content is not None and content != current.content:
+                await self.keep_history(dataclasses.replace(current), None, reason=REASON_UPDATED)
             if content is not None:
                 current.content = content
             if tags is not None:
@@ -246,6 +264,72 @@ class MemoryStore:
             self.index.removed(partition, memory_id)
         return True
 
+    async def remember(
+        self,
+        partition: str,
+        scope: str,
+        content: str,
+        *,
+        tags: Sequence[str] = (),
+        importance: str = "medium",
+        limit: int | None = None,
+        origin: str = ORIGIN_PRIVATE,
+    ) -> WriteResult:
+        """:meth:`add`, except that a near-duplicate of a memory of the partition
+        refreshes that memory (:mod:`.merge`) instead of adding a copy.
+
+        A merge adds nothing, so a full partition still accepts a repeated fact.
+        Candidates are found before the lock (the index loads under it) and
+        checked again under it: a memory deleted or changed meanwhile is skipped.
+        """
+        vector = (await self._embed([content]))[0]
+        if self.settings.dedup:
+            near = await self.query_vector(partition, vector, top_k=MERGE_NEIGHBOURS)
+            candidates = merge_candidates(near, scope, content, self.settings)
+            if candidates:
+                async with self.gate.writing(), self.locks.hold(partition):
+                    for candidate in candidates:
+                        merged = await merge_into(
+                            self, partition, candidate.id, content, vector,
+                            tags=tags, importance=importance, origin=origin,
+                        )  # fmt: skip
+                        if merged is not None:
+                            return WriteResult(merged, merged=True)
+        record = await self.add(
+            partition, scope, content, tags=tags, importance=importance, limit=limit,
+            origin=origin, vector=vector,
+        )  # fmt: skip
+        return WriteResult(record)
+
+    async def stored_vector(self, memory_id: str) -> list[float] | None:
+        """The stored embedding of ``memory_id`` (``None`` if it is not there)."""
+        res = await self._run(lambda c: c.get(ids=[memory_id], include=["embeddings"]))
+        stored = res.get("embeddings")
+        if not res["ids"] or stored is None or not len(stored):
+            return None
+        return [float(x) for x in stored[0]]
+
+    async def keep_history(
+        self, previous: MemoryRecord, vector: Sequence[float] | None, *, reason: str
+    ) -> None:
+        """Keep ``previous`` (a memory's text before it changes) in the archive.
+
+        Called under the partition's lock before the live row changes, so a
+        failure here (raised) leaves the memory as it was: an update is never a
+        silent loss. Without ``vector`` the stored one is read by id (one call;
+        the archive never embeds). Nothing happens with ``keep_versions`` off.
+        """
+        if not self.keep_versions:
+            return
+        # Refused here while a remap marks the live collection: no version is
+        # written into an archive that the remap would then not cover.
+        await self.guard.for_write(self.name)
+        if vector is None:
+            vector = await self.stored_vector(previous.id)
+            if vector is None:
+                raise VectorStoreError("读取原记忆的向量失败，未修改记忆")
+        await self.archive.save_version(previous, vector, reason=reason)
+
     # -- reads ------------------------------------------------------------------------
 
     async def get(self, partition: str, memory_id: str) -> MemoryRecord | None:
@@ -273,14 +357,18 @@ class MemoryStore:
         importance: str | None = None,
         group_origin_only: bool = False,
     ) -> list[MemoryRecord]:
-        """Nearest memories of ``partition`` (smaller distance = closer)."""
+        """The best memories of ``partition`` for ``text``: vector and keyword
+        channels, age decay (:mod:`.retrieval`; ``distance`` is the vector distance)."""
         vector = (await self._embed([text], "query"))[0]
-        return await self.query_vector(
+        return await search(
+            self,
             partition,
+            text,
             vector,
             top_k=top_k,
             importance=importance,
             group_origin_only=group_origin_only,
+            settings=self.settings,
         )
 
     async def query_vector(
@@ -299,7 +387,7 @@ class MemoryStore:
             lambda c: c.query(
                 query_embeddings=[list(vector)],
                 n_results=top_k,
-                where=_where(partition, importance=importance, group_origin_only=group_origin_only),
+                where=where_partition(partition, importance=importance, group_origin_only=group_origin_only),
                 include=["documents", "metadatas", "distances"],
             )
         )
@@ -318,7 +406,7 @@ class MemoryStore:
         """Memories of ``partition``, oldest first."""
         res = await self._run(
             lambda c: c.get(
-                where=_where(partition, group_origin_only=group_origin_only),
+                where=where_partition(partition, group_origin_only=group_origin_only),
                 limit=limit,
                 offset=offset,
                 include=["documents", "metadatas"],
@@ -335,7 +423,7 @@ class MemoryStore:
         """Memories in ``partition``, or in the whole collection."""
         if partition is None:
             return await self._run(lambda c: c.count())
-        where = _where(partition, group_origin_only=group_origin_only)
+        where = where_partition(partition, group_origin_only=group_origin_only)
         res = await self._run(lambda c: c.get(where=where, include=[]))
         return len(res["ids"])
 
@@ -350,7 +438,7 @@ class MemoryStore:
     ) -> AsyncIterator[list[MemoryRecord]]:
         """Every memory (of ``partition``, or of the whole collection), page by page by id."""
         col = await self.collection()
-        where = _where(partition) if partition is not None else None
+        where = where_partition(partition) if partition is not None else None
         async for page in iter_pages(
             self.connection, col, where=where, with_documents=with_documents, page_size=page_size
         ):
@@ -381,57 +469,3 @@ class MemoryStore:
                 key = (record.partition, record.scope)
                 counts[key] = counts.get(key, 0) + 1
         return counts
-
-    # -- comparing stored vectors (the L3 duplicate helper) -------------------------------
-
-    async def vectors(
-        self, partition: str, cap: int, *, page_size: int = 256
-    ) -> list[tuple[MemoryRecord, list[float]]]:
-        """Up to ``cap`` memories of ``partition`` with their STORED vectors, paged by id.
-
-        Comparing memories with each other needs no embedding request, and
-        compares what was stored even when the embedding client would now use
-        another model (``EMBED_MISMATCH_POLICY=never``).
-        """
-        res = await self._run(lambda c: c.get(where=_where(partition), include=[]))
-        ids = list(res["ids"])[: max(cap, 0)]
-        out: list[tuple[MemoryRecord, list[float]]] = []
-        for start in range(0, len(ids), page_size):
-            page = ids[start : start + page_size]
-            got = await self._run(
-                lambda c, page=page: c.get(
-                    ids=page, include=["documents", "metadatas", "embeddings"]
-                )
-            )
-            docs = got.get("documents") or [None] * len(got["ids"])
-            metas = got.get("metadatas") or [None] * len(got["ids"])
-            vecs = got.get("embeddings")
-            for i, memory_id in enumerate(got["ids"]):
-                meta = metas[i]
-                if vecs is None or meta is None or meta.get("user_id") != partition:
-                    continue  # deleted or moved meanwhile
-                record = MemoryRecord.from_chroma(memory_id, docs[i], meta)
-                out.append((record, [float(x) for x in vecs[i]]))
-        return out
-
-    async def nearest(
-        self, partition: str, vectors: Sequence[Sequence[float]], *, top_k: int
-    ) -> list[list[tuple[str, float]]]:
-        """``(id, distance)`` of the ``top_k`` nearest memories of ``partition`` for
-        each of ``vectors``, in one batched query (same distance as every search)."""
-        if not vectors:
-            return []
-        res = await self._run(
-            lambda c: c.query(
-                query_embeddings=[list(v) for v in vectors],  # type: ignore[arg-type]
-                n_results=top_k,
-                where=_where(partition),
-                include=["distances"],
-            )
-        )
-        ids = res["ids"] or []
-        dists = res.get("distances") or [[] for _ in ids]
-        return [
-            [(i, float(d)) for i, d in zip(row_ids, row_d, strict=False)]
-            for row_ids, row_d in zip(ids, dists, strict=False)
-        ]

@@ -17,6 +17,8 @@ query. Results equal Chroma's: same ids, same order, same distances (float32).
 At exact distance ties the order is by id (Chroma's own order at an exact tie
 is not specified). Chroma's filtered HNSW search is approximate in large
 partitions (it sometimes misses a closer memory); this scan is always exact.
+A cached partition's rows and the scan live in :mod:`.partition_rows` (a write
+costs ~0.15 ms at 10,000 rows and never changes what a running search sees).
 """
 
 from __future__ import annotations
@@ -25,14 +27,15 @@ import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from nonebot import logger
 
-from ..core.records import ORIGIN_GROUP_FLAG, MemoryRecord
+from ..core.records import MemoryRecord
 from ..core.text import short_error
+from . import partition_rows as rows
+from .partition_rows import Entry, build_entry, scan
 
 if TYPE_CHECKING:
     from ..core.locks import PartitionLocks
@@ -63,62 +66,9 @@ OVERSIZED_RECHECK = 60.0
 OVERSIZED_MAX = 4096
 """How many too-large partitions are remembered."""
 
-_ROW_OVERHEAD = 256
-"""Rough bytes per row for the id, the metadata dict and list slots."""
-
-_ENTRY_OVERHEAD = 1024
-"""Rough bytes per cached partition, so that empty partitions count into the budget too."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    """One partition's rows; immutable (a write builds a new entry), so a scan in a
-    worker thread never sees a half-applied write."""
-
-    ids: tuple[str, ...]
-    vectors: np.ndarray
-    documents: tuple[str | None, ...]
-    metadatas: tuple[dict[str, Any], ...]
-    generation: tuple[int, str]
-    taken: float
-    nbytes: int
-    norms: np.ndarray
-    """Squared norms of ``vectors`` (the matrix-product pre-selection)."""
-    importance: np.ndarray
-    """``importance`` of every row (object array), for the filter."""
-    group: np.ndarray
-    """Rows written in a group chat (``ORIGIN_GROUP_FLAG is True``), for the filter."""
-    derived: dict[str, Any] = field(default_factory=dict, compare=False)
-    """Structures computed lazily from these rows by other modules (the keyword
-    index of :mod:`.keyword_index`); a write builds a new entry, so they never go stale."""
-
-
-def _size(vectors: np.ndarray, ids: Sequence[str], docs: Sequence[str | None]) -> int:
-    text = sum(len(i) + len(d or "") * 3 for i, d in zip(ids, docs, strict=False))
-    return _ENTRY_OVERHEAD + int(vectors.nbytes) + text + _ROW_OVERHEAD * len(ids)
-
-
-def _entry(
-    ids: Sequence[str],
-    vectors: np.ndarray,
-    docs: Sequence[str | None],
-    metas: Sequence[dict[str, Any]],
-    generation: tuple[int, str],
-    taken: float,
-) -> _Entry:
-    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-    return _Entry(
-        tuple(ids),
-        vectors,
-        tuple(docs),
-        tuple(metas),
-        generation,
-        taken,
-        _size(vectors, ids, docs),
-        np.einsum("ij,ij->i", vectors, vectors) if len(ids) else np.zeros(0, np.float32),
-        np.asarray([m.get("importance") for m in metas], dtype=object),
-        np.asarray([m.get(ORIGIN_GROUP_FLAG) is True for m in metas], dtype=bool),
-    )
+_Entry = Entry
+"""One cached partition (:class:`.partition_rows.Entry`); readers use ``ids``,
+``documents``, ``metadatas``, ``vectors`` and ``derived``."""
 
 
 def collection_space(col: Any) -> str:
@@ -127,48 +77,6 @@ def collection_space(col: Any) -> str:
     hnsw = cfg.get("hnsw") if isinstance(cfg, dict) else None
     space = hnsw.get("space") if isinstance(hnsw, dict) else None
     return str(space or (col.metadata or {}).get("hnsw:space") or "l2")
-
-
-def scan(
-    entry: _Entry,
-    query: np.ndarray,
-    top_k: int,
-    importance: str | None,
-    group_origin_only: bool,
-) -> list[tuple[int, float]]:
-    """``(row, squared L2 distance)`` of the ``top_k`` nearest matching rows, ties by id."""
-    rows = np.arange(len(entry.ids))
-    if importance is not None or group_origin_only:
-        keep = np.ones(len(rows), dtype=bool)
-        if importance is not None:
-            keep &= entry.importance == importance
-        if group_origin_only:
-            keep &= entry.group
-        rows = rows[keep]
-    if not len(rows) or top_k <= 0:
-        return []
-    vectors = entry.vectors[rows] if len(rows) < len(entry.ids) else entry.vectors
-    if len(rows) > top_k:
-        # Pre-select with one matrix product (|v|^2 - 2 v.q + |q|^2), keeping every row
-        # within a float32 error margin of the k-th; then exact distances on those only.
-        qq = float(query @ query)
-        rough = entry.norms[rows] - 2.0 * (vectors @ query) + qq
-        kth = float(np.partition(rough, top_k - 1)[top_k - 1])
-        margin = 1e-4 * (1.0 + abs(kth) + qq + float(entry.norms[rows].max()))
-        cand = np.nonzero(rough <= kth + margin)[0]
-    else:
-        cand = np.arange(len(rows))
-    diff = vectors[cand] - query
-    exact = np.einsum("ij,ij->i", diff, diff)
-    if len(cand) > top_k:
-        kth = float(np.partition(exact, top_k - 1)[top_k - 1])
-        keep_c = np.nonzero(exact <= kth)[0]  # ties at the k-th included, ordered below
-        cand, exact = cand[keep_c], exact[keep_c]
-    dist = np.empty(len(rows), dtype=np.float32)
-    dist[cand] = exact
-    sel = cand
-    ordered = sorted(sel.tolist(), key=lambda i: (float(dist[i]), entry.ids[rows[i]]))[:top_k]
-    return [(int(rows[i]), float(dist[i])) for i in ordered]
 
 
 class PartitionIndex:
@@ -245,62 +153,26 @@ class PartitionIndex:
     # -- writes of the store (called under the partition's lock) ----------------------
 
     def added(self, partition: str, vector: Sequence[float], record: MemoryRecord) -> None:
-        entry = self._entries.get(partition)
-        if entry is None:
-            return
-        try:
-            row = np.asarray([vector], dtype=np.float32)
-            vectors = np.concatenate([entry.vectors, row]) if len(entry.ids) else row
-            new = _entry(
-                [*entry.ids, record.id],
-                vectors,
-                [*entry.documents, record.content],
-                [*entry.metadatas, record.to_metadata()],
-                entry.generation,
-                entry.taken,
-            )
-        except Exception:  # e.g. another dimension: let Chroma answer until reloaded
-            self.drop(partition)
-            return
-        self._put(partition, new)
+        self._apply(partition, lambda e: rows.appended(e, vector, record))
 
     def updated(self, partition: str, vector: Sequence[float] | None, record: MemoryRecord) -> None:
+        self._apply(partition, lambda e: rows.updated(e, vector, record))
+
+    def removed(self, partition: str, memory_id: str) -> None:
+        self._apply(partition, lambda e: rows.removed(e, memory_id))
+
+    def _apply(self, partition: str, change: Callable[[_Entry], _Entry]) -> None:
+        """Replace the cached entry by ``change(entry)`` (cheap, see :mod:`.partition_rows`);
+        any error (not cached: another process wrote it; another dimension) drops it, so
+        Chroma answers until the partition is read again."""
         entry = self._entries.get(partition)
         if entry is None:
             return
         try:
-            row = entry.ids.index(record.id)
-            vectors = entry.vectors
-            if vector is not None:
-                vectors = vectors.copy()
-                vectors[row] = np.asarray(vector, dtype=np.float32)
-            docs = list(entry.documents)
-            docs[row] = record.content
-            metas = list(entry.metadatas)
-            metas[row] = record.to_metadata()
-            new = _entry(entry.ids, vectors, docs, metas, entry.generation, entry.taken)
-        except Exception:  # not cached (another process added it) or a bad vector
+            new = change(entry)
+        except Exception:
             self.drop(partition)
             return
-        self._put(partition, new)
-
-    def removed(self, partition: str, memory_id: str) -> None:
-        entry = self._entries.get(partition)
-        if entry is None:
-            return
-        if memory_id not in entry.ids:
-            self.drop(partition)
-            return
-        row = entry.ids.index(memory_id)
-        keep = [i for i in range(len(entry.ids)) if i != row]
-        new = _entry(
-            [entry.ids[i] for i in keep],
-            entry.vectors[keep],
-            [entry.documents[i] for i in keep],
-            [entry.metadatas[i] for i in keep],
-            entry.generation,
-            entry.taken,
-        )
         self._put(partition, new)
 
     # -- reads ------------------------------------------------------------------------
@@ -337,7 +209,7 @@ class PartitionIndex:
             if entry is None:
                 return None
             query = np.asarray(vector, dtype=np.float32)
-            if len(entry.ids) and query.shape != entry.vectors.shape[1:]:
+            if len(entry.ids) and query.shape != (entry.dim,):
                 return None  # Chroma reports the dimension mismatch itself
             args = (entry, query, top_k, importance, group_origin_only)
             hits = (
@@ -384,4 +256,4 @@ def _read_partition(col: Any, partition: str, generation: tuple[int, str], taken
     vectors = np.asarray(embeddings if ids else np.zeros((0, 0)), dtype=np.float32)
     docs: list[str | None] = list(res.get("documents") or [None] * len(ids))
     metas = [dict(m or {}) for m in (res.get("metadatas") or [None] * len(ids))]
-    return _entry(ids, vectors, docs, metas, generation, taken)
+    return build_entry(ids, vectors, docs, metas, generation, taken)

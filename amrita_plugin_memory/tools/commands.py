@@ -20,6 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..storage.archive_restore import ArchiveRestoreError, restore
+from ..storage.archive_view import describe_row
+from .args import guard_tool_call, parse_memory_id
 from .group_commands import GroupCommands
 from .memory_tools import Caller, MemoryTools
 
@@ -49,7 +52,10 @@ _ACTIONS = {
     "rm": "delete",
     "help": "help",
     "帮助": "help",
+    "archive": "archive",
+    "归档": "archive",
 }
+_RESTORE = {"restore", "恢复"}
 
 # Group-awareness commands: ``/memory <head> [<sub>] [<argument>]``.
 _HEADS = {
@@ -99,6 +105,8 @@ USAGE = """记忆命令：
 /memory user list [页码] — 列出个人记忆
 /memory user search <关键词> — 搜索个人记忆
 /memory user delete <ID> — 删除个人记忆
+/memory user archive [页码] — 查看你已归档的记忆（过期的与更新前的旧版本，私聊）
+/memory user archive restore <ID> — 恢复一条归档记忆
 /memory group list [页码] — 列出群共享记忆
 /memory group search <关键词> — 搜索群共享记忆
 /memory group delete <ID> — 删除群共享记忆（仅管理员 / 群主）
@@ -172,7 +180,7 @@ def parse_command(text: str) -> CommandRequest:
 
 def replies_privately(request: CommandRequest) -> bool:
     """Whether the reply is about one user only and must not be posted into a group."""
-    personal_listing = request.scope == "user" and request.action in ("list", "search")
+    personal_listing = request.scope == "user" and request.action in ("list", "search", "archive")
     return personal_listing or (request.scope == "persona" and request.action == "show")
 
 
@@ -208,6 +216,8 @@ class MemoryCommands:
             return USAGE
         if request.scope in ("self", "persona", "memo") or request.action in _GROUP_ACTIONS:
             return await self._group_awareness(request, caller, superuser)
+        if request.action == "archive":
+            return await self._archive(request, caller)
         if request.scope == "group" and not caller.target.is_group:
             return "群共享记忆只能在群聊中使用"
         if request.action == "list":
@@ -285,3 +295,47 @@ class MemoryCommands:
         if not result["ok"]:
             return f"删除失败：{result['error']}"
         return f"已删除{_scope_name(request.scope)} {result['deleted']}"
+
+    async def _archive(self, request: CommandRequest, caller: Caller) -> str:
+        """``/memory user archive [页码]`` and ``… archive restore <ID>``: the caller's own only."""
+        if request.scope != "user":
+            return "归档命令只用于个人记忆：/memory user archive"
+        word, rest = _split(request.argument)
+        if word in _RESTORE:
+            return await self._restore(rest, caller)
+        if word and (not word.isdigit() or int(word) < 1 or rest):
+            return "用法：/memory user archive [页码] 或 /memory user archive restore <ID>"
+        page = int(word) if word else 1
+        archive = self.tools.store.archive
+        partition = MemoryTools.partition_for(caller, "user")
+        total = await archive.count(partition)
+        if total == 0:
+            return "你没有已归档的记忆"
+        pages = (total + PAGE_SIZE - 1) // PAGE_SIZE
+        rows = await archive.list(partition, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE)
+        if not rows:
+            return f"归档共 {total} 条，只有 {pages} 页"
+        lines = [f"你已归档的记忆（共 {total} 条，第 {page}/{pages} 页，最新的在前）："]
+        lines += [describe_row(row, chars=PREVIEW_CHARS) for row in rows]
+        lines.append("恢复：/memory user archive restore <ID>")
+        if page < pages:
+            lines.append(f"下一页：/memory user archive {page + 1}")
+        return "\n".join(lines)
+
+    async def _restore(self, argument: str, caller: Caller) -> str:
+        if not argument:
+            return "请提供归档 ID，例如 /memory user archive restore <ID>"
+        tools = self.tools
+
+        async def run() -> dict[str, Any]:
+            row_id = parse_memory_id({"id": argument})
+            partition = tools.partition_for(caller, "user")
+            done = await restore(
+                tools.store, row_id, partition=partition, limit=tools.memory_limit
+            )
+            return {"ok": True, "message": done.describe()}
+
+        result = await guard_tool_call(
+            "[Memory]", "archive_restore", run, expected=(ArchiveRestoreError,)
+        )
+        return str(result["message"]) if result["ok"] else f"恢复失败：{result['error']}"

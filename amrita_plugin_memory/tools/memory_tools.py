@@ -132,7 +132,7 @@ class MemoryTools:
             if scope == "group":
                 await self._require_group_editor(caller, "写入群共享记忆")
             gid = caller.target.group_id
-            record = await self.store.add(
+            written = await self.store.remember(
                 partition,
                 scope,
                 content,
@@ -141,6 +141,15 @@ class MemoryTools:
                 limit=self.memory_limit,
                 origin=origin_of_group(gid) if gid else ORIGIN_PRIVATE,
             )
+            record = written.record
+            if written.merged:
+                logger.info(f"[Memory] write_memory merged partition={partition} id={record.id}")
+                return {
+                    "ok": True,
+                    "merged": True,
+                    "memory": record.compact(),
+                    "note": "与已有记忆重复，已合并到该条（更新时间、合并标签、取较高重要性）",
+                }
             logger.info(f"[Memory] write_memory partition={partition} id={record.id}")
             return {"ok": True, "memory": record.compact()}
 

@@ -15,8 +15,10 @@ from typing import Any
 
 from amrita_core import FunctionDefinitionSchema, ToolContext
 
+from ...core.duplicates import is_duplicate_text
 from ...core.records import MemoryRecord
 from ...storage.memory_store import MemoryStore
+from ...storage.neighbours import nearest, stored_vectors
 from ...tools.args import LIMITS, parse_number
 from ...tools.memory_tools import Caller, MemoryTools
 from ...tools.schemas import (
@@ -127,11 +129,18 @@ def memory_schemas() -> dict[str, FunctionDefinitionSchema]:
 
 
 def find_duplicate_groups(
-    records: list[MemoryRecord], neighbours: Mapping[str, list[MemoryRecord]], max_distance: float
+    records: list[MemoryRecord],
+    neighbours: Mapping[str, list[MemoryRecord]],
+    max_distance: float,
+    *,
+    min_text_similarity: float,
 ) -> list[dict[str, Any]]:
     """Group memories linked by a neighbour within ``max_distance`` (union-find).
 
-    ``neighbours[id]`` are the nearest memories of ``id`` with distances.
+    ``neighbours[id]`` are the nearest memories of ``id`` with distances. A link
+    also needs the texts to be duplicates by wording (:mod:`...core.duplicates`,
+    the notion ``write_memory`` merges by): two memories that give different
+    values for one thing (两个地址、两个号码) are not duplicates however close.
     Groups are listed largest first, each with its closest pair distance.
     """
     parent = {r.id: r.id for r in records}
@@ -147,7 +156,9 @@ def find_duplicate_groups(
         for hit in neighbours.get(record.id, []):
             if hit.id == record.id or hit.id not in parent or hit.distance is None:
                 continue
-            if hit.distance <= max_distance:
+            if hit.distance <= max_distance and is_duplicate_text(
+                record.content, hit.content, min_similarity=min_text_similarity
+            ):
                 parent[find(hit.id)] = find(record.id)
                 pair = frozenset((record.id, hit.id))
                 closest[pair] = min(closest.get(pair, hit.distance), hit.distance)
@@ -247,7 +258,7 @@ class MemoryToolset:
             # The stored vectors, compared with each other in one batched query:
             # no embedding request, and no new-model query against old-model
             # vectors when the embedding model changed (EMBED_MISMATCH_POLICY=never).
-            stored = await self.store.vectors(self.partition, DUPLICATE_SCAN_MAX)
+            stored = await stored_vectors(self.store, self.partition, DUPLICATE_SCAN_MAX)
             records = [record for record, _ in stored]
             total = await self.store.count(self.partition)
             if len(records) < 2:
@@ -259,8 +270,8 @@ class MemoryToolset:
                     "guidance": "记忆不足两条，无需去重。",
                 }
             k = min(DUPLICATE_NEIGHBOURS + 1, len(records))
-            rows = await self.store.nearest(
-                self.partition, [vector for _, vector in stored], top_k=k
+            rows = await nearest(
+                self.store, self.partition, [vector for _, vector in stored], top_k=k
             )
             by_id = {r.id: r for r in records}
             neighbours: dict[str, list[MemoryRecord]] = {
@@ -271,7 +282,12 @@ class MemoryToolset:
                 ]
                 for record, row in zip(records, rows, strict=False)
             }
-            groups = find_duplicate_groups(records, neighbours, max_distance)
+            groups = find_duplicate_groups(
+                records,
+                neighbours,
+                max_distance,
+                min_text_similarity=self.store.settings.dedup_min_text_similarity,
+            )
             return {
                 "ok": True,
                 "scanned": len(records),

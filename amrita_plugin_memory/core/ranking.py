@@ -1,0 +1,186 @@
+"""Ranking arithmetic of ``read_memory``: keyword tokens, BM25, rank fusion, age decay.
+
+Pure functions (no storage, no framework) so that every channel and the
+benchmark compute the same thing.
+
+Tokens: Chinese has no spaces, and a vector model blurs exact strings (a room
+number ``1602``, a code ``A1037``, a pet called ``年糕``). Text is normalised
+(NFKC: full-width digits and letters become ASCII; lower case), then split into
+runs at spaces and punctuation. A pure ASCII run is one token (``a1037``,
+``1602``, ``mayday``). In a run with CJK (or other non-ASCII) characters every
+ASCII letter/digit group is a token too, and the run's units (one character,
+or one ASCII group) give their bigrams: ``7月3日`` -> ``7 3 7月 月3 3日``, so a
+date or a room number matches as a whole and not only digit by digit.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+__all__ = [
+    "KeywordIndex",
+    "age_days",
+    "combine",
+    "decay_factor",
+    "decayed_distance",
+    "supersedes",
+    "tokenize",
+]
+
+_RUN = re.compile(r"[^\W_]+", re.UNICODE)
+_UNIT = re.compile(r"[a-z0-9]+|[^a-z0-9]", re.UNICODE)
+
+_ASCII_STOP = frozenset(
+    "a an the is are was were be to of in on at for and or my your his her its it i you he she "
+    "we they me do does did what which who whom where when how".split()
+)
+"""English words too common to mean anything in a keyword match."""
+
+
+def tokenize(text: str) -> list[str]:
+    """Keyword tokens of ``text`` (see the module docstring); repeated tokens repeat."""
+    norm = unicodedata.normalize("NFKC", text).lower()
+    tokens: list[str] = []
+    for run in _RUN.findall(norm):
+        if run.isascii():
+            if run not in _ASCII_STOP:
+                tokens.append(run)
+            continue
+        units = _UNIT.findall(run)
+        tokens.extend(u for u in units if u.isascii())  # 1602, a1037 inside Chinese text
+        if len(units) == 1:
+            if not units[0].isascii():
+                tokens.append(units[0])
+        else:
+            tokens.extend(units[i] + units[i + 1] for i in range(len(units) - 1))
+    return tokens
+
+
+class KeywordIndex:
+    """Which memories of one partition hold which keyword tokens, with their IDF.
+
+    Built once per cached partition snapshot; :meth:`coverage` costs
+    O(matching postings), not O(documents).
+    """
+
+    def __init__(self, documents: Sequence[str | None]) -> None:
+        self.size = len(documents)
+        self.postings: dict[str, list[tuple[int, int]]] = {}
+        for row, doc in enumerate(documents):
+            for token, tf in Counter(tokenize(doc or "")).items():
+                self.postings.setdefault(token, []).append((row, tf))
+
+    def idf(self, token: str) -> float:
+        """BM25's inverse document frequency (always > 0)."""
+        df = len(self.postings.get(token, ()))
+        return math.log(1.0 + (self.size - df + 0.5) / (df + 0.5))
+
+    def coverage(self, query: str) -> dict[int, float]:
+        """``row -> share`` of the query's keyword weight (IDF) found in that row.
+
+        Only tokens that occur in the partition count (a question's own words
+        "什么"、"来着" are in no memory); a token in every memory ("用户") has an
+        IDF near 0 and counts for nearly nothing.
+        """
+        present = [t for t in set(tokenize(query)) if t in self.postings]
+        total = sum(self.idf(t) for t in present)
+        if total <= 0:
+            return {}
+        out: dict[int, float] = {}
+        for token in present:
+            share = self.idf(token) / total
+            for row, _ in self.postings[token]:
+                out[row] = out.get(row, 0.0) + share
+        return out
+
+
+def combine(
+    distances: Mapping[str, float | None], coverage: Mapping[str, float], weight: float
+) -> list[str]:
+    """Ids best first by ``best / distance + weight * coverage``.
+
+    The vector part is 1 for the closest candidate and shrinks with the
+    relative distance, so the keyword part (the share of the query's
+    keyword weight a memory holds, 0..1) decides only what the vectors leave
+    close: a memory holding the whole of "A1037" beats a slightly closer one
+    without it, a memory sharing one common word of a paraphrase does not.
+    (Rank fusion, tried first, let that one shared word win: see the README's
+    recall table.) A candidate without a distance counts as far.
+    Ties keep the order of ``distances``.
+    """
+    known = [d for d in distances.values() if d is not None and d > 0]
+    best = min(known) if known else 0.0
+
+    def vector_part(d: float | None) -> float:
+        if d is None:
+            return 0.0
+        return 1.0 if d <= best or d <= 0 else best / d
+
+    order = {memory_id: i for i, memory_id in enumerate(distances)}
+    score = {
+        memory_id: vector_part(d) + weight * coverage.get(memory_id, 0.0)
+        for memory_id, d in distances.items()
+    }
+    return sorted(score, key=lambda m: (-score[m], order[m]))
+
+
+def age_days(stamp: str, now: datetime) -> float:
+    """Days from the ISO timestamp ``stamp`` to ``now`` (0 for a missing or bad stamp)."""
+    try:
+        then = datetime.fromisoformat(stamp)
+    except (TypeError, ValueError):
+        return 0.0
+    if then.tzinfo is None and now.tzinfo is not None:
+        then = then.replace(tzinfo=now.tzinfo)
+    return max((now - then).total_seconds() / 86_400.0, 0.0)
+
+
+def decay_factor(age: float, half_life: float) -> float:
+    """``0.5 ** (age / half_life)``: 1 for a new memory; 1 forever when ``half_life`` is 0."""
+    if half_life <= 0 or age <= 0:
+        return 1.0
+    return 0.5 ** (age / half_life)
+
+
+def decayed_distance(distance: float, factor: float, weight: float) -> float:
+    """A vector distance grown by age: ``distance * (1 + weight * (1 - factor))``.
+
+    Relative, so it means the same for every model's distance scale: with
+    ``weight = 0.1`` a fully aged memory loses to a fresh one only when their
+    distances are within 10 % (a near tie); a clearly closer match still wins.
+    """
+    return distance * (1.0 + weight * (1.0 - factor))
+
+
+def supersedes(
+    old_distance: float,
+    new_distance: float,
+    old_age: float,
+    new_age: float,
+    *,
+    mutual_nearest: bool,
+    margin: float,
+    min_gap: float = 1.0 / 24.0,
+) -> bool:
+    """Whether a newer memory should rank before an older one as its update.
+
+    A chat model tends to write an update as a change ("搬到了…", "换了新手机号…"),
+    which a question in the old words ranks below the old value. The newer one
+    goes first when the two are each other's nearest memory in the partition
+    (about one thing: "住在越秀区" / "搬到了天河区"), it is at least ``min_gap``
+    days newer (not two facts of one conversation) and at most ``margin``
+    (relative) farther from the query. Measured on the recall benchmark, mutual
+    nearest neighbours are what separates updates from other facts of the same
+    partition; "closer to each other than to the query" alone moves far too much.
+    """
+    return (
+        margin > 0
+        and mutual_nearest
+        and new_age + min_gap <= old_age
+        and new_distance <= old_distance * (1.0 + margin)
+    )

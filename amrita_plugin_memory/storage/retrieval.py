@@ -1,0 +1,311 @@
+"""How ``read_memory`` ranks a partition: vector channel, keyword channel, age decay.
+
+The vector channel is the store's nearest-neighbour search (the partition
+index, or Chroma). The keyword channel looks up the query's tokens in the same
+partition's documents (:class:`~..core.ranking.KeywordIndex`, cached beside the
+partition's vectors in :class:`~.partition_index.PartitionIndex`), for what a
+vector model blurs: numbers, codes, names. Distances are grown by age
+(:func:`~..core.ranking.decayed_distance`), both channels are combined
+(:func:`~..core.ranking.combine`: relative vector closeness plus the share of
+the query's keywords a memory holds), then an update is moved before the value
+it replaces (:func:`~..core.ranking.supersedes`). Every candidate comes from
+the one partition, with the same filters, so the partition rules are those of
+the plain vector search.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from ..core.config import ConfigFile
+from ..core.ranking import (
+    KeywordIndex,
+    age_days,
+    combine,
+    decay_factor,
+    decayed_distance,
+    supersedes,
+    tokenize,
+)
+from ..core.records import ORIGIN_GROUP_FLAG, MemoryRecord
+from .filters import where_partition
+from .partition_index import IndexedStore, PartitionIndex
+
+
+class SearchStore(IndexedStore, Protocol):
+    """What ranking needs of :class:`~.memory_store.MemoryStore` (which imports this module)."""
+
+    index: PartitionIndex
+    clock: Callable[[], str]
+
+    async def query_vector(
+        self,
+        partition: str,
+        vector: Sequence[float],
+        *,
+        top_k: int = 5,
+        importance: str | None = None,
+        group_origin_only: bool = False,
+    ) -> list[MemoryRecord]: ...
+
+    async def _run(self, fn: Callable[[Any], T]) -> T: ...
+
+__all__ = ["RetrievalSettings", "SearchStore", "search"]
+
+T = TypeVar("T")
+
+_KEYWORD_KEY = "keywords"
+"""Key of the BM25 index in a cached partition entry's ``derived`` dict."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalSettings:
+    """The ``[retrieval]`` and ``[decay]`` settings the store ranks and merges with."""
+
+    hybrid: bool = True
+    keyword_weight: float = 0.1
+    decay: bool = True
+    decay_weight: float = 0.05
+    half_lives: dict[str, float] = field(
+        default_factory=lambda: {"low": 7.0, "medium": 90.0, "high": 0.0}
+    )
+    candidates: int = 20
+    supersede_margin: float = 0.35
+    dedup: bool = True
+    dedup_min_cosine: float = 0.95
+    dedup_min_text_similarity: float = 0.5
+
+    @classmethod
+    def from_config(cls, file: ConfigFile) -> RetrievalSettings:
+        return cls(
+            hybrid=file.retrieval.hybrid,
+            keyword_weight=file.retrieval.keyword_weight,
+            decay=file.decay.enabled,
+            decay_weight=file.decay.weight,
+            half_lives={lvl: file.half_life_days(lvl) for lvl in ("low", "medium", "high")},
+            candidates=file.decay.rerank_candidates,
+            supersede_margin=file.decay.supersede_margin,
+            dedup=file.retrieval.dedup_on_write,
+            dedup_min_cosine=file.retrieval.dedup_min_cosine,
+            dedup_min_text_similarity=file.retrieval.dedup_min_text_similarity,
+        )
+
+    def age(self, record: MemoryRecord, now: datetime) -> float:
+        return age_days(record.updated_at or record.created_at, now)
+
+    def growth(self, record: MemoryRecord, now: datetime) -> float:
+        """How much age grows ``record``'s distance (1.0 = not at all)."""
+        if not self.decay:
+            return 1.0
+        half_life = self.half_lives.get(record.importance, 0.0)
+        factor = decay_factor(self.age(record, now), half_life)
+        return decayed_distance(1.0, factor, self.decay_weight)
+
+
+def _now(clock: Callable[[], str]) -> datetime:
+    try:
+        return datetime.fromisoformat(clock())
+    except (TypeError, ValueError):
+        return datetime.now(UTC)
+
+
+def _keep(meta: dict[str, Any], importance: str | None, group_origin_only: bool) -> bool:
+    if importance is not None and meta.get("importance") != importance:
+        return False
+    return not group_origin_only or meta.get(ORIGIN_GROUP_FLAG) is True
+
+
+def _keywords_of(entry: Any) -> KeywordIndex:
+    index = entry.derived.get(_KEYWORD_KEY)
+    if index is None:
+        index = KeywordIndex(entry.documents)
+        entry.derived[_KEYWORD_KEY] = index
+    return index
+
+
+async def _partition_rows(
+    store: SearchStore, partition: str
+) -> tuple[list[str], list[str | None], list[dict[str, Any]]]:
+    """Every memory of ``partition`` from Chroma (when the partition index cannot answer)."""
+    res = await store._run(
+        lambda c: c.get(where=where_partition(partition), include=["documents", "metadatas"])
+    )
+    ids = list(res["ids"])
+    docs: list[str | None] = list(res.get("documents") or [None] * len(ids))
+    metas = [dict(m or {}) for m in (res.get("metadatas") or [None] * len(ids))]
+    return ids, docs, metas
+
+
+async def _snapshot(store: SearchStore, partition: str) -> Any:
+    """The partition's cached rows, or ``None`` (Chroma answers instead)."""
+    try:
+        return await store.index.snapshot(store, partition)
+    except Exception:
+        store.index.drop(partition)
+        return None
+
+
+async def _keyword_hits(
+    store: SearchStore,
+    entry: Any,
+    partition: str,
+    text: str,
+    vector: Sequence[float],
+    limit: int,
+    importance: str | None,
+    group_origin_only: bool,
+) -> list[tuple[MemoryRecord, float]]:
+    """``(record, keyword coverage)`` of the best keyword matches, records carrying distances
+    when the partition's vectors are cached (keyword-only hits are shown like the others)."""
+    if entry is not None:
+        ids, docs, metas = entry.ids, entry.documents, entry.metadatas
+        keywords = _keywords_of(entry)
+    else:
+        ids, docs, metas = await _partition_rows(store, partition)
+        keywords = KeywordIndex(docs)
+    scores = keywords.coverage(text)
+    rows = [r for r in scores if _keep(metas[r], importance, group_origin_only)]
+    rows.sort(key=lambda r: (-scores[r], ids[r]))
+    rows = rows[:limit]
+    query = np.asarray(vector, dtype=np.float32)
+    out: list[tuple[MemoryRecord, float]] = []
+    for r in rows:
+        distance = None
+        if entry is not None and query.shape == (entry.dim,):
+            diff = entry.vector(r) - query
+            distance = float(diff @ diff)
+        out.append((MemoryRecord.from_chroma(ids[r], docs[r], metas[r], distance), scores[r]))
+    return out
+
+
+class _Neighbours:
+    """Nearest rows within one cached partition, computed on demand and remembered
+    (one matrix-vector product per row asked; the squared norms once per entry)."""
+
+    def __init__(self, entry: Any) -> None:
+        self.vectors = entry.vectors  # the whole partition: a nearest neighbour needs it
+        norms = entry.derived.get("norms")
+        if norms is None:
+            norms = np.einsum("ij,ij->i", self.vectors, self.vectors)
+            entry.derived["norms"] = norms
+        self.norms = norms
+        self.known: dict[int, int] = {}
+
+    def nearest(self, row: int) -> int:
+        if row not in self.known:
+            dist = self.norms - 2.0 * (self.vectors @ self.vectors[row])
+            dist[row] = np.inf
+            self.known[row] = int(np.argmin(dist))
+        return self.known[row]
+
+    def mutual(self, i: int, j: int) -> bool:
+        return self.nearest(i) == j and self.nearest(j) == i
+
+
+def _known_tokens(entry: Any, query: str) -> int:
+    """How many of the query's tokens occur in the partition at all."""
+    return len(set(tokenize(query)) & entry.derived[_KEYWORD_KEY].postings.keys())
+
+
+def _exact_tokens(text: str) -> set[str]:
+    return {t for t in tokenize(text) if t.isascii()}
+
+
+def _newer_first(
+    entry: Any,
+    ranked: list[MemoryRecord],
+    query: str,
+    coverage: dict[str, float],
+    settings: RetrievalSettings,
+    now: datetime,
+) -> list[MemoryRecord]:
+    """``ranked`` with an update moved before the value it replaces
+    (:func:`~..core.ranking.supersedes`); needs the cached partition.
+
+    An update never displaces a memory holding a number, code or Latin word
+    of the query that the update lacks, nor, for a question that is just a
+    name (one token the partition knows), one holding all of them when the update
+    does not: a question about "A1037" or "老周" wants that memory.
+    """
+    if entry is None or len(ranked) < 2 or len(entry.ids) < 2:
+        return ranked
+    rows = {memory_id: r for r, memory_id in enumerate(entry.ids)}
+    neighbours = _Neighbours(entry)
+    ranked = list(ranked)
+    asked = _exact_tokens(query)
+    # A question that is just a name or a code ("老周", "年糕在哪"): its match stays first.
+    bare = entry.derived.get(_KEYWORD_KEY) is not None and _known_tokens(entry, query) <= 1
+    for _ in range(3):  # a chain of updates: v1 <- v2 <- v3
+        first = ranked[0]
+        if first.distance is None or first.id not in rows:
+            break
+        found = None
+        for other in ranked[1 : settings.candidates]:
+            if other.distance is None or other.id not in rows:
+                continue
+            if asked and (asked & _exact_tokens(first.content)) - _exact_tokens(other.content):
+                continue
+            if bare and coverage.get(first.id, 0.0) >= 0.99 > coverage.get(other.id, 0.0):
+                continue
+            if supersedes(
+                first.distance,
+                other.distance,
+                settings.age(first, now),
+                settings.age(other, now),
+                mutual_nearest=True,
+                margin=settings.supersede_margin,
+            ) and neighbours.mutual(rows[first.id], rows[other.id]):
+                found = other
+                break
+        if found is None:
+            break
+        ranked.remove(found)
+        ranked.insert(0, found)
+    return ranked
+
+
+async def search(
+    store: SearchStore,
+    partition: str,
+    text: str,
+    vector: Sequence[float],
+    *,
+    top_k: int,
+    importance: str | None,
+    group_origin_only: bool,
+    settings: RetrievalSettings,
+) -> list[MemoryRecord]:
+    """The ``top_k`` memories of ``partition`` for the query ``text`` / ``vector``."""
+    if not settings.hybrid and not settings.decay:
+        return await store.query_vector(
+            partition, vector, top_k=top_k, importance=importance,
+            group_origin_only=group_origin_only,
+        )  # fmt: skip
+    pool = max(top_k, settings.candidates)
+    now = _now(store.clock)
+    by_vector = await store.query_vector(
+        partition, vector, top_k=pool, importance=importance, group_origin_only=group_origin_only
+    )
+    records = {r.id: r for r in by_vector}
+    entry = await _snapshot(store, partition)
+    coverage: dict[str, float] = {}
+    if settings.hybrid and settings.keyword_weight > 0:
+        hits = await _keyword_hits(
+            store, entry, partition, text, vector, pool, importance, group_origin_only
+        )
+        for record, share in hits:
+            records.setdefault(record.id, record)
+            coverage[record.id] = share
+    distances = {
+        memory_id: None if r.distance is None else r.distance * settings.growth(r, now)
+        for memory_id, r in records.items()
+    }
+    ranked = [records[i] for i in combine(distances, coverage, settings.keyword_weight)]
+    if settings.decay and settings.supersede_margin > 0:
+        ranked = _newer_first(entry, ranked, text, coverage, settings, now)
+    return [replace(r) for r in ranked[:top_k]]

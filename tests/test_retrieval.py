@@ -1,0 +1,317 @@
+"""Ranking (keyword channel, age decay) and merging repeated writes, with a real model.
+
+The embedder is the bundled multilingual-e5-small (``EMBEDDING_PROCTOL=local``),
+in-process: real vectors for Chinese text, no service to start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.botproject import make_runtime
+from tests.lazy import lazy_import
+from tests.reliability_stats import STATS
+
+R = lazy_import("amrita_plugin_memory.core.ranking")
+D = lazy_import("amrita_plugin_memory.core.duplicates")
+K = lazy_import("amrita_plugin_memory.storage.keys")
+T = lazy_import("amrita_plugin_memory.tools.memory_tools")
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+FACTS = [
+    "用户的游戏账号是A1037",
+    "用户的另一个游戏账号是B2210",
+    "用户住在1602房间",
+    "用户公司的工位号是1620",
+    "用户养了一只叫年糕的布偶猫",
+    "用户的狗叫汤圆，是一只柯基",
+    "用户喜欢吃火锅，尤其是牛油锅底",
+    "用户在深圳一家游戏公司做后端开发",
+    "用户的生日是三月五日",
+    "用户每周六下午去打羽毛球",
+    "用户的车牌号是粤B3K772",
+    "User's favourite band is Mayday",
+]
+
+
+@pytest.fixture
+async def rt(tmp_path: Path) -> AsyncIterator[Any]:
+    runtime = make_runtime(tmp_path, embedding_proctol="local", embedding_model_name="auto")
+    runtime.embedder.timeout = 60.0
+    runtime.store.clock = lambda: NOW.isoformat(timespec="seconds")
+    yield runtime
+    await runtime.close()
+
+
+def at(days_ago: float) -> Callable[[], str]:
+    return lambda: (NOW - timedelta(days=days_ago)).isoformat(timespec="seconds")
+
+
+def settings(rt: Any, **changes: Any) -> None:
+    rt.store.settings = dataclasses.replace(rt.store.settings, **changes)
+
+
+def caller(uid: int = 10001, gid: int | None = None) -> Any:
+    return T.caller_for_user(K.target_from_ids(uid, gid))
+
+
+async def write(rt: Any, text: str, **args: Any) -> dict[str, Any]:
+    result = await rt.tools.write_memory(caller(), {"content": text, "tags": ["t"], **args})
+    assert result["ok"], result
+    return result
+
+
+async def top(rt: Any, query: str, k: int = 5, uid: int = 10001) -> list[str]:
+    result = await rt.tools.read_memory(caller(uid), {"query": query, "top_k": k})
+    assert result["ok"], result
+    return [m["content"] for m in result["memories"]]
+
+
+# -- tokens and arithmetic ----------------------------------------------------------------
+
+
+def test_tokens_keep_numbers_codes_and_chinese_words() -> None:
+    tokens = R.tokenize("房间号１６０２，A1037 的年糕 and the Cat")
+    assert {"1602", "a1037", "年糕", "房间", "cat"} <= set(tokens)
+    assert "the" not in tokens and "and" not in tokens
+    assert R.tokenize("") == [] and R.tokenize("，。!!") == []
+
+
+def test_fusion_and_decay_arithmetic() -> None:
+    # The keyword share decides between close candidates, not against a clearly closer one.
+    assert R.combine({"a": 0.20, "b": 0.21}, {"b": 1.0}, 0.1) == ["b", "a"]
+    assert R.combine({"a": 0.20, "b": 0.30}, {"b": 1.0}, 0.1) == ["a", "b"]
+    assert R.combine({"a": 0.20, "b": 0.21}, {"b": 0.2}, 0.1) == ["a", "b"]
+    assert R.combine({"a": 0.2, "b": None}, {}, 0.1) == ["a", "b"]
+    index = R.KeywordIndex(["用户的账号是A1037", "用户喜欢猫", "用户喜欢狗"])
+    share = index.coverage("A1037 是什么来着")
+    assert share == {0: pytest.approx(1.0)}  # the question's own words are in no memory
+    assert R.decay_factor(90, 90) == pytest.approx(0.5)
+    assert R.decay_factor(1000, 0) == 1.0  # never ages
+    assert R.decayed_distance(0.30, 0.0, 0.1) == pytest.approx(0.33)
+    assert R.age_days("not a date", NOW) == 0.0
+
+
+def test_an_update_supersedes_only_a_close_older_neighbour() -> None:
+    rule = R.supersedes
+    assert rule(0.16, 0.20, 100.0, 1.0, mutual_nearest=True, margin=0.35)
+    assert not rule(0.16, 0.20, 100.0, 1.0, mutual_nearest=False, margin=0.35)  # other topic
+    assert not rule(0.16, 0.25, 100.0, 1.0, mutual_nearest=True, margin=0.35)  # too far
+    assert not rule(0.16, 0.20, 1.0, 0.99, mutual_nearest=True, margin=0.35)  # same hour
+    assert not rule(0.16, 0.20, 1.0, 100.0, mutual_nearest=True, margin=0.35)  # older
+    assert not rule(0.16, 0.20, 100.0, 1.0, mutual_nearest=True, margin=0.0)  # switched off
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        ("用户的猫叫年糕", "用户养的猫叫年糕", True),
+        ("用户的猫叫年糕", "用户养了一只猫，名叫年糕", True),
+        ("用户的游戏ID是A1037", "用户游戏ID为A1037", True),
+        ("用户住在越秀区", "用户住在天河区", False),
+        ("我的猫叫年糕", "我的猫叫汤圆", False),
+        ("用户的房间号是1602", "用户的房间号是1603", False),
+        ("用户喜欢吃火锅", "用户不喜欢吃火锅", False),
+        ("用户喝咖啡不加糖", "用户喝咖啡不加糖也不加奶", True),
+        ("用户每天早上跑步", "用户每天晚上跑步", False),
+        ("用户养了两只猫", "用户养了三只猫", False),
+        ("User lives in Guangzhou", "User lives in Shenzhen", False),
+        ("In Overwatch 2 the user mains Mercy", "In Overwatch 2 the user mains Tracer", False),
+        ("The user likes hiking", "User likes hiking", True),
+    ],
+)
+def test_duplicate_wording(a: str, b: str, same: bool) -> None:
+    assert D.is_duplicate_text(a, b, min_similarity=0.5) is same
+    assert D.is_duplicate_text(b, a, min_similarity=0.5) is same
+
+
+# -- the keyword channel ----------------------------------------------------------------
+
+
+CODES = [
+    "用户的游戏账号是A1073",
+    "用户的旧账号是A1307",
+    "用户同学的账号是A1037",
+    "用户的快递取件码是1037",
+    "用户的工号是A0137",
+    "用户的QQ小号是B1037",
+]
+
+
+async def test_exact_tokens_come_first(rt: Any) -> None:
+    for fact in FACTS:
+        await rt.store.add(K.user_key("10001"), "user", fact)
+    for query, expected in [
+        ("A1037", "用户的游戏账号是A1037"),
+        ("B2210", "用户的另一个游戏账号是B2210"),
+        ("1602", "用户住在1602房间"),
+        ("1620 是什么号码来着", "用户公司的工位号是1620"),
+        ("年糕", "用户养了一只叫年糕的布偶猫"),
+        ("粤B3K772 是谁的车", "用户的车牌号是粤B3K772"),
+    ]:
+        assert (await top(rt, query))[0] == expected, query
+    # Codes that a vector model confuses: the whole token decides.
+    for fact in CODES:
+        await rt.store.add(K.user_key("10001"), "user", fact)
+    settings(rt, hybrid=False)
+    assert (await top(rt, "1037"))[0] != "用户的快递取件码是1037"  # vectors alone miss it
+    settings(rt, hybrid=True)
+    assert (await top(rt, "1037"))[0] == "用户的快递取件码是1037"
+
+
+async def test_keyword_channel_keeps_partition_and_filters(rt: Any) -> None:
+    """A keyword match in another partition, or one a filter excludes, is never returned."""
+    me, other = K.user_key("10001"), K.user_key("10002")
+    await rt.store.add(other, "user", "用户的门禁卡号是Z9981")
+    await rt.store.add(me, "user", "用户的门禁卡号是Z1234", importance="low")
+    await rt.store.add(me, "user", "用户喜欢喝乌龙茶", importance="high")
+    assert "Z9981" not in "".join(await top(rt, "Z9981"))
+    assert await top(rt, "Z9981", uid=10002) == ["用户的门禁卡号是Z9981"]
+    hits = await rt.store.query(me, "Z1234", importance="high")
+    assert [h.content for h in hits] == ["用户喜欢喝乌龙茶"]
+    # Group chat: the speaker's private memories stay out, keyword match or not.
+    gid = 5555
+    in_group = await rt.tools.read_memory(caller(10001, gid), {"query": "Z1234"})
+    assert in_group["ok"] and in_group["memories"] == []
+    STATS.inputs_tried += 3
+
+
+async def test_keyword_channel_without_the_index(rt: Any) -> None:
+    """With the partition index off (``vector_index_max_mb = 0``) Chroma supplies the rows."""
+    rt.store.index.max_bytes = 0
+    for fact in FACTS:
+        await rt.store.add(K.user_key("10001"), "user", fact)
+    assert (await top(rt, "B2210"))[0] == "用户的另一个游戏账号是B2210"
+    assert len(rt.store.index) == 0
+
+
+# -- age ------------------------------------------------------------------------------------
+
+
+UPDATES = [
+    ("用户现在住在广州越秀区", "用户搬到了广州天河区", "用户现在住在哪里"),
+    ("用户在腾讯上班", "用户跳槽去字节跳动了", "用户现在在哪家公司上班"),
+    ("用户的女朋友叫小雨", "用户和小雨分手了，现在的女朋友叫小雪", "用户的女朋友叫什么"),
+]
+
+
+async def _old_then_new(rt: Any, uid: int, old: str, new: str) -> str:
+    part = K.user_key(str(uid))
+    rt.store.clock = at(120)
+    await rt.store.add(part, "user", old)
+    rt.store.clock = at(1)
+    await rt.store.add(part, "user", new)
+    rt.store.clock = at(0)
+    return part
+
+
+async def test_an_update_ranks_before_the_value_it_replaces(rt: Any) -> None:
+    """A query in the old words is closer to the old value; the newer update comes first."""
+    settings(rt, supersede_margin=0.5)
+    for uid, (old, new, query) in enumerate(UPDATES, start=20000):
+        await _old_then_new(rt, uid, old, new)
+        settings(rt, decay=False)
+        assert (await top(rt, query, uid=uid))[0] == old  # what plain similarity says
+        settings(rt, decay=True)
+        assert (await top(rt, query, uid=uid))[:2] == [new, old], query
+
+
+async def test_a_clearly_better_old_match_still_wins(rt: Any) -> None:
+    # A newer memory on another subject, or one too far from the query, does not displace it.
+    settings(rt, supersede_margin=0.5)
+    await _old_then_new(rt, 30001, "用户的生日是三月五日", "用户昨天去看了五月天的演唱会")
+    assert (await top(rt, "用户的生日是哪天", uid=30001))[0] == "用户的生日是三月五日"
+    await _old_then_new(rt, 30002, "用户的生日是三月五日", "用户昨天过了生日，收到了一个蛋糕")
+    assert (await top(rt, "用户的生日是哪天", uid=30002))[0] == "用户的生日是三月五日"
+    settings(rt, supersede_margin=0.0)
+    for uid, (old, new, query) in enumerate(UPDATES, start=20000):
+        await _old_then_new(rt, uid, old, new)
+        assert (await top(rt, query, uid=uid))[0] == old  # margin 0: plain age decay only
+
+
+async def test_high_importance_never_ages(rt: Any) -> None:
+    settings(rt, half_lives={"low": 7.0, "medium": 90.0, "high": 0.0})
+    record = dataclasses.replace(
+        (await rt.store.add(K.user_key("10001"), "user", "x", importance="high")),
+        updated_at=at(10_000)(),
+    )
+    assert rt.store.settings.growth(record, NOW) == 1.0
+    low = dataclasses.replace(record, importance="low")
+    weight = rt.store.settings.decay_weight
+    assert rt.store.settings.growth(low, NOW) == pytest.approx(1 + weight, abs=1e-6)
+
+
+# -- merging repeated writes --------------------------------------------------------------
+
+
+async def test_a_repeated_fact_is_merged_not_copied(rt: Any) -> None:
+    me = K.user_key("10001")
+    first = await write(rt, "用户的猫叫年糕", tags=["宠物"], importance="low")
+    rt.store.clock = at(-1)  # a day later
+    again = await write(rt, "用户养的猫叫年糕", tags=["猫"], importance="high")
+    assert again["merged"] is True and "merged" not in first
+    assert again["memory"]["id"] == first["memory"]["id"]
+    [stored] = await rt.store.list(me)
+    assert stored.content == "用户养的猫叫年糕"  # the newer text
+    assert stored.tags == ["宠物", "猫"] and stored.importance == "high"
+    assert stored.updated_at == at(-1)() and stored.created_at == NOW.isoformat(timespec="seconds")
+    # The older text is kept in the archive as the memory's history.
+    history = await rt.store.archive.list(me)
+    assert [(h.record.content, h.reason, h.memory_id) for h in history] == [
+        ("用户的猫叫年糕", "merged", first["memory"]["id"])
+    ]
+    assert (await top(rt, "年糕"))[0] == "用户养的猫叫年糕"
+
+
+async def test_different_values_are_not_merged(rt: Any) -> None:
+    me = K.user_key("10001")
+    for text in ("用户住在越秀区", "用户住在天河区", "用户的房间号是1602", "用户的房间号是1603",
+                 "用户喜欢吃火锅", "用户不喜欢吃火锅"):  # fmt: skip
+        assert "merged" not in await write(rt, text)
+    assert await rt.store.count(me) == 6
+
+
+async def test_a_merge_is_accepted_by_a_full_partition_and_keeps_scopes_apart(rt: Any) -> None:
+    rt.tools.memory_limit = 2
+    await write(rt, "用户的狗叫汤圆")
+    await write(rt, "用户喜欢爬山")
+    assert (await write(rt, "用户的狗名叫汤圆"))["merged"] is True
+    refused = await rt.tools.write_memory(caller(), {"content": "用户会弹吉他", "tags": ["t"]})
+    assert refused["ok"] is False
+    # The same text as a group memory is another scope/partition: never merged with a personal one.
+    group = await rt.tools.write_memory(
+        caller(10001, 777), {"content": "用户的狗叫汤圆", "tags": ["t"], "scope": "group"}
+    )
+    assert group["ok"] and "merged" not in group
+
+
+async def test_merging_can_be_switched_off(rt: Any) -> None:
+    settings(rt, dedup=False)
+    await write(rt, "用户的猫叫年糕")
+    assert "merged" not in await write(rt, "用户的猫叫年糕")
+    assert await rt.store.count(K.user_key("10001")) == 2
+
+
+async def test_a_failed_history_write_changes_nothing(rt: Any) -> None:
+    """The archive is written before the live memory: if it fails, the merge does not happen."""
+    me = K.user_key("10001")
+    await write(rt, "用户的猫叫年糕")
+
+    async def broken(*_: Any, **__: Any) -> None:
+        raise OSError("disk full")
+
+    rt.store.archive.save_version = broken
+    STATS.faults_injected += 1
+    result = await rt.tools.write_memory(caller(), {"content": "用户养的猫叫年糕", "tags": ["t"]})
+    assert result["ok"] is False
+    [stored] = await rt.store.list(me)
+    if stored.content != "用户的猫叫年糕":
+        STATS.items_lost += 1
+    assert stored.content == "用户的猫叫年糕"
