@@ -7,6 +7,15 @@ hold 10 / 1,000 / 10,000 memories), then times the vector stage of a search
 user_id == partition)`` alternately in the same loop, and checks every answer.
 
     uv run --frozen python -m bench.index_bench [--total 100000] [--partitions 1000] [--mode local]
+
+The issue's scale run is ``--total 1000000 --partitions 10000`` (once with
+``--mode local``, once with ``--mode remote``): filling takes most of the time
+(Chroma's own add, ~300-1,000 memories/s on a shared 2-core machine, printed
+as it goes), so run it with ``nice``. Chroma's filtered HNSW search is
+approximate in large partitions: a query whose ids differ is checked to be no
+worse than Chroma's rank by rank and counted as "Chroma-approx". ``--sweep N``
+then searches N filler partitions one after the other and prints the cache's
+largest size against its budget (and the process's RSS).
 """
 
 from __future__ import annotations
@@ -118,14 +127,19 @@ async def _measure(rt: Any, partition: str, reps: int, rng: np.random.Generator)
     }
 
 
-async def main(total: int, partitions: int, mode: str, reps: int, budget_mb: int) -> None:
+async def main(
+    total: int, partitions: int, mode: str, reps: int, budget_mb: int, sweep: int
+) -> None:
     rng = np.random.default_rng(16)
     async with bench_env() as env:
         rt = env.make_runtime("index", mode)
         rt.store.index.max_bytes = budget_mb * 1024 * 1024
         fill = await _fill(rt, total, partitions, rng)
         count = await rt.store.count()
-        print(f"{mode}: {count:,} memories over {partitions:,} partitions, filled in {fill:.0f} s")
+        print(
+            f"{mode}: {count:,} memories over {partitions:,} partitions, filled in {fill:.0f} s "
+            f"({total / max(fill, 1e-9):,.0f} memories/s)"
+        )
         print(
             f"{'partition':>10} | {'index p50/p95':>20} | {'Chroma p50/p95':>20} | ratio p50 | "
             "first load | same ids / approx"
@@ -143,6 +157,35 @@ async def main(total: int, partitions: int, mode: str, reps: int, budget_mb: int
             f"cache: {len(index)} partitions, {index.nbytes / 2**20:.1f} MiB "
             f"(budget {budget_mb} MiB, within: {index.nbytes <= index.max_bytes})"
         )
+        if sweep:
+            await _sweep(rt, sweep, budget_mb)
+
+
+def _rss_mib() -> float:
+    """Resident memory of this process (Linux), in MiB."""
+    for line in open("/proc/self/status", encoding="ascii"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def _sweep(rt: Any, partitions: int, budget_mb: int) -> None:
+    """Search ``partitions`` filler partitions one after the other (more rows than the
+    budget holds): the cache must evict and stay within its budget the whole time."""
+    index = rt.store.index
+    rss0, loads0, worst = _rss_mib(), index.loads, 0
+    started = time.perf_counter()
+    for i in range(partitions):
+        await rt.store.query_vector(f"p{i}", [0.0] * DIM, top_k=5)
+        worst = max(worst, index.nbytes)
+    took = time.perf_counter() - started
+    loaded = index.loads - loads0
+    print(
+        f"sweep: {loaded:,} partitions loaded in {took:.0f} s, {len(index):,} kept "
+        f"({loaded - len(index):,} evicted or more); cache max {worst / 2**20:.1f} MiB, "
+        f"now {index.nbytes / 2**20:.1f} MiB (budget {budget_mb} MiB, within: "
+        f"{worst <= index.max_bytes}); process RSS {rss0:,.0f} -> {_rss_mib():,.0f} MiB"
+    )
 
 
 if __name__ == "__main__":
@@ -152,5 +195,8 @@ if __name__ == "__main__":
     parser.add_argument("--mode", choices=("local", "remote"), default="local")
     parser.add_argument("--reps", type=int, default=200)
     parser.add_argument("--budget-mb", type=int, default=256)
+    parser.add_argument(
+        "--sweep", type=int, default=0, help="then search this many filler partitions (budget)"
+    )
     a = parser.parse_args()
-    asyncio.run(main(a.total, a.partitions, a.mode, a.reps, a.budget_mb))
+    asyncio.run(main(a.total, a.partitions, a.mode, a.reps, a.budget_mb, a.sweep))
