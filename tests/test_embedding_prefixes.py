@@ -19,6 +19,7 @@ from tests.servers import EmbeddingServer
 
 E = lazy_import("amrita_plugin_memory.embedding")
 F = lazy_import("amrita_plugin_memory.embedding.fingerprint")
+R = lazy_import("amrita_plugin_memory.embedding.report_json")
 
 
 @pytest.fixture
@@ -130,6 +131,10 @@ async def test_fingerprint_keeps_the_old_hash_without_prefixes(
     assert E.FingerprintInfo.from_json(q1.to_json()) == q1
     legacy_meta = {k: v for k, v in plain.as_meta().items() if k != "embedding_text_format"}
     assert E.FingerprintInfo.from_meta(legacy_meta) == plain
+    # The status JSON (console, `ambot memory status` via a running bot) shows the text format.
+    rt = runtimes(tmp_path / "s", embedding_model_name=NOMIC, embedding_query_prefix="query: ")
+    shown = R.status_json(await E.collect_status(rt.maintenance), tmp_path)["fingerprint"]
+    assert shown["current"]["text_format"] == q1.text_format != ""
 
 
 def _never_called(question: str) -> bool:

@@ -33,6 +33,7 @@ from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 from tests.servers import ChromaServer, EmbeddingServer
 
+R = lazy_import("amrita_plugin_memory.embedding.report_json")
 E = lazy_import(
     "amrita_plugin_memory.embedding",
     "amrita_plugin_memory.embedding.client",
@@ -338,6 +339,9 @@ async def test_auto_without_a_recognisable_model_is_a_configuration_problem(
     assert status.current is None and status.config_problem
     assert "EMBEDDING_MODEL_NAME" in status.state[0]
     assert "嵌入服务恢复后" not in status.state[0]
+    # The JSON form (console, `ambot memory status` through a running bot) says the same.
+    shown = R.status_json(status, tmp_path)["fingerprint"]
+    assert shown["config_problem"] is True and shown["state"] == status.state[0]
     write = await _write(rt, "配置错误时的记忆")
     assert write["ok"] is False and "EMBEDDING_MODEL_NAME" in write["error"]
     STATS.inputs_tried += 1

@@ -25,6 +25,7 @@ def _fingerprint(info: FingerprintInfo | None) -> dict[str, Any] | None:
         "protocol": info.protocol,
         "model": info.model,
         "base_url": info.base_url,
+        "text_format": info.text_format,
         "describe": info.describe(),
     }
 
@@ -48,6 +49,7 @@ def status_json(report: StatusReport, backup_dir: Path) -> dict[str, Any]:
             "stored": _fingerprint(report.stored),
             "current": _fingerprint(report.current),
             "current_error": report.current_error,
+            "config_problem": report.config_problem,
             "match": report.match,
             "state": report.state[0],
             "colour": report.state[1],
