@@ -216,7 +216,7 @@ class SelfMemoryConfig(_Section):
 class RetrievalConfig(_Section):
     """``[retrieval]``: how ``read_memory`` ranks and how ``write_memory`` avoids copies."""
 
-    # A keyword channel (character n-grams + whole ASCII/number tokens, BM25)
+    # A keyword channel (CJK bigrams + whole ASCII/number tokens, IDF coverage)
     # fused with the vector ranking: finds exact numbers, codes and names.
     hybrid: bool = True
     keyword_weight: float = Field(default=0.1, ge=0, le=10)

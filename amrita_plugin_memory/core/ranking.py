@@ -1,4 +1,4 @@
-"""Ranking arithmetic of ``read_memory``: keyword tokens, BM25, rank fusion, age decay.
+"""Ranking arithmetic of ``read_memory``: keywords and their coverage, scores, age decay.
 
 Pure functions (no storage, no framework) so that every channel and the
 benchmark compute the same thing.

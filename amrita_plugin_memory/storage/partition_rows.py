@@ -97,7 +97,7 @@ class Entry:
     """Rows written in a group chat (``ORIGIN_GROUP_FLAG is True``), for the filter."""
     derived: dict[str, Any] = field(default_factory=dict, compare=False)
     """Structures computed lazily from these rows by other modules (the keyword
-    index of :mod:`.keyword_index`); a write builds a new entry, so they never go stale."""
+    index of :mod:`.retrieval`); a write builds a new entry, so they never go stale."""
     _dense: dict[str, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
 
     @property

@@ -60,7 +60,7 @@ __all__ = ["RetrievalSettings", "SearchStore", "search"]
 T = TypeVar("T")
 
 _KEYWORD_KEY = "keywords"
-"""Key of the BM25 index in a cached partition entry's ``derived`` dict."""
+"""Key of the keyword index in a cached partition entry's ``derived`` dict."""
 
 
 @dataclass(frozen=True, slots=True)
