@@ -29,9 +29,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..core.errors import MaintenanceInProgress, VectorStoreError
 from ..core.records import MemoryRecord, utc_now
-from .chroma import ChromaConnection, is_missing_collection
+from .chroma import ChromaConnection
 from .guard import CollectionGuard
 from .paging import iter_pages
 
@@ -169,15 +168,7 @@ class ArchiveStore:
         self._exists = False
 
     async def _run(self, fn: Callable[[Collection], T]) -> T:
-        generation = self.connection.generation
-        col = await self.collection()
-        try:
-            return await self.connection.run(fn, col)
-        except VectorStoreError as exc:
-            if is_missing_collection(exc) or self.connection.generation != generation:
-                self.invalidate()
-                return await self.connection.run(fn, await self.collection())
-            raise
+        return await self.guard.run(self.name, fn, self.invalidate)
 
     async def _exists_now(self) -> bool:
         """Whether the collection exists: reads never create it (a store that never
@@ -189,17 +180,7 @@ class ArchiveStore:
 
     async def _write(self, fn: Callable[[Collection], T]) -> T:
         """One archive write, refused while a remap replaces the collection."""
-        generation = self.connection.generation
-        col, read_at = await self.guard.for_write(self.name)
-        try:
-            result = await self.connection.run(fn, col)
-        except VectorStoreError as exc:
-            if is_missing_collection(exc) or self.connection.generation != generation:
-                self.invalidate()
-                raise MaintenanceInProgress() from exc
-            raise
-        await self.guard.after_write(self.name, col, read_at)
-        return result
+        return await self.guard.write(self.name, fn, self.invalidate)
 
     # -- writes -----------------------------------------------------------------------
 

@@ -14,12 +14,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from nonebot.log import logger
 
 from ..core.errors import MaintenanceInProgress, VectorStoreError
-from .chroma import ChromaConnection
+from .chroma import ChromaConnection, is_missing_collection
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from chromadb.api.models.Collection import Collection
@@ -156,6 +158,38 @@ class CollectionGuard:
         col = await conn.get_collection(name, create=True)  # first use
         assert col is not None
         return col
+
+    async def run(self, name: str, fn: Callable[[Collection], T], on_replaced: Callable[[], None]) -> T:
+        """One call on ``name``. A replaced collection (remote remap) or a client
+        reopened meanwhile (a remap's check) is fetched again once, never re-created;
+        ``on_replaced`` lets the owner drop what it cached about the old one."""
+        generation = self.connection.generation
+        col = await self.collection(name)
+        try:
+            return await self.connection.run(fn, col)
+        except VectorStoreError as exc:
+            if is_missing_collection(exc) or self.connection.generation != generation:
+                on_replaced()
+                return await self.connection.run(fn, await self.collection(name))
+            raise
+
+    async def write(
+        self, name: str, fn: Callable[[Collection], T], on_replaced: Callable[[], None]
+    ) -> T:
+        """One write on ``name``: refused while a remap runs (:meth:`for_write`), and
+        confirmed when slow (:meth:`after_write`). Replaced or its client closed by a
+        remap meanwhile: the write did not land, :class:`MaintenanceInProgress`."""
+        generation = self.connection.generation
+        col, read_at = await self.for_write(name)
+        try:
+            result = await self.connection.run(fn, col)
+        except VectorStoreError as exc:
+            if is_missing_collection(exc) or self.connection.generation != generation:
+                on_replaced()
+                raise MaintenanceInProgress() from exc
+            raise
+        await self.after_write(name, col, read_at)
+        return result
 
     async def for_write(self, name: str) -> tuple[Collection, float]:
         """``(handle, read time)`` for one write; raises while a remap runs."""

@@ -15,13 +15,13 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..core.errors import MaintenanceInProgress, MemoryLimitReached, VectorStoreError
+from ..core.errors import MemoryLimitReached, VectorStoreError
 from ..core.gate import WriteGate
 from ..core.locks import PartitionLocks
 from ..core.protocols import Embedder, TextKind
 from ..core.records import ORIGIN_PRIVATE, MemoryRecord, utc_now
 from .archive_store import REASON_UPDATED, ArchiveStore, archive_name
-from .chroma import ChromaConnection, is_missing_collection
+from .chroma import ChromaConnection
 from .counts import PartitionCounts
 from .filters import where_partition
 from .guard import CollectionGuard
@@ -86,33 +86,11 @@ class MemoryStore:
         self.index.clear()
 
     async def _run(self, fn: Callable[[Collection], T]) -> T:
-        generation = self.connection.generation
-        col = await self.collection()
-        try:
-            return await self.connection.run(fn, col)
-        except VectorStoreError as exc:
-            # A replaced collection (remote remap), or a client reopened meanwhile
-            # (a remap's check): refetch once, never re-create it.
-            if is_missing_collection(exc) or self.connection.generation != generation:
-                self.invalidate()
-                col = await self.collection()
-                return await self.connection.run(fn, col)
-            raise
+        return await self.guard.run(self.name, fn, self.invalidate)
 
     async def _write(self, fn: Callable[[Collection], T]) -> T:
         """One memory write, refused while a remap replaces the collection (:class:`CollectionGuard`)."""
-        generation = self.connection.generation
-        col, read_at = await self.guard.for_write(self.name)
-        try:
-            result = await self.connection.run(fn, col)
-        except VectorStoreError as exc:
-            # Replaced, or its client closed by a remap meanwhile: the write did not land.
-            if is_missing_collection(exc) or self.connection.generation != generation:
-                self.invalidate()
-                raise MaintenanceInProgress() from exc
-            raise
-        await self.guard.after_write(self.name, col, read_at)
-        return result
+        return await self.guard.write(self.name, fn, self.invalidate)
 
     # -- collection metadata --------------------------------------------------
 
