@@ -129,9 +129,10 @@ def memory(ctx: click.Context, verbose: bool) -> None:
 
 
 @memory.command("status")
-def status() -> None:
-    """显示嵌入指纹、记忆分布、分区键版本与备份列表。"""
-    _run("status")
+@click.option("--json", "as_json", is_flag=True, help="以 JSON 输出（字段同管理 API /status）")
+def status(as_json: bool) -> None:
+    """显示嵌入指纹、记忆分布、分区键版本、维护标记与备份列表。"""
+    _run("status", as_json=as_json)
 
 
 @memory.command("reindex")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import subprocess
 import time
 from collections.abc import Coroutine
@@ -38,6 +39,18 @@ enable_knowledge = true
 """
 
 
+def _no_sweep_of_its_own(config: Path) -> None:
+    """Turn the bot's periodic archive sweep off unless the test configures ``[archive]`` itself.
+
+    Seeded memories carry old clocks: a sweep starting by itself a few minutes
+    after start-up would move them in the middle of a test.
+    """
+    text = config.read_text(encoding="utf-8") if config.exists() else ""
+    if not re.search(r"^\[archive\]", text, re.M):
+        disabled = f"{text.rstrip()}\n\n[archive]\nenabled = false\n".lstrip()
+        config.write_text(disabled, encoding="utf-8")
+
+
 class RunningBot:
     """``ambot run`` in ``project`` with the WebUI on 127.0.0.1 (one per test module)."""
 
@@ -46,10 +59,11 @@ class RunningBot:
         self.port = free_port()
         self.env = env
         self.proc: subprocess.Popen[bytes] | None = None
+        config = project.root / "config" / "amrita_plugin_memory" / "config.toml"
+        config.parent.mkdir(parents=True, exist_ok=True)
         if l3:
-            config = project.root / "config" / "amrita_plugin_memory" / "config.toml"
-            config.parent.mkdir(parents=True, exist_ok=True)
             config.write_text(CONFIG_TOML, encoding="utf-8")
+        _no_sweep_of_its_own(config)
 
     @property
     def url(self) -> str:

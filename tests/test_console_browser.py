@@ -38,13 +38,18 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 MEM = "amrita_user_memory"
+CAROL = "QQPlatform_Private_10003"
 
 pytestmark = pytest.mark.skipif(
     not CHROMIUM.exists(),
     reason="/usr/bin/chromium is not installed (apt-get install chromium fonts-noto-cjk; CI installs it)",
 )
 
-E = lazy_import("amrita_plugin_memory.embedding", "amrita_plugin_memory.storage.keys")
+E = lazy_import(
+    "amrita_plugin_memory.embedding",
+    "amrita_plugin_memory.storage.keys",
+    "amrita_plugin_memory.core.records",
+)
 
 
 def _alice(i: int) -> tuple[str, str, dict[str, Any]]:
@@ -66,6 +71,21 @@ def bot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningBot]:
                 (f"b{i}", f"鲍勃的记忆 {i}：周三下午开会", memory_meta(BOB)) for i in range(4)
             ]
             await seed(rt, MEM, items)
+            # The archive view's refusal: a previous version of a memory that is
+            # itself archived (it must be restored first).
+            old = "2025-01-01T00:00:00+00:00"
+            carol = E.MemoryRecord(
+                id="carol-old",
+                content="卡罗尔以前住在杭州",
+                partition=CAROL,
+                scope="user",
+                created_at=old,
+                updated_at=old,
+            )
+            (vector,) = await rt.embedder.embed([carol.content])
+            await rt.store.archive.save([("carol-old", carol, vector)], reason="expired")
+            carol.content = "卡罗尔更早以前住在苏州"
+            await rt.store.archive.save_version(carol, vector, reason="updated")
             await E.reset_fingerprint(rt.maintenance)
             await E.migrate_partition_keys(rt.store)
         finally:
@@ -167,14 +187,45 @@ def test_console_page_in_chromium(bot: RunningBot, shots: Path) -> None:
             expect(page.get_by_text("群成员画像")).to_be_visible()
             expect(page.get_by_text("机器人自我记忆")).to_be_visible()
 
+            # The archive: the text the edit replaced, and Carol's two rows.
+            page.get_by_role("tab", name="归档").click()
+            archive = page.locator("[data-amc=archive]")
+            archived = archive.locator("tr[data-archive]")
+            expect(archived).to_have_count(3)
+            replaced = archive.locator("tr[data-archive^='a0007~']")
+            expect(replaced).to_contain_text("爱丽丝说过：喜欢第 7 号苹果")
+            expect(replaced.locator("[data-amc=reason]")).to_contain_text("更新前的旧版本")
+            expect(replaced).to_contain_text(ALICE)
+            page.screenshot(path=str(shots / "console-archive.png"), full_page=True)
+            archive.locator("[data-amc=archive-partition]").fill(CAROL)
+            archive.locator("[data-amc=archive-filter]").click()
+            expect(archived).to_have_count(2)
+            expect(archive).to_contain_text("超过寿命")
+            version = archive.locator("tr[data-archive^='carol-old~']")
+            expect(version.locator("[data-amc=versions]")).to_have_text("2 个")
+            # Refused, with the reason shown: the memory itself is archived.
+            version.locator("[data-amc=restore]").click()
+            page.get_by_role("dialog").locator("[data-amc=confirm]").click()
+            expect(page.get_by_role("alert")).to_contain_text("请先恢复 carol-old")
+            expect(archived).to_have_count(2)
+            # Back to every partition; restore the deleted memory's previous text.
+            archive.locator("[data-amc=archive-clear]").click()
+            expect(archived).to_have_count(3)
+            replaced.locator("[data-amc=restore]").click()
+            dialog = page.get_by_role("dialog")
+            expect(dialog).to_contain_text("用这条旧版本恢复记忆 a0007")
+            dialog.locator("[data-amc=confirm]").click()
+            expect(page.get_by_role("status")).to_contain_text("已恢复记忆 a0007")
+            expect(archived).to_have_count(2)
+
             # A re-embedding with its live progress bar.
             page.get_by_role("tab", name="备份与维护").click()
             page.locator("[data-amc=reindex]").click()
             page.get_by_role("dialog").locator("[data-amc=confirm]").click()
             job = page.locator("[data-amc=job]")
             expect(job).to_have_attribute("data-state", "done", timeout=60_000)
-            # 48 memories and, in the archive, the text the edit above replaced.
-            expect(job).to_contain_text("重映射完成：共 49 条")
+            # 49 memories (a0007 restored from the archive) and Carol's 2 archive rows.
+            expect(job).to_contain_text("重映射完成：共 51 条")
             page.screenshot(path=str(shots / "console-maintenance.png"), full_page=True)
         finally:
             browser.close()
@@ -183,6 +234,7 @@ def test_console_page_in_chromium(bot: RunningBot, shots: Path) -> None:
         login(api)
         alice = api.get("/api/memory/memories", params={"partition": ALICE, "limit": 100}).json()
         ids = {m["id"] for m in alice["data"]["memories"]}
-        assert alice["data"]["total"] == 44 and "a0007" not in ids
+        assert alice["data"]["total"] == 45 and "a0007" in ids  # restored from the archive
         assert "控制台 WebUI 用户 admin：修改记忆" in bot.log()
         assert "删除记忆 partition=" + ALICE + " id=a0007" in bot.log()
+        assert "控制台 WebUI 用户 admin：恢复归档 partition=" + ALICE + " id=a0007~" in bot.log()

@@ -1,14 +1,17 @@
 """The periodic archive sweep inside a running bot (APScheduler job, ``[archive]``).
 
 Thin glue: the sweep itself is :func:`..storage.sweep.sweep` (plain logic,
-tested without a bot). One sweep at a time; a failed sweep (Chroma down,
-maintenance running) is logged and retried at the next interval: it never
-loses a memory (see :mod:`..storage.sweep`).
+tested without a bot). The first run comes ``first_sweep_delay_minutes``
+after start-up, then one every ``sweep_interval_minutes``. One sweep at a
+time; a failed sweep (Chroma down, maintenance running) is logged and
+retried at the next interval: it never loses a memory (see
+:mod:`..storage.sweep`).
 """
 
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from nonebot import logger
@@ -53,21 +56,28 @@ class ArchiveSweeper:
                 return None
 
     def start(self) -> None:
-        """Schedule the job; the first sweep runs one interval after start-up.
+        """Schedule the job: first sweep ``first_sweep_delay_minutes`` after start-up, then every interval.
 
-        Lifetimes are days to months, so nothing is urgent at start-up, and a
-        sweep never runs in the middle of a start (or of a short test session
-        whose memories carry clocks set in the past).
+        Not at once (start-up work is not slowed by a sweep), and not one whole
+        interval later either: a bot restarted more often than the interval
+        (6 h by default) would otherwise never sweep by itself.
         """
+        archive = self.runtime.config.file.archive
+        first = datetime.now(UTC) + timedelta(minutes=archive.first_sweep_delay_minutes)
         self.scheduler.add_job(
             self.run_once,
             "interval",
-            minutes=self.runtime.config.file.archive.sweep_interval_minutes,
+            minutes=archive.sweep_interval_minutes,
+            next_run_time=first,
             id=JOB_ID,
             replace_existing=True,
             coalesce=True,
             max_instances=1,
             misfire_grace_time=600,
+        )
+        logger.info(
+            f"[Memory] 归档清理已计划：启动 {archive.first_sweep_delay_minutes:g} 分钟后首次执行，"
+            f"之后每 {archive.sweep_interval_minutes:g} 分钟一次"
         )
 
     def stop(self) -> None:
@@ -78,13 +88,17 @@ class ArchiveSweeper:
             logger.debug(f"[Memory] 移除归档清理任务：{exc.__class__.__name__}")
 
 
-def setup_archive(runtime: MemoryRuntime) -> ArchiveSweeper | None:
-    """Schedule the sweep when ``[archive] enabled``; ``None`` (nothing scheduled) otherwise."""
+def setup_archive(runtime: MemoryRuntime, scheduler: Any | None = None) -> ArchiveSweeper | None:
+    """Schedule the sweep when ``[archive] enabled``; ``None`` (nothing scheduled) otherwise.
+
+    ``scheduler`` defaults to nonebot_plugin_apscheduler's (tests pass their own).
+    """
     if not runtime.config.file.archive.enabled:
+        logger.info("[Memory] 归档清理已关闭（[archive] enabled = false），不会定期归档")
         return None
     from nonebot import get_driver
 
-    sweeper = ArchiveSweeper(runtime)
+    sweeper = ArchiveSweeper(runtime, scheduler)
     driver = get_driver()
     driver.on_startup(sweeper.start)
     driver.on_shutdown(sweeper.stop)

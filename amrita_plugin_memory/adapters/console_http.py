@@ -116,6 +116,29 @@ def build_router(service: ConsoleService, actor_of: ActorOf) -> APIRouter:
 
         return await respond(request, call)
 
+    # -- archive ----------------------------------------------------------------------
+
+    @router.get("/archive")
+    async def archive(request: Request) -> JSONResponse:
+        return await respond(request, lambda: service.archive.list(query(request)))
+
+    @router.post("/archive/sweep")
+    async def archive_sweep(request: Request) -> JSONResponse:
+        async def call() -> Any:
+            await _body(request, ())
+            return await service.archive.sweep(await actor_of(request))
+
+        return await respond(request, call)
+
+    # ``path``: an id with a slash still reaches the handler (and gets its clear answer).
+    @router.post("/archive/{row_id:path}/restore")
+    async def archive_restore(request: Request, row_id: str) -> JSONResponse:
+        async def call() -> Any:
+            await _body(request, ())
+            return await service.archive.restore(await actor_of(request), row_id)
+
+        return await respond(request, call)
+
     # -- memos ----------------------------------------------------------------------
 
     @router.get("/memos")

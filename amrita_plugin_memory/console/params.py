@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..core.records import IMPORTANCE_LEVELS
+from ..storage.archive_restore import ArchiveRestoreError, parse_row_id
 from ..storage.keys import normalize_key
 from ..tools.args import (
     LIMITS,
@@ -30,10 +31,12 @@ __all__ = [
     "PAGE_MAX",
     "SEARCH_MAX",
     "MemoryChanges",
+    "archive_id",
     "arg",
     "json_body",
     "memory_changes",
     "memory_id",
+    "optional_partition",
     "page",
     "partition_key",
     "search_query",
@@ -86,6 +89,21 @@ def partition_key(value: Any) -> str:
     if not key.isprintable():
         bad_request("参数 partition 含有不可见字符")
     return key
+
+
+def optional_partition(value: Any) -> str | None:
+    """A partition filter: ``None`` when absent or blank (every partition)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    return partition_key(value)
+
+
+def archive_id(value: Any) -> str:
+    """An archive row id (:func:`..storage.archive_restore.parse_row_id`, a 400 if refused)."""
+    try:
+        return parse_row_id(value)
+    except ArchiveRestoreError as exc:
+        bad_request(str(exc))
 
 
 def uni_id(value: Any) -> str:

@@ -9,6 +9,7 @@ from ..rethinking.profile_store import ProfileStore
 from ..rethinking.runner import SubconsciousRunner
 from ..services import MemoryRuntime
 from ..storage.group_stores import GroupStores
+from .archive import ArchiveAdmin
 from .catalog import PartitionCatalog
 from .errors import guarded
 from .groups import GroupAdmin
@@ -44,6 +45,7 @@ class ConsoleService:
         self.catalog.listeners.append(self.status_cache.invalidate)
         self.memories = MemoryAdmin(runtime.store, self.catalog)
         self.memos = MemoAdmin(runtime.memo)
+        self.archive = ArchiveAdmin(runtime.store, runtime.config.file, self.catalog)
         self.knowledge = KnowledgeAdmin(runner.knowledge if runner is not None else None)
         profile = runner.profile if runner is not None else ProfileStore(runtime.config.data_dir)
         self.profile = ProfileAdmin(

@@ -258,6 +258,10 @@ class ArchiveConfig(_Section):
 
     enabled: bool = True
     sweep_interval_minutes: float = Field(default=360, gt=0, le=100_000)
+    # The first sweep runs this long after start-up (then every interval): a
+    # bot restarted more often than the interval still sweeps, and start-up
+    # work is not slowed by it.
+    first_sweep_delay_minutes: float = Field(default=5, ge=0, le=100_000)
     batch_size: int = Field(default=200, ge=1, le=10_000)
     low_lifetime_days: float | None = Field(default=None, ge=0)
     medium_lifetime_days: float | None = Field(default=None, ge=0)

@@ -12,7 +12,7 @@ from typing import Any
 
 from .backup import BackupInfo
 from .fingerprint import FingerprintInfo
-from .status import StatusReport
+from .status import RemapMarker, StatusReport
 
 __all__ = ["backup_json", "status_json"]
 
@@ -27,6 +27,22 @@ def _fingerprint(info: FingerprintInfo | None) -> dict[str, Any] | None:
         "base_url": info.base_url,
         "text_format": info.text_format,
         "describe": info.describe(),
+    }
+
+
+def _marker(marker: RemapMarker | None) -> dict[str, Any] | None:
+    if marker is None:
+        return None
+    return {
+        "kind": marker.kind,
+        "pid": marker.pid,
+        "host": marker.host,
+        "since": marker.since,
+        "collections": list(marker.collections),
+        "process": marker.process,
+        "committed": marker.committed,
+        "summary": marker.summary,
+        "advice": marker.advice,
     }
 
 
@@ -66,6 +82,7 @@ def status_json(report: StatusReport, backup_dir: Path) -> dict[str, Any]:
             "current": report.key_format_current,
         },
         "pending_temps": list(report.pending_temps),
+        "remap_marker": _marker(report.remap_marker),
         "backup_dir": str(backup_dir),
         "backups": [backup_json(b) for b in report.backups],
     }

@@ -1,17 +1,149 @@
-"""``ambot memory status``: a read-only picture of the store (works with the embedding service down)."""
+"""``ambot memory status``: a read-only picture of the store (works with the embedding service down).
+
+It also shows a remap's "running" marker (see :mod:`.recovery`): on a remote
+Chroma it outlives a killed ``reindex`` / ``backup restore`` and keeps every
+writer refusing until recovery removes it, so the operator must see it, with
+what to do.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from ..core.errors import EmbeddingError
+from ..storage.guard import maintenance_busy
 from ..storage.keys import KEY_FORMAT_META, current_key_format
 from .backup import BackupInfo, list_backups
 from .client import EmbeddingConfigError
-from .covered import Maintenance, count_of, open_collection
+from .covered import (
+    META_REEMBED_COMPLETE,
+    META_REEMBED_RUNNING,
+    META_REEMBED_TARGET,
+    Maintenance,
+    count_of,
+    meta_of,
+    open_collection,
+)
 from .fingerprint import FingerprintInfo, current_fingerprint
 
-__all__ = ["StatusReport", "collect_status"]
+__all__ = ["RemapMarker", "StatusReport", "collect_status"]
+
+_KINDS = {"reindex": "重映射（reindex）", "restore": "从备份恢复（backup restore）"}
+
+
+def _process_state(pid: int | None, host: str | None) -> Literal["running", "gone", "unknown"]:
+    """Whether the process that set a marker still runs (only knowable on this host, POSIX)."""
+    if pid is None or host != socket.gethostname() or os.name != "posix":
+        return "unknown"  # os.kill(pid, 0) would terminate the process on Windows
+    if pid == os.getpid():
+        return "running"
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return "gone"
+    except PermissionError:
+        return "running"  # exists, owned by another user
+    except OSError:
+        return "unknown"
+    return "running"
+
+
+@dataclass(slots=True)
+class RemapMarker:
+    """A remap marker found on the covered collections (writers refuse while it is there)."""
+
+    collections: list[str]
+    kind: str | None = None
+    pid: int | None = None
+    host: str | None = None
+    since: str | None = None
+    committed: bool = False
+    """The remap passed its commit point: recovery finishes the swap instead of dropping it."""
+    process: Literal["running", "gone", "unknown"] = field(default="unknown")
+
+    @classmethod
+    def from_note(cls, collections: list[str], note: Any, committed: bool) -> RemapMarker:
+        """Parse the JSON note :func:`.recovery.mark_running` writes (tolerates anything)."""
+        try:
+            data = json.loads(note) if isinstance(note, str) and note else {}
+        except ValueError:
+            data = {}
+        data = data if isinstance(data, Mapping) else {}
+        pid = data.get("pid")
+        pid = pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None
+        host = data.get("host") if isinstance(data.get("host"), str) else None
+        marker = cls(
+            collections,
+            kind=str(data["kind"]) if data.get("kind") else None,
+            pid=pid,
+            host=host,
+            since=data.get("since") if isinstance(data.get("since"), str) else None,
+            committed=committed,
+        )
+        marker.process = _process_state(pid, host)
+        return marker
+
+    @property
+    def summary(self) -> str:
+        """One line: what is marked, by whom, since when."""
+        what = _KINDS.get(self.kind or "", "重映射")
+        who = [f"PID {self.pid}" if self.pid else None, f"主机 {self.host}" if self.host else None]
+        by = "，".join(x for x in who if x)
+        since = f"，开始于 {self.since}" if self.since else ""
+        origin = f"（{by}{since}）" if by or since else ""
+        return f"维护标记：{what}未结束{origin}；带标记的集合：{', '.join(self.collections)}"
+
+    @property
+    def advice(self) -> list[str]:
+        """What the marker means and what the operator should do, in order."""
+        lines = [
+            "标记存在期间，所有进程写入记忆与知识库都会被拒绝（“记忆库维护中”），检索不受影响。"
+        ]
+        if self.process == "running":
+            return [
+                *lines,
+                "该进程仍在运行：维护正在进行，完成后标记自动清除，请等待它结束。",
+            ]
+        if self.process == "gone":
+            lines.append("该进程已不存在：维护被中断（如 kill -9、断电、断网），标记不会自己消失。")
+            when = ""
+        else:
+            where = f"（它在另一台主机 {self.host} 上）" if self.host and self.pid else ""
+            lines.append(f"无法确认进行维护的进程是否仍在运行{where}。")
+            when = "确认它已不在运行后，"
+        if self.committed:
+            lines.append(
+                f"{when}重启 Bot 或运行 `ambot memory reindex`：新集合已完整（重映射已提交），"
+                "会自动完成切换、写入新指纹并清除标记。"
+            )
+        else:
+            lines.append(
+                f"{when}原集合完好、没有记忆丢失：运行 `ambot memory reindex` 重新执行"
+                "（先清除标记与临时集合，再从头开始），或重启 Bot（启动时自动清除标记，写入恢复）。"
+            )
+        return lines
+
+
+def _find_marker(
+    metas: Mapping[str, Mapping[str, Any]], memory_temp: Mapping[str, Any] | None, memory: str
+) -> RemapMarker | None:
+    """The marker on the covered collections (``metas``: name -> metadata), if any."""
+    marked = [name for name, meta in metas.items() if maintenance_busy(meta)]
+    if not marked:
+        return None
+    note = next(
+        (meta[META_REEMBED_RUNNING] for meta in metas.values() if meta.get(META_REEMBED_RUNNING)),
+        None,
+    )
+    committed = (memory_temp is not None and memory_temp.get(META_REEMBED_COMPLETE) is True) or (
+        META_REEMBED_TARGET in metas.get(memory, {})
+    )
+    return RemapMarker.from_note(marked, note, committed)
 
 
 @dataclass(slots=True)
@@ -34,6 +166,8 @@ class StatusReport:
     backups: list[BackupInfo]
     config_problem: bool = False
     """``current_error`` is a configuration problem (``auto`` found no model), not an outage."""
+    remap_marker: RemapMarker | None = None
+    """A remap's marker on the covered collections (writers refuse while it is there)."""
 
     @property
     def match(self) -> bool | None:
@@ -88,6 +222,12 @@ async def collect_status(maint: Maintenance) -> StatusReport:
     distribution = await maint.store.distribution() if memory.name in existing else {}
     kcol = await open_collection(conn, knowledge.name) if knowledge.name in existing else None
     acol = await open_collection(conn, archive.name) if archive.name in existing else None
+    metas = {
+        name: meta_of(col) for name, col in ((knowledge.name, kcol), (archive.name, acol)) if col
+    }
+    if memory.name in existing:
+        metas[memory.name] = meta
+    mtemp = await open_collection(conn, memory.temp) if memory.temp in existing else None
     return StatusReport(
         vector_db=conn.describe(),
         stored=FingerprintInfo.from_meta(meta),
@@ -103,4 +243,5 @@ async def collect_status(maint: Maintenance) -> StatusReport:
         pending_temps=[c.temp for c in maint.covered if c.temp in existing],
         backups=list_backups(maint.backup_dir),
         config_problem=config_problem,
+        remap_marker=_find_marker(metas, meta_of(mtemp) if mtemp else None, memory.name),
     )

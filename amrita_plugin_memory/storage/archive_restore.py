@@ -29,11 +29,32 @@ from ..core.records import MemoryRecord
 from .archive_store import ArchivedMemory
 from .memory_store import MemoryStore
 
-__all__ = ["ArchiveRestoreError", "Restored", "restore"]
+__all__ = ["ROW_ID_CHARS", "ArchiveRestoreError", "Restored", "parse_row_id", "restore"]
+
+ROW_ID_CHARS = 80
+"""Longest archive row id accepted: a memory id (at most 64) plus ``~`` and the digest."""
 
 
 class ArchiveRestoreError(VectorStoreError):
     """The row cannot be restored (unknown id, another partition's, its memory archived)."""
+
+
+def parse_row_id(value: object) -> str:
+    """An archive row id as given by an operator or a chat user, checked before any lookup.
+
+    ``ambot memory archive restore`` (with or without a running bot) and the
+    console say the same thing for an empty, overlong or unprintable id.
+    :func:`restore` does not check: to it an odd string is an id the archive
+    does not hold ("归档中没有 …").
+    """
+    text = value.strip() if isinstance(value, str) else ""
+    if not text:
+        raise ArchiveRestoreError("请提供归档 ID（ambot memory archive list 可查看）")
+    if len(text) > ROW_ID_CHARS:
+        raise ArchiveRestoreError(f"归档 ID 过长（{len(text)} 个字符，最多 {ROW_ID_CHARS} 个）")
+    if not text.isprintable() or any(ch.isspace() for ch in text):
+        raise ArchiveRestoreError("归档 ID 含有空白或不可见字符")
+    return text
 
 
 @dataclass(slots=True)

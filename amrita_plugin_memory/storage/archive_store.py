@@ -281,6 +281,20 @@ class ArchiveStore:
         res = await self._run(lambda c: c.get(ids=wanted, include=[]))
         return set(res["ids"])
 
+    async def versions(self, memory_ids: Sequence[str]) -> dict[str, int]:
+        """Archived rows per memory (the swept memory itself and its previous versions);
+        one metadata read for all of ``memory_ids``."""
+        wanted = sorted(set(memory_ids))
+        if not wanted or not await self._exists_now():
+            return {}
+        where: dict[str, Any] = {META_MEMORY_ID: {"$in": wanted}}
+        res = await self._run(lambda c: c.get(where=where, include=["metadatas"]))
+        counts: dict[str, int] = {}
+        for row_id, meta in zip(res["ids"], res.get("metadatas") or [], strict=False):
+            owner = str((meta or {}).get(META_MEMORY_ID) or row_id.split(VERSION_SEPARATOR, 1)[0])
+            counts[owner] = counts.get(owner, 0) + 1
+        return counts
+
     async def count(self, partition: str | None = None) -> int:
         """Archived rows of ``partition`` (or of every partition)."""
         if not await self._exists_now():

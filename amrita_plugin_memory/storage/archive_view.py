@@ -2,20 +2,22 @@
 
 One line format for the command line and the ``/memory user archive`` chat
 command, so both say the same thing: the row id (what ``restore`` takes),
-why and when it was archived, and the text. The command bodies in ``cli.py``
-only print what :func:`archive_command` returns.
+why and when it was archived, and the text. The command bodies in ``cli/``
+only print what :func:`archive_command` returns, or (while the bot runs) the
+same lines built by the admin API's archive operations (:func:`listing_lines`,
+:func:`sweep_message`).
 """
 
 from __future__ import annotations
 
 from ..core.config import ConfigFile
 from ..core.text import cut
-from .archive_restore import restore
+from .archive_restore import parse_row_id, restore
 from .archive_store import ArchivedMemory
 from .memory_store import MemoryStore
-from .sweep import parse_time, sweep
+from .sweep import SweepResult, parse_time, sweep
 
-__all__ = ["REASON_TEXT", "archive_command", "describe_row"]
+__all__ = ["REASON_TEXT", "archive_command", "describe_row", "listing_lines", "sweep_message"]
 
 REASON_TEXT = {
     "expired": "超过寿命",
@@ -39,6 +41,20 @@ def describe_row(row: ArchivedMemory, *, chars: int | None = None, partition: bo
     return f"{row.id}  [{why}，归档于 {_day(row.archived_at)}]{where}  {text}"
 
 
+def listing_lines(partition: str | None, total: int, rows: list[ArchivedMemory]) -> list[str]:
+    """``ambot memory archive list`` output (the same whether the bot answered or not)."""
+    where = f"分区 {partition} " if partition else ""
+    lines = [f"{where}归档共 {total} 条（最新的在前，显示 {len(rows)} 条）："]
+    lines += [f"  {describe_row(row, partition=partition is None)}" for row in rows]
+    if total:
+        lines.append("恢复：ambot memory archive restore <id>")
+    return lines
+
+
+def sweep_message(result: SweepResult) -> str:
+    return f"归档清理完成：{result.describe()}"
+
+
 async def archive_command(
     store: MemoryStore,
     config: ConfigFile,
@@ -55,16 +71,11 @@ async def archive_command(
     """
     if action == "sweep":
         result = await sweep(store, config.lifetime_days, batch_size=config.archive.batch_size)
-        return [f"归档清理完成：{result.describe()}"]
+        return [sweep_message(result)]
     if action == "restore":
-        assert row_id is not None
-        done = await restore(store, row_id, limit=config.per_session_memory_limit)
+        checked = parse_row_id(row_id)
+        done = await restore(store, checked, limit=config.per_session_memory_limit)
         return [done.describe()]
     total = await store.archive.count(partition)
     rows = await store.archive.list(partition, limit=limit)
-    where = f"分区 {partition} " if partition else ""
-    lines = [f"{where}归档共 {total} 条（最新的在前，显示 {len(rows)} 条）："]
-    lines += [f"  {describe_row(row, partition=partition is None)}" for row in rows]
-    if total:
-        lines.append("恢复：ambot memory archive restore <id>")
-    return lines
+    return listing_lines(partition, total, rows)

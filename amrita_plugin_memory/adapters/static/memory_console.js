@@ -515,6 +515,127 @@ function Memories({ notify, ask }) {
 }
 
 // ---------------------------------------------------------------------------
+// Archive (expired memories and previous versions; nothing is ever deleted)
+// ---------------------------------------------------------------------------
+
+const REASON_CLASS = { expired: "amc-muted", updated: "amc-warn", merged: "amc-warn" };
+
+function ArchiveRow({ row, onRestore, onVersions }) {
+  return h(
+    "tr",
+    { "data-archive": row.id },
+    h(
+      "td",
+      null,
+      h("div", { className: "amc-content" }, row.content),
+      h("div", { className: "amc-muted amc-mono", style: { marginTop: 4 } }, row.id),
+    ),
+    h("td", { className: "amc-mono" }, row.partition),
+    h(
+      "td",
+      { "data-amc": "reason" },
+      h("span", { className: REASON_CLASS[row.reason] || "" }, row.reason_text),
+      row.is_version ? h("div", { className: "amc-muted" }, "记忆 ", h("span", { className: "amc-mono" }, row.memory_id)) : null,
+    ),
+    h("td", { className: "amc-muted" }, when(row.archived_at)),
+    h(
+      "td",
+      null,
+      h(Button, { onClick: () => onVersions(row.memory_id), title: "查看该记忆在归档中的全部版本", "data-amc": "versions" }, `${row.versions || 1} 个`),
+    ),
+    h("td", null, h(Button, { kind: "primary", onClick: () => onRestore(row), "data-amc": "restore" }, "恢复")),
+  );
+}
+
+function Archive({ notify, ask }) {
+  const [offset, setOffset] = useState(0);
+  const limit = 20;
+  const [typed, setTyped] = useState("");
+  const [partition, setPartition] = useState("");
+  const [memoryId, setMemoryId] = useState("");
+  const [version, setVersion] = useState(0);
+  const [busy, setBusy] = useState(false);
+  const [state, reload] = useLoader(
+    () => api("GET", "/archive" + qs({ partition, memory_id: memoryId, offset, limit })),
+    [partition, memoryId, offset, version],
+  );
+  const restore = async (row) => {
+    const text = row.is_version
+      ? `用这条旧版本恢复记忆 ${row.memory_id}：该记忆仍存在时替换其当前内容（当前内容会先存入归档，可再恢复），已被删除时重新创建它。\n${row.content.slice(0, 80)}`
+      : `确定把这条记忆恢复为有效记忆吗？它会回到分区 ${row.partition}（计入该分区的记忆上限）。\n${row.content.slice(0, 80)}`;
+    const ok = await ask({ title: "恢复归档记忆", text, action: "恢复" });
+    if (!ok) return;
+    try {
+      const result = await api("POST", `/archive/${encodeURIComponent(row.id)}/restore`, {});
+      notify(result.message);
+      setVersion((v) => v + 1);
+    } catch (err) {
+      notify("恢复失败：" + err.message, true);
+    }
+  };
+  const sweep = async () => {
+    const ok = await ask({ title: "立即归档清理", text: "把超过寿命的记忆移入归档（不会删除任何记忆，随时可以恢复）。", action: "开始清理" });
+    if (!ok) return;
+    setBusy(true);
+    try {
+      const result = await api("POST", "/archive/sweep", {});
+      notify(result.message);
+      setVersion((v) => v + 1);
+    } catch (err) {
+      notify("归档清理失败：" + err.message, true);
+    } finally {
+      setBusy(false);
+    }
+  };
+  const filterBy = (p, m) => {
+    setPartition(p);
+    setMemoryId(m);
+    setOffset(0);
+  };
+  return h(
+    "div",
+    { className: "amc-card", "data-amc": "archive" },
+    h(
+      "div",
+      { className: "amc-head" },
+      h("h3", null, "归档"),
+      h(Button, { disabled: busy, onClick: sweep, "data-amc": "sweep" }, busy ? "清理中…" : "立即归档清理"),
+    ),
+    h("div", { className: "amc-muted", style: { marginBottom: 8 } }, "超过寿命的记忆与更新、合并前的旧版本保存在这里，从不删除；恢复后重新参与检索。"),
+    h(
+      "form",
+      { className: "amc-row", style: { marginBottom: 10 }, onSubmit: (e) => { e.preventDefault(); filterBy(typed.trim(), ""); } },
+      h("input", { className: "amc-input", style: { flex: 1, minWidth: 160 }, placeholder: "按分区筛选（如 QQPlatform_Private_10001，留空为全部）", value: typed, maxLength: 128, "data-amc": "archive-partition", onChange: (e) => setTyped(e.target.value) }),
+      h(Button, { type: "submit", kind: "primary", "data-amc": "archive-filter" }, "筛选"),
+      partition || memoryId ? h(Button, { onClick: () => { setTyped(""); filterBy("", ""); }, "data-amc": "archive-clear" }, "显示全部") : null,
+      h(Button, { onClick: reload }, "刷新"),
+    ),
+    memoryId ? h("div", { className: "amc-muted", style: { marginBottom: 6 } }, "记忆 ", h("span", { className: "amc-mono" }, memoryId), " 在归档中的全部版本") : null,
+    h(Loading, { state }, (data) =>
+      h(
+        "div",
+        null,
+        data.rows.length === 0
+          ? h("div", { className: "amc-muted" }, "归档为空")
+          : h(
+              "table",
+              { className: "amc-table" },
+              h("thead", null, h("tr", null, ["内容", "分区", "原因", "归档于", "版本", "操作"].map((t) => h("th", { key: t }, t)))),
+              h(
+                "tbody",
+                null,
+                data.rows.map((row) =>
+                  h(ArchiveRow, { key: row.id, row, onRestore: restore, onVersions: (m) => filterBy(partition, m) }),
+                ),
+              ),
+            ),
+        h("div", { style: { marginTop: 10 } }, h(Pager, { offset, limit, total: data.total, onChange: (p) => setOffset((p - 1) * limit) })),
+      ),
+    ),
+  );
+}
+
+// ---------------------------------------------------------------------------
 // Memos
 // ---------------------------------------------------------------------------
 
@@ -992,6 +1113,7 @@ function useJob() {
 const TABS = [
   ["overview", "概览"],
   ["memories", "记忆"],
+  ["archive", "归档"],
   ["memos", "备忘录"],
   ["knowledge", "知识库"],
   ["profile", "用户画像"],
@@ -1017,6 +1139,7 @@ export default function MemoryConsole() {
   let body;
   if (tab === "overview") body = h(Loading, { state: status }, (data) => h(Overview, { status: data }));
   else if (tab === "memories") body = h(Memories, { notify, ask });
+  else if (tab === "archive") body = h(Archive, { notify, ask });
   else if (tab === "memos") body = h(Memos, { notify, ask });
   else if (tab === "knowledge") body = h(Knowledge, { notify, ask });
   else if (tab === "profile") body = h(Profile, { notify });

@@ -1,0 +1,111 @@
+"""Terminal output of the ``ambot memory`` reports (sizes, times, tables).
+
+The reports arrive in their JSON form (:mod:`..embedding.report_json`), the
+same whether the command computed them or the running bot did, so both paths
+print exactly the same text.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from datetime import datetime
+from typing import Any
+
+import click
+
+from ..embedding import FingerprintInfo
+
+__all__ = ["counts_text", "fp", "fpj", "print_backups", "print_status", "size", "when"]
+
+
+def size(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("KB", "MB", "GB"):
+        value /= 1024
+        if value < 1024 or unit == "GB":
+            break
+    return f"{value:.1f} {unit}"
+
+
+def _width(text: str) -> int:
+    """Display width in a terminal (CJK characters take two columns)."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _pad(text: str, width: int) -> str:
+    return text + " " * max(0, width - _width(text))
+
+
+def when(iso: str) -> str:
+    try:
+        return datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return iso or "?"
+
+
+def fp(info: FingerprintInfo | None) -> str:
+    return info.describe() if info is not None else "未记录"
+
+
+def fpj(info: dict[str, Any] | None) -> str:
+    return str(info["describe"]) if info else "未记录"
+
+
+def counts_text(counts: dict[str, Any]) -> str:
+    return "，".join(f"{name} {n} 条" for name, n in counts.items())
+
+
+def print_backups(backups: list[dict[str, Any]], backup_dir: Any) -> None:
+    """Backups in their JSON form (:func:`..embedding.report_json.backup_json`)."""
+    click.echo(f"备份（{backup_dir}）：")
+    if not backups:
+        click.echo("  （无）")
+        return
+    for b in backups:
+        counts = counts_text(b["counts"]) or "内容未知"
+        click.echo(f"  {b['name']}  {when(b['created_at'])}  {counts}  {size(b['size'])}")
+
+
+def print_status(report: dict[str, Any]) -> None:
+    """The status report in its JSON form (:func:`..embedding.report_json.status_json`)."""
+    fingerprint = report["fingerprint"]
+    click.echo(f"向量库：{report['vector_db']}")
+    click.echo("嵌入指纹：")
+    click.echo(f"  已存储：{fpj(fingerprint['stored'])}")
+    if fingerprint["current"] is None:
+        click.echo(f"  当前：  无法计算（{fingerprint['current_error']}）")
+    else:
+        click.echo(f"  当前：  {fpj(fingerprint['current'])}")
+    click.secho(f"  状态：  {fingerprint['state']}", fg=fingerprint["colour"])
+    click.echo(f"记忆：共 {report['memory_total']} 条")
+    rows = report["distribution"]
+    if rows:
+        width = max(_width(r["partition"]) for r in rows)
+        click.echo(f"  {_pad('分区', width)}  {_pad('范围', 5)}  条数")
+        for r in rows:
+            click.echo(f"  {_pad(r['partition'], width)}  {_pad(r['scope'], 5)}  {r['count']}")
+    kb = report["knowledge"]
+    knowledge = f"{kb['count']} 条" if kb["count"] is not None else "不存在"
+    click.echo(f"知识库 {kb['name']}：{knowledge}")
+    click.echo(f"归档：{report.get('archive_total', 0)} 条（ambot memory archive list）")
+    keys = report["key_format"]
+    click.echo("分区键格式：")
+    click.echo(f"  已存储：{keys['stored'] or '未记录'}")
+    click.echo(f"  当前：  {keys['current']}")
+    if keys["stored"] == keys["current"]:
+        click.echo("  状态：  一致")
+    else:
+        click.echo("  状态：  待迁移 —— 运行 `ambot memory migrate-keys`（Bot 启动时也会自动迁移）")
+    marker = report.get("remap_marker")
+    if marker:
+        click.secho(marker["summary"], fg="yellow")
+        for line in marker["advice"]:
+            click.echo(f"  {line}")
+    if report["pending_temps"]:
+        click.secho(
+            f"未完成的重映射：{', '.join(report['pending_temps'])}（下次启动 Bot 或运行 reindex 时自动处理）",
+            fg="yellow",
+        )
+    print_backups(report["backups"], report["backup_dir"])

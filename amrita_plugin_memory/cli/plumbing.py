@@ -1,0 +1,156 @@
+"""What every ``ambot memory`` command needs: the runtime, a loop, the running bot.
+
+Commands open the plugin's :class:`~..services.MemoryRuntime` in this process,
+unless (local mode only) a running bot holds the embedded ChromaDB: then the
+commands that support it ask the bot through its admin API (local token, see
+:mod:`..core.bot_link`). Expected failures become one ``错误：…`` line and exit 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from amrita_plugin_memory_ctl import fail as _fail
+
+from ..core.bot_link import BotEndpoint, BotLinkError, follow_job, running_bot
+from ..core.console import stdin_is_tty
+from ..core.errors import EmbeddingError, VectorStoreError
+from ..embedding import BackupError, RemapError
+from ..services import MemoryRuntime
+from ..storage.chroma import LOCK_FILE_NAME
+
+__all__ = [
+    "API",
+    "Progress",
+    "ask",
+    "bot_of",
+    "bot_only_stopped",
+    "fail",
+    "follow",
+    "require_confirmation",
+    "run",
+    "runtime",
+]
+
+T = TypeVar("T")
+
+EXPECTED_ERRORS = (EmbeddingError, VectorStoreError, RemapError, BackupError, OSError)
+API = "/api/memory"
+
+
+def fail(message: str) -> NoReturn:
+    """One red ``错误：…`` line on stderr and exit code 1 (the launcher's)."""
+    _fail(message)
+
+
+def runtime() -> MemoryRuntime:
+    """The plugin's runtime; the local data dir lock is released when the command ends.
+
+    Looked up through NoneBot's plugin registry (the launcher has loaded the
+    plugin), so this package never imports the plugin entry module.
+    """
+    import nonebot
+
+    plugin = nonebot.get_plugin("amrita_plugin_memory")
+    rt = getattr(plugin.module, "runtime", None) if plugin is not None else None
+    if not isinstance(rt, MemoryRuntime):
+        fail("插件配置无效，未能初始化（详见上方 [Memory] 日志），请修正配置后重试")
+    click.get_current_context().call_on_close(rt.connection.close)
+    return rt
+
+
+def run(rt: MemoryRuntime, work: Callable[[], Awaitable[T]]) -> T:
+    """Run ``work`` on a fresh event loop; expected errors become one line and exit 1."""
+
+    async def main() -> T:
+        try:
+            return await work()
+        finally:
+            await rt.embedder.close()
+
+    try:
+        return asyncio.run(main())
+    except EXPECTED_ERRORS as exc:
+        fail(str(exc))
+
+
+def bot_of(rt: MemoryRuntime) -> BotEndpoint | None:
+    """The running bot that holds the local data dir (``None``: open the store here).
+
+    In local mode only one process may open the embedded ChromaDB; while the
+    bot runs, the commands that support it ask the bot through its admin API
+    (local token, see :mod:`..core.bot_link`). Remote mode needs no detour.
+    """
+    if rt.config.env.vector_db_type != "local":
+        return None
+    return running_bot(rt.config.data_dir, rt.config.chroma_dir / LOCK_FILE_NAME)
+
+
+def ask(
+    bot: BotEndpoint,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None = None,
+    *,
+    timeout: float = 60.0,
+) -> Any:
+    """``data`` of the bot's answer to ``method API+path``; its error message ends the command."""
+    try:
+        return bot.request(method, API + path, body, timeout=timeout)
+    except BotLinkError as exc:
+        fail(str(exc))
+
+
+def follow(bot: BotEndpoint, job: dict[str, Any], label: str) -> dict[str, Any]:
+    """Show the progress of a job running inside the bot; its final state (exit 1 if it failed)."""
+    click.echo(f"（在运行中的 Bot 内执行，PID {bot.pid}；进度：）")
+    progress = Progress(label)
+    try:
+        final = follow_job(bot, job, progress)
+    except BotLinkError as exc:
+        fail(str(exc))
+    finally:
+        progress.close()
+    if final.get("state") != "done":
+        fail(str(final.get("message") or f"{label}失败"))
+    return final
+
+
+def bot_only_stopped(rt: MemoryRuntime, what: str) -> None:
+    """End the command when a running bot holds the local data dir (``what`` needs it)."""
+    bot = bot_of(rt)
+    if bot is not None:
+        fail(
+            f"Bot 正在运行（PID {bot.pid}），{what}需要先停止 Bot（本地向量库同一时间只能由一个进程打开）"
+        )
+
+
+def require_confirmation(yes: bool) -> None:
+    """A command that asks first needs a terminal, or ``--yes``."""
+    if not yes and not stdin_is_tty():
+        fail("该操作需要确认，但当前不是交互终端；确认无误后加 --yes 重新运行")
+
+
+class Progress:
+    """A click progress bar created on the first report (when the total is known)."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self._bar: Any = None
+        self._shown = 0
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._bar is None:
+            self._bar = click.progressbar(length=total, label=self.label, show_pos=True)
+            self._bar.__enter__()
+        self._bar.update(done - self._shown)
+        self._shown = done
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
+            self._bar = None
