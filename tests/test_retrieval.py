@@ -315,3 +315,60 @@ async def test_a_failed_history_write_changes_nothing(rt: Any) -> None:
     if stored.content != "用户的猫叫年糕":
         STATS.items_lost += 1
     assert stored.content == "用户的猫叫年糕"
+
+
+# -- a question about the present ----------------------------------------------------------
+
+
+def test_a_question_about_the_present_is_recognised() -> None:
+    for text in ("我现在住在哪里？", "家里wifi密码现在是什么", "目前在哪上班", "What's my wifi password now?"):
+        assert R.asks_current(text), text
+    for text in ("我住在哪里？", "我跟谁从高中一直玩到现在", "what do I know about snow", "since when?"):
+        assert not R.asks_current(text), text
+
+
+def test_contractions_are_not_keywords() -> None:
+    assert "s" not in R.tokenize("The user's phone")
+    assert R.tokenize("The user's phone") == ["user", "phone"]
+
+
+def test_a_fact_about_someone_else_names_other_people() -> None:
+    assert D.same_people("用户的手机尾号是1234", "用户手机号后四位5678")
+    assert not D.same_people("用户的手机尾号是1234", "用户妈妈的手机尾号是4321")
+    assert not D.same_people("The user's phone ends in 1234", "The user's mother's phone ends in 9")
+    assert D.same_people("用户的女朋友叫小雨", "用户和小雨分手了，现在的女朋友叫小雪")
+
+
+PHONES = [
+    (120, "用户的手机尾号是3037"),
+    (60, "用户妈妈的手机尾号是1736"),  # someone else's: never the update of the user's
+    (5, "用户换了手机号，新号码尾号是3923"),
+    (30, "用户的室友叫徐明轩，是做程序员的"),
+]
+
+
+async def test_the_present_value_comes_first_not_a_fact_about_someone_else(rt: Any) -> None:
+    part = K.user_key("40001")
+    for days, text in PHONES:
+        rt.store.clock = at(days)
+        await rt.store.add(part, "user", text)
+    rt.store.clock = at(0)
+    got = await top(rt, "我现在的手机尾号是多少？", uid=40001)
+    assert got[0] == "用户换了手机号，新号码尾号是3923", got
+    assert "用户的手机尾号是3037" in got[1:]
+    # Asked about the old number itself, the memory holding it stays first.
+    assert (await top(rt, "3037 现在还能打通吗", uid=40001))[0] == "用户的手机尾号是3037"
+    # Asked about the mother, her memory stays first (it is nobody's update).
+    assert (await top(rt, "我妈现在的手机尾号是多少", uid=40001))[0] == "用户妈妈的手机尾号是1736"
+
+
+async def test_a_question_not_about_the_present_keeps_the_order_of_relevance(rt: Any) -> None:
+    """Without "now", only the mutual-nearest rule may move an update; a fact about
+    someone else is never moved before the user's own."""
+    part = K.user_key("40002")
+    for days, text in PHONES:
+        rt.store.clock = at(days)
+        await rt.store.add(part, "user", text)
+    rt.store.clock = at(0)
+    got = await top(rt, "我妈的手机尾号是多少", uid=40002)
+    assert got[0] == "用户妈妈的手机尾号是1736", got

@@ -20,14 +20,16 @@ import re
 import unicodedata
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
 __all__ = [
     "KeywordIndex",
     "age_days",
+    "asks_current",
     "combine",
     "decay_factor",
     "decayed_distance",
+    "parse_time",
     "supersedes",
     "tokenize",
 ]
@@ -37,9 +39,10 @@ _UNIT = re.compile(r"[a-z0-9]+|[^a-z0-9]", re.UNICODE)
 
 _ASCII_STOP = frozenset(
     "a an the is are was were be to of in on at for and or my your his her its it i you he she "
-    "we they me do does did what which who whom where when how".split()
+    "we they me do does did what which who whom where when how s t d m ll re ve".split()
 )
-"""English words too common to mean anything in a keyword match."""
+"""English words too common to mean anything in a keyword match (with the pieces
+of contractions: "user's" gives ``user`` and ``s``)."""
 
 
 def tokenize(text: str) -> list[str]:
@@ -129,6 +132,15 @@ def combine(
     return sorted(score, key=lambda m: (-score[m], order[m]))
 
 
+def parse_time(value: str) -> datetime | None:
+    """An ISO timestamp as an aware datetime (naive = UTC); ``None`` if unreadable."""
+    try:
+        parsed = datetime.fromisoformat(value)
+    except (TypeError, ValueError):
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
 def age_days(stamp: str, now: datetime) -> float:
     """Days from the ISO timestamp ``stamp`` to ``now`` (0 for a missing or bad stamp)."""
     try:
@@ -184,3 +196,24 @@ def supersedes(
         and new_age + min_gap <= old_age
         and new_distance <= old_distance * (1.0 + margin)
     )
+
+
+_CURRENT_ZH = re.compile(r"现在|目前|当前|如今|眼下|最新")
+# Not "最近" (lately): "我最近在看什么书" asks what the user has been doing, not
+# which of two values holds now; measured, it moved other facts' updates first.
+_CURRENT_EN = re.compile(r"\b(?:now|nowadays|currently|current|these days|latest|anymore)\b")
+_SINCE = re.compile(r"到现在|至今|until now|till now|up to now|since")
+"""A duration ("从高中一直玩到现在"), not a question about the present value."""
+
+
+def asks_current(text: str) -> bool:
+    """Whether a question asks for the value *now* ("我现在住哪", "what's my wifi password now").
+
+    Such a question is about a fact that may have changed: among the memories
+    it matches, an update goes before the value it replaced, even when the
+    question shares the old value's words (see :mod:`..storage.succession`).
+    """
+    norm = unicodedata.normalize("NFKC", text).lower()
+    if _SINCE.search(norm):
+        return False
+    return bool(_CURRENT_ZH.search(norm) or _CURRENT_EN.search(norm))

@@ -23,18 +23,11 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from ..core.config import ConfigFile
-from ..core.ranking import (
-    KeywordIndex,
-    age_days,
-    combine,
-    decay_factor,
-    decayed_distance,
-    supersedes,
-    tokenize,
-)
+from ..core.ranking import KeywordIndex, age_days, combine, decay_factor, decayed_distance, tokenize
 from ..core.records import ORIGIN_GROUP_FLAG, MemoryRecord
 from .filters import where_partition
 from .partition_index import IndexedStore, PartitionIndex
+from .succession import newer_first
 
 
 class SearchStore(IndexedStore, Protocol):
@@ -183,90 +176,9 @@ async def _keyword_hits(
     return out
 
 
-class _Neighbours:
-    """Nearest rows within one cached partition, computed on demand and remembered
-    (one matrix-vector product per row asked; the squared norms once per entry)."""
-
-    def __init__(self, entry: Any) -> None:
-        self.vectors = entry.vectors  # the whole partition: a nearest neighbour needs it
-        norms = entry.derived.get("norms")
-        if norms is None:
-            norms = np.einsum("ij,ij->i", self.vectors, self.vectors)
-            entry.derived["norms"] = norms
-        self.norms = norms
-        self.known: dict[int, int] = {}
-
-    def nearest(self, row: int) -> int:
-        if row not in self.known:
-            dist = self.norms - 2.0 * (self.vectors @ self.vectors[row])
-            dist[row] = np.inf
-            self.known[row] = int(np.argmin(dist))
-        return self.known[row]
-
-    def mutual(self, i: int, j: int) -> bool:
-        return self.nearest(i) == j and self.nearest(j) == i
-
-
 def _known_tokens(entry: Any, query: str) -> int:
     """How many of the query's tokens occur in the partition at all."""
     return len(set(tokenize(query)) & entry.derived[_KEYWORD_KEY].postings.keys())
-
-
-def _exact_tokens(text: str) -> set[str]:
-    return {t for t in tokenize(text) if t.isascii()}
-
-
-def _newer_first(
-    entry: Any,
-    ranked: list[MemoryRecord],
-    query: str,
-    coverage: dict[str, float],
-    settings: RetrievalSettings,
-    now: datetime,
-) -> list[MemoryRecord]:
-    """``ranked`` with an update moved before the value it replaces
-    (:func:`~..core.ranking.supersedes`); needs the cached partition.
-
-    An update never displaces a memory holding a number, code or Latin word
-    of the query that the update lacks, nor, for a question that is just a
-    name (one token the partition knows), one holding all of them when the update
-    does not: a question about "A1037" or "老周" wants that memory.
-    """
-    if entry is None or len(ranked) < 2 or len(entry.ids) < 2:
-        return ranked
-    rows = {memory_id: r for r, memory_id in enumerate(entry.ids)}
-    neighbours = _Neighbours(entry)
-    ranked = list(ranked)
-    asked = _exact_tokens(query)
-    # A question that is just a name or a code ("老周", "年糕在哪"): its match stays first.
-    bare = entry.derived.get(_KEYWORD_KEY) is not None and _known_tokens(entry, query) <= 1
-    for _ in range(3):  # a chain of updates: v1 <- v2 <- v3
-        first = ranked[0]
-        if first.distance is None or first.id not in rows:
-            break
-        found = None
-        for other in ranked[1 : settings.candidates]:
-            if other.distance is None or other.id not in rows:
-                continue
-            if asked and (asked & _exact_tokens(first.content)) - _exact_tokens(other.content):
-                continue
-            if bare and coverage.get(first.id, 0.0) >= 0.99 > coverage.get(other.id, 0.0):
-                continue
-            if supersedes(
-                first.distance,
-                other.distance,
-                settings.age(first, now),
-                settings.age(other, now),
-                mutual_nearest=True,
-                margin=settings.supersede_margin,
-            ) and neighbours.mutual(rows[first.id], rows[other.id]):
-                found = other
-                break
-        if found is None:
-            break
-        ranked.remove(found)
-        ranked.insert(0, found)
-    return ranked
 
 
 async def search(
@@ -306,6 +218,11 @@ async def search(
         for memory_id, r in records.items()
     }
     ranked = [records[i] for i in combine(distances, coverage, settings.keyword_weight)]
-    if settings.decay and settings.supersede_margin > 0:
-        ranked = _newer_first(entry, ranked, text, coverage, settings, now)
+    if settings.decay and settings.supersede_margin > 0 and entry is not None:
+        # A question that is just a name or a code ("老周", "年糕在哪"): its match stays first.
+        bare = entry.derived.get(_KEYWORD_KEY) is not None and _known_tokens(entry, text) <= 1
+        ranked = newer_first(
+            entry, ranked, text, coverage, bare=bare, candidates=settings.candidates,
+            margin=settings.supersede_margin, age=lambda r: settings.age(r, now),
+        )  # fmt: skip
     return [replace(r) for r in ranked[:top_k]]
