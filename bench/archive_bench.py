@@ -13,7 +13,12 @@ then runs one :func:`~amrita_plugin_memory.storage.sweep.sweep` while
 Prints the sweep's rate, lag max / p99 / p50, the turns' latency, and checks
 that every memory ended up in the archive (and the fresh ones stayed live).
 
-    nice -n 10 uv run --frozen python -m bench.archive_bench [--total 100000] [--mode local]
+    nice -n 10 uv run --frozen python -m bench.archive_bench [--total 100000] [--mode served]
+
+``--mode served`` (the default) is local mode as a bot on Linux runs it: the data
+directory served by the plugin's child ``chroma run`` process;
+``--mode local`` keeps the embedded ChromaDB in this process
+(``VECTOR_DB_LOCAL_SERVER=false``), ``--mode remote`` uses a separate server.
 """
 
 from __future__ import annotations
@@ -138,7 +143,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="The archive sweep at scale and the event loop.")
     parser.add_argument("--total", type=int, default=100_000)
     parser.add_argument("--partitions", type=int, default=100)
-    parser.add_argument("--mode", choices=("local", "remote"), default="local")
+    parser.add_argument("--mode", choices=("local", "served", "remote"), default="served")
     parser.add_argument("--batch", type=int, default=200)
     args = parser.parse_args()
     asyncio.run(main(args.total, args.partitions, args.mode, args.batch))

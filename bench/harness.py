@@ -99,12 +99,17 @@ class BenchEnv:
     def make_runtime(
         self, name: str, mode: str, *, batch_size: int = 64, memory_limit: int = 100_000
     ) -> MemoryRuntime:
-        """A real :class:`MemoryRuntime` on its own data dir (local) or on the server."""
+        """A real :class:`MemoryRuntime` on its own data dir (``local``: in-process,
+        ``served``: through the plugin's child server) or on the shared server (``remote``)."""
         from amrita_plugin_memory.core.config import ConfigFile, EnvConfig, PluginConfig
         from amrita_plugin_memory.services import MemoryRuntime
 
         values: dict[str, Any] = {
-            "vector_db_type": mode,
+            # "local": the embedded Chroma in this process (as every local figure
+            # in the README was measured); "served": local mode through the child
+            # ``chroma run`` the plugin starts by default on Linux.
+            "vector_db_type": "local" if mode == "served" else mode,
+            "vector_db_local_server": mode == "served",
             "embedding_model_url": self.embed.url,
             "embedding_model_name": EMBED_MODEL,
             "embedding_proctol": "ollama-embed",

@@ -196,6 +196,10 @@ def env_for(mode: str, chroma: ChromaServer | None = None, **extra: Any):
         "embedding_proctol": "ollama-embed",
         "embedding_timeout_seconds": 3,
         "vector_db_type": mode,
+        # In-process local Chroma for in-test runtimes (a child server per runtime
+        # would add a second each); the served mode: tests/test_local_server.py and
+        # every bot process (the default).
+        "vector_db_local_server": False,
     }
     if chroma is not None:
         values |= {"vector_db_server": chroma.host, "vector_db_port": chroma.port}

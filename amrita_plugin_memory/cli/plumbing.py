@@ -59,6 +59,7 @@ def runtime() -> MemoryRuntime:
     rt = getattr(plugin.module, "runtime", None) if plugin is not None else None
     if not isinstance(rt, MemoryRuntime):
         fail("插件配置无效，未能初始化（详见上方 [Memory] 日志），请修正配置后重试")
+    rt.connection.prefer_in_process()
     click.get_current_context().call_on_close(rt.connection.close)
     return rt
 

@@ -88,6 +88,10 @@ class EnvConfig(BaseSettings):
     vector_db_remote_headers: dict[str, str] = Field(default_factory=dict)
     vector_db_tenant: str = "default"
     vector_db_database: str = "default"
+    # Not in the spec: local mode serves the data directory from a child
+    # ``chroma run`` process (embedded writes hold the GIL and stall the event
+    # loop). "auto" = yes where the child reliably dies with the bot (Linux).
+    vector_db_local_server: Literal["auto"] | bool = "auto"
 
     embedding_model_url: str = "http://127.0.0.1:11434"
     embedding_model_name: str = "auto"

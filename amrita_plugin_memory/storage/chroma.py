@@ -34,6 +34,7 @@ from nonebot.log import logger
 from ..core.config import EnvConfig
 from ..core.errors import DataDirLocked, DimensionMismatch, VectorStoreError
 from ..core.text import short_error
+from .chroma_server import LocalChromaServer, can_supervise
 
 if TYPE_CHECKING:
     from chromadb.api import AdminAPI, ClientAPI
@@ -60,6 +61,12 @@ def is_missing_collection(exc: BaseException) -> bool:
     return "does not exist" in text or "NotFound" in text or "not found" in text.lower()
 
 
+def _is_transport_error(exc: BaseException) -> bool:
+    """A connection refused/reset (the server is not answering), not an answer."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    return isinstance(exc, OSError) or "TransportError" in names
+
+
 def _release_admin(admin: AdminAPI) -> None:
     """Stop the System behind a chromadb ``AdminClient`` (1.5.x has no ``close()`` for it).
 
@@ -84,9 +91,13 @@ class ChromaConnection:
     collection handles taken from an older generation must be fetched again.
     """
 
-    def __init__(self, env: EnvConfig, chroma_dir: Path) -> None:
+    def __init__(self, env: EnvConfig, chroma_dir: Path, *, serve: bool | None = None) -> None:
         self.env = env
         self.chroma_dir = chroma_dir
+        wanted = env.vector_db_local_server if serve is None else serve
+        self.served = self.mode == "local" and (can_supervise() if wanted == "auto" else wanted)
+        """Local mode through a child ``chroma run`` (:mod:`.chroma_server`), not in-process."""
+        self.server: LocalChromaServer | None = None
         self._client: ClientAPI | None = None
         self._lock_fd: int | None = None
         self._state = threading.Condition()
@@ -102,9 +113,21 @@ class ChromaConnection:
     def mode(self) -> str:
         return self.env.vector_db_type
 
+    def prefer_in_process(self) -> None:
+        """Open the local data directory in this process, not through a child server
+        (a maintenance command: no event loop to protect, and it starts faster).
+        Only before the first connection."""
+        if self._client is None and self.server is None:
+            self.served = False
+
+    @property
+    def in_process(self) -> bool:
+        """Whether Chroma runs in this process (its writes then hold the GIL)."""
+        return self.mode == "local" and not self.served
+
     def describe(self) -> str:
         if self.mode == "local":
-            return f"local {self.chroma_dir}"
+            return f"local {self.chroma_dir}" + (" (子进程)" if self.served else "")
         scheme = "https" if self.env.vector_db_server_ssl else "http"
         return f"remote {scheme}://{self.env.vector_db_server}:{self.env.vector_db_port}"
 
@@ -133,6 +156,8 @@ class ChromaConnection:
         if self.mode == "local":
             if self._lock_fd is None:
                 self._lock_data_dir()
+            if self.served:
+                return self._served_client()
             return chromadb.PersistentClient(
                 path=str(self.chroma_dir), settings=Settings(anonymized_telemetry=False)
             )
@@ -177,6 +202,33 @@ class ChromaConnection:
             tenant=tenant,
             database=database,
         )
+
+    def _served_client(self) -> ClientAPI:
+        """A client of the child server (started, or restarted after it died, first)."""
+        import chromadb
+        from chromadb.config import Settings
+
+        if self.server is None:
+            self.server = LocalChromaServer(self.chroma_dir)
+        if not self.server.alive():
+            try:
+                self.server.start()
+            except RuntimeError as exc:
+                raise VectorStoreError(
+                    f"无法启动本地 ChromaDB 子进程（{self.chroma_dir}）：{short_error(exc)}；"
+                    "可设置 VECTOR_DB_LOCAL_SERVER=false 改为进程内运行"
+                ) from exc
+            logger.info(
+                f"[Memory] 本地向量库由子进程提供（chroma run，PID {self.server.pid}，"
+                f"{self.server.url}）"
+            )
+        settings = Settings(
+            anonymized_telemetry=False,
+            chroma_api_impl="chromadb.api.fastapi.FastAPI",
+            chroma_server_host="127.0.0.1",
+            chroma_server_http_port=self.server.port,
+        )
+        return chromadb.HttpClient(host="127.0.0.1", port=self.server.port, settings=settings)
 
     def _ensure_client(self) -> ClientAPI:
         with self._state:
@@ -232,6 +284,18 @@ class ChromaConnection:
         except VectorStoreError:
             raise
         except Exception as exc:
+            server = self.server
+            if (
+                self.served
+                and server is not None
+                and _is_transport_error(exc)
+                and await asyncio.to_thread(server.died)
+            ):
+                # The child died (killed, out of memory): the next call starts a new one.
+                await asyncio.to_thread(self.refresh)
+                raise VectorStoreError(
+                    f"本地 ChromaDB 子进程已退出，下次操作时将重新启动：{short_error(exc)}"
+                ) from exc
             if "expecting embedding with dimension" in str(exc):
                 # Not an outage: the embedding model changed under us.
                 raise DimensionMismatch(
@@ -311,6 +375,8 @@ class ChromaConnection:
                     except Exception as exc:  # closing must never take the caller down
                         logger.warning(f"[Memory] 关闭向量库客户端出错：{short_error(exc)}")
             finally:
+                if fd is not None and self.server is not None:
+                    self.server.stop()  # before the lock: nothing writes the directory after
                 if fd is not None:  # only after the client is closed
                     with contextlib.suppress(OSError):
                         fcntl.flock(fd, fcntl.LOCK_UN)

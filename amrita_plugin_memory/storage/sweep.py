@@ -27,8 +27,9 @@ to a partition being swept waits for one chunk at most, not a whole batch.
 Back-to-back chunks would still leave the loop only the gaps between them (a
 chat turn needs many loop turns), so with the embedded ChromaDB the sweep
 rests after each chunk as long as the chunk took (:data:`REST_RATIO`): the
-loop has at least half the time. A remote ChromaDB releases the GIL while it
-waits for the server: no rest is needed.
+loop has at least half the time. A remote ChromaDB, or the local one served by
+a child process (``VECTOR_DB_LOCAL_SERVER``, the default on Linux), releases
+the GIL while it waits for the server: no rest is needed.
 The live-collection writes go through the store's own guarded write
 (``MemoryStore._write``): refused while a remap replaces the collection.
 """
@@ -45,6 +46,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 from nonebot.log import logger
 
+from ..core.ranking import parse_time
 from ..core.records import MemoryRecord
 from .archive_store import REASON_EXPIRED
 from .memory_store import MemoryStore
@@ -80,15 +82,6 @@ class SweepResult:
             f"扫描 {self.scanned} 条记忆，归档 {self.archived} 条"
             f"（{len(self.partitions)} 个分区，{self.batches} 批）"
         )
-
-
-def parse_time(value: str) -> datetime | None:
-    """An ISO timestamp as an aware datetime (naive = UTC); ``None`` if unreadable."""
-    try:
-        parsed = datetime.fromisoformat(value)
-    except (TypeError, ValueError):
-        return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 def expired(record: MemoryRecord, lifetime: Lifetime, now: datetime) -> bool:
@@ -128,7 +121,7 @@ async def _candidates(
 
 async def _rest(store: MemoryStore, began: float) -> None:
     """Give the event loop time after a Chroma call (embedded only; see :data:`REST_RATIO`)."""
-    if store.connection.mode == "local":
+    if store.connection.in_process:
         await asyncio.sleep((time.monotonic() - began) * REST_RATIO)
 
 
