@@ -18,6 +18,7 @@ from nonebot.plugin import PluginMetadata  # noqa: E402
 
 from .adapters.archive_hooks import setup_archive  # noqa: E402
 from .adapters.console_setup import setup_console  # noqa: E402
+from .adapters.gc_freeze import register_gc_freeze  # noqa: E402
 from .adapters.group_hooks import setup_group_awareness  # noqa: E402
 from .adapters.matchers import register_commands  # noqa: E402
 from .adapters.memo_hook import register_memo_hook, register_memo_key_migration  # noqa: E402
@@ -78,6 +79,7 @@ def _setup() -> MemoryRuntime | None:
     runner = setup_subconscious(rt)
     setup_archive(rt)  # the periodic sweep into the archive ([archive] enabled)
     setup_console(rt, runner, awareness.stores)  # WebUI page, admin API, ambot memory while running
+    register_gc_freeze()  # short full GC passes: no 200 ms stalls of the event loop
     logger.info(
         f"[Memory] 已加载：向量库 {rt.connection.describe()}，嵌入服务 {rt.embedder.describe()}"
     )

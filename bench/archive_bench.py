@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from .harness import bench_env
-from .stats import LoopLagProbe, fmt_ms
+from .stats import GcProbe, LoopLagProbe, fmt_ms
 
 DIM = 384
 FILL_BATCH = 2_000
@@ -91,12 +91,15 @@ def _pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q)) if values else 0.0
 
 
-async def main(total: int, partitions: int, mode: str, batch: int) -> None:
+async def main(total: int, partitions: int, mode: str, batch: int, freeze: bool) -> None:
     rng = np.random.default_rng(16)
     async with bench_env() as env:
+        from amrita_plugin_memory.adapters.gc_freeze import freeze_startup_objects
         from amrita_plugin_memory.storage.sweep import sweep  # after NoneBot loaded the plugin
 
         rt = env.make_runtime(f"archive-{mode}", mode)
+        if freeze:
+            freeze_startup_objects()  # what the bot does once it has started
         rate = await _fill(rt, total, partitions, rng)
         print(
             f"[archive {mode}] filled {total:,} expired + {FRESH_SIZE:,} fresh at {rate:,.0f} items/s"
@@ -104,14 +107,17 @@ async def main(total: int, partitions: int, mode: str, batch: int) -> None:
         await rt.store.query_vector(FRESH, [0.0] * DIM, top_k=5)  # warm the partition index
 
         probe = LoopLagProbe()
+        gc_probe = GcProbe()
         turns: list[float] = []
         stop = asyncio.Event()
         turner = asyncio.create_task(_turns(rt, rng, turns, stop))
         probe.start()
+        gc_probe.start()
         started = time.perf_counter()
         result = await sweep(rt.store, rt.config.file.lifetime_days, batch_size=batch)
         elapsed = time.perf_counter() - started
         lag = await probe.stop()
+        gc_probe.stop()
         stop.set()
         await turner
 
@@ -127,6 +133,15 @@ async def main(total: int, partitions: int, mode: str, batch: int) -> None:
             f"[archive {mode}] loop lag during the sweep: max {fmt_ms(lag.max)}, "
             f"p99 {fmt_ms(_pct(lags, 99))}, p50 {fmt_ms(lag.p50)} over {lag.n:,} ticks "
             f"(target: max <= {fmt_ms(LAG_TARGET)}) -> {'OK' if lag.max <= LAG_TARGET else 'OVER'}"
+        )
+        worst, worst_at = probe.worst
+        over = sum(1 for x in lags if x > LAG_TARGET)
+        gc_near = [d for _, d, end in gc_probe.pauses if abs(end - worst_at) <= worst + 0.02]
+        print(
+            f"[archive {mode}] ticks over {fmt_ms(LAG_TARGET)}: {over}; the worst ended "
+            f"{worst_at - started:.1f} s into the sweep; longest GC pass "
+            f"{fmt_ms(gc_probe.longest)} ({len(gc_probe.pauses)} passes), "
+            f"at the worst tick: {fmt_ms(max(gc_near, default=0.0))}"
         )
         print(
             f"[archive {mode}] chat-turn searches of a 1,000-memory partition during the sweep: "
@@ -145,5 +160,8 @@ if __name__ == "__main__":
     parser.add_argument("--partitions", type=int, default=100)
     parser.add_argument("--mode", choices=("local", "served", "remote"), default="served")
     parser.add_argument("--batch", type=int, default=200)
+    parser.add_argument(
+        "--no-freeze", action="store_true", help="skip gc.freeze() after start-up (the bot does it)"
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.total, args.partitions, args.mode, args.batch))
+    asyncio.run(main(args.total, args.partitions, args.mode, args.batch, not args.no_freeze))
