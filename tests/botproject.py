@@ -14,6 +14,7 @@ import functools
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -200,6 +201,30 @@ class BotProject:
         self.env.update({k.upper(): str(v) for k, v in values.items()})
         text = "\n".join(f"{k}={v}" for k, v in self.env.items()) + "\n"
         (self.root / ".env").write_text(text, encoding="utf-8")
+
+    def write_remote_env(self, chroma: ChromaServer, database: str, **values: Any) -> None:
+        """``.env`` for remote mode on the session's ``chroma run``, in a fresh database
+        named ``<database>_<random>`` (tests sharing the server never see each other)."""
+        self.write_env(
+            VECTOR_DB_TYPE="remote",
+            VECTOR_DB_SERVER=chroma.host,
+            VECTOR_DB_PORT=chroma.port,
+            VECTOR_DB_DATABASE=f"{database}_{uuid.uuid4().hex[:8]}",
+            **values,
+        )
+
+    def spawn_ambot(self, *args: str) -> subprocess.Popen[bytes]:
+        """``ambot <args>`` started in its own session, output discarded: a test can
+        SIGKILL its whole process group mid-way (``os.killpg(proc.pid, ...)``)."""
+        return subprocess.Popen(
+            [str(VENV_BIN / "ambot"), *args],
+            cwd=self.root,
+            env=self.process_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def runtime(self, **extra: Any) -> Any:
         """An in-process runtime on this project's data dir and current ``.env``."""

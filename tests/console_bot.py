@@ -14,7 +14,7 @@ import contextlib
 import re
 import subprocess
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import httpx
 
 from tests.botproject import VENV_BIN, BotProject
+from tests.reliability_stats import STATS
 from tests.servers import free_port
 
 __all__ = ["PASSWORD", "USER", "RunningBot", "login", "run_async"]
@@ -135,3 +136,29 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """
     with ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, coro).result()
+
+
+@contextlib.contextmanager
+def webui_session(bot: RunningBot, timeout: float = 60) -> Iterator[httpx.Client]:
+    """One logged-in WebUI client for a module's tests (a login costs a bcrypt check)."""
+    with httpx.Client(base_url=bot.url, timeout=timeout) as client:
+        assert login(client).json()["success"]
+        yield client
+
+
+def api_data(resp: httpx.Response, status: int = 200) -> Any:
+    """The ``data`` of an admin API answer that must have ``status``."""
+    assert resp.status_code == status, resp.text
+    body = resp.json()
+    assert body["success"] is (status < 400), body
+    return body["data"]
+
+
+def api_error(resp: httpx.Response, status: int) -> str:
+    """The message of an admin API refusal with ``status`` (a hostile input, counted)."""
+    assert resp.status_code == status, resp.text
+    body = resp.json()
+    assert body["success"] is False and body["code"] == status, body
+    assert "Traceback" not in resp.text
+    STATS.inputs_tried += 1
+    return body["message"]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.botproject import ALICE, BGE, VENV_BIN, BotProject, make_runtime, memory_meta
+from tests.botproject import ALICE, BGE, BotProject, make_runtime, memory_meta
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 from tests.servers import ChromaServer, EmbeddingServer
@@ -218,26 +217,13 @@ async def test_sigkill_during_a_sweep_loses_nothing(
     tmp_path: Path, embed_server: EmbeddingServer, chroma_server: ChromaServer
 ) -> None:
     project = BotProject(tmp_path / "bot")
-    project.write_env(
-        VECTOR_DB_TYPE="remote",
-        VECTOR_DB_SERVER=chroma_server.host,
-        VECTOR_DB_PORT=chroma_server.port,
-        VECTOR_DB_DATABASE=f"archive_kill_{uuid.uuid4().hex[:8]}",
-    )
+    project.write_remote_env(chroma_server, "archive_kill")
     write_config(project, "[archive]\nbatch_size = 20\n")
     items = expired_items(3000)
     rt = project.runtime()
     try:
         await add_raw(rt, items)
-        proc = subprocess.Popen(  # noqa: ASYNC220 - Popen returns at once
-            [str(VENV_BIN / "ambot"), "memory", "archive", "sweep"],
-            cwd=project.root,
-            env=project.process_env(),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        proc = project.spawn_ambot("memory", "archive", "sweep")
         try:
             deadline = time.monotonic() + 120
             archived = 0

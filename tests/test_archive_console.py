@@ -21,7 +21,7 @@ import pytest
 
 from tests.botproject import ALICE, BOB, BotProject, memory_meta, seed, snapshot
 from tests.conftest import EMBED
-from tests.console_bot import RunningBot, login, run_async
+from tests.console_bot import RunningBot, api_data, api_error, login, run_async, webui_session
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 
@@ -81,25 +81,12 @@ def bot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningBot]:
 
 @pytest.fixture(scope="module")
 def api(bot: RunningBot) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=bot.url, timeout=60) as client:
-        assert login(client).json()["success"]
+    with webui_session(bot, timeout=60) as client:
         yield client
 
 
-def _data(resp: httpx.Response, status: int = 200) -> Any:
-    assert resp.status_code == status, resp.text
-    body = resp.json()
-    assert body["success"] is True, body
-    return body["data"]
-
-
-def _error(resp: httpx.Response, status: int) -> str:
-    assert resp.status_code == status, resp.text
-    body = resp.json()
-    assert body["success"] is False and body["code"] == status, body
-    assert "Traceback" not in resp.text
-    STATS.inputs_tried += 1
-    return body["message"]
+_data = api_data
+_error = api_error
 
 
 def _ok(proc: Any) -> str:

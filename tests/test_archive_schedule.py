@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -53,12 +52,7 @@ async def test_a_running_bot_sweeps_shortly_after_start_not_one_interval_later(
     tmp_path: Path, embed_server: EmbeddingServer, chroma_server: ChromaServer
 ) -> None:
     project = BotProject(tmp_path / "bot")
-    project.write_env(
-        VECTOR_DB_TYPE="remote",
-        VECTOR_DB_SERVER=chroma_server.host,
-        VECTOR_DB_PORT=chroma_server.port,
-        VECTOR_DB_DATABASE=f"first_sweep_{uuid.uuid4().hex[:8]}",
-    )
+    project.write_remote_env(chroma_server, "first_sweep")
     config = project.root / "config" / "amrita_plugin_memory" / "config.toml"
     config.parent.mkdir(parents=True, exist_ok=True)
     # The interval is ~69 days: only the first, early sweep can archive anything.

@@ -23,7 +23,7 @@ import websockets
 
 from tests.botproject import ALICE, BOB, GROUP, BotProject, memory_meta, seed, snapshot
 from tests.conftest import EMBED
-from tests.console_bot import RunningBot, login, run_async
+from tests.console_bot import RunningBot, api_data, api_error, login, run_async, webui_session
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 
@@ -65,25 +65,12 @@ def bot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningBot]:
 @pytest.fixture(scope="module")
 def api(bot: RunningBot) -> Iterator[httpx.Client]:
     """One logged-in WebUI session for the module (a login costs a bcrypt check)."""
-    with httpx.Client(base_url=bot.url, timeout=30) as client:
-        assert login(client).json()["success"]
+    with webui_session(bot, timeout=30) as client:
         yield client
 
 
-def data(resp: httpx.Response, status: int = 200) -> Any:
-    assert resp.status_code == status, resp.text
-    body = resp.json()
-    assert body["success"] is (status < 400), body
-    return body["data"]
-
-
-def error(resp: httpx.Response, status: int) -> str:
-    assert resp.status_code == status, resp.text
-    body = resp.json()
-    assert body["success"] is False and body["code"] == status, body
-    assert "Traceback" not in resp.text
-    STATS.inputs_tried += 1
-    return body["message"]
+data = api_data
+error = api_error
 
 
 # ---------------------------------------------------------------------------

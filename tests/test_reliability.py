@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.botproject import NOMIC, VENV_BIN, BotProject, make_runtime, sample_memories, seed
+from tests.botproject import NOMIC, BotProject, make_runtime, sample_memories, seed
 from tests.chat import BotRecorder, make_bot
 from tests.conftest import SUPERUSER
 from tests.events import group_event, private_event
@@ -248,15 +247,7 @@ async def test_sigkill_during_reindex_loses_nothing(
 
     embed_server.reset()
     embed_server.set_mode("hang", after=6)  # the remap stalls after 6 batches
-    proc = subprocess.Popen(  # noqa: ASYNC220 - Popen returns at once
-        [str(VENV_BIN / "ambot"), "memory", "reindex", "--yes"],
-        cwd=project.root,
-        env=project.process_env(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    proc = project.spawn_ambot("memory", "reindex", "--yes")
     try:
         deadline = time.monotonic() + 120
         # Polls another process's progress: no event to wait on.

@@ -14,14 +14,12 @@ import json
 import os
 import signal
 import subprocess
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.botproject import (
-    VENV_BIN,
     BotProject,
     make_runtime,
     sample_memories,
@@ -46,15 +44,7 @@ async def _kill_reindex_mid_way(project: BotProject, embed_server: EmbeddingServ
     """``ambot memory reindex --yes``, SIGKILLed while it embeds; its pid."""
     embed_server.reset()
     embed_server.set_mode("hang", after=3)  # the remap stalls after 3 batches
-    proc = subprocess.Popen(  # noqa: ASYNC220 - Popen returns at once
-        [str(VENV_BIN / "ambot"), "memory", "reindex", "--yes"],
-        cwd=project.root,
-        env=project.process_env(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    proc = project.spawn_ambot("memory", "reindex", "--yes")
     try:
         async with asyncio.timeout(120):  # hang guard only
             # Polls another process's progress: no event to wait on.
@@ -75,13 +65,7 @@ async def test_status_shows_the_marker_of_a_killed_remote_reindex(
     tmp_path: Path, embed_server: EmbeddingServer, chroma_server: ChromaServer
 ) -> None:
     project = BotProject(tmp_path / "bot")
-    project.write_env(
-        VECTOR_DB_TYPE="remote",
-        VECTOR_DB_SERVER=chroma_server.host,
-        VECTOR_DB_PORT=chroma_server.port,
-        VECTOR_DB_DATABASE=f"marker_{uuid.uuid4().hex[:8]}",
-        REEMBED_BATCH_SIZE=8,
-    )
+    project.write_remote_env(chroma_server, "marker", REEMBED_BATCH_SIZE=8)
     rt = project.runtime()
     try:
         await seed(rt, MEM, sample_memories(60))

@@ -347,12 +347,17 @@ PHONES = [
 ]
 
 
-async def test_the_present_value_comes_first_not_a_fact_about_someone_else(rt: Any) -> None:
-    part = K.user_key("40001")
+async def _write_phones(rt: Any, uid: int) -> None:
+    """:data:`PHONES` into the partition of ``uid``, each as many days ago as it says."""
+    part = K.user_key(str(uid))
     for days, text in PHONES:
         rt.store.clock = at(days)
         await rt.store.add(part, "user", text)
     rt.store.clock = at(0)
+
+
+async def test_the_present_value_comes_first_not_a_fact_about_someone_else(rt: Any) -> None:
+    await _write_phones(rt, 40001)
     got = await top(rt, "我现在的手机尾号是多少？", uid=40001)
     assert got[0] == "用户换了手机号，新号码尾号是3923", got
     assert "用户的手机尾号是3037" in got[1:]
@@ -365,10 +370,6 @@ async def test_the_present_value_comes_first_not_a_fact_about_someone_else(rt: A
 async def test_a_question_not_about_the_present_keeps_the_order_of_relevance(rt: Any) -> None:
     """Without "now", only the mutual-nearest rule may move an update; a fact about
     someone else is never moved before the user's own."""
-    part = K.user_key("40002")
-    for days, text in PHONES:
-        rt.store.clock = at(days)
-        await rt.store.add(part, "user", text)
-    rt.store.clock = at(0)
+    await _write_phones(rt, 40002)
     got = await top(rt, "我妈的手机尾号是多少", uid=40002)
     assert got[0] == "用户妈妈的手机尾号是1736", got
