@@ -142,13 +142,13 @@ def parse_time(value: str) -> datetime | None:
 
 
 def age_days(stamp: str, now: datetime) -> float:
-    """Days from the ISO timestamp ``stamp`` to ``now`` (0 for a missing or bad stamp)."""
-    try:
-        then = datetime.fromisoformat(stamp)
-    except (TypeError, ValueError):
+    """Days from the ISO timestamp ``stamp`` to ``now`` (0 for a missing or bad stamp;
+    naive times are UTC, as in :func:`parse_time`)."""
+    then = parse_time(stamp)
+    if then is None:
         return 0.0
-    if then.tzinfo is None and now.tzinfo is not None:
-        then = then.replace(tzinfo=now.tzinfo)
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=UTC)
     return max((now - then).total_seconds() / 86_400.0, 0.0)
 
 
