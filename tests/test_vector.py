@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -225,9 +226,16 @@ async def test_chroma_calls_do_not_block_the_event_loop(store: Any) -> None:
             await asyncio.sleep(0.005)
             lags.append(loop.time() - t - 0.005)
 
-    tick = asyncio.create_task(ticker())
-    await asyncio.gather(*(store.query(ALICE, f"记忆 {i}", top_k=5) for i in range(30)))
-    await tick
+    # A full GC pass over the test process's objects can itself take ~0.3 s on the
+    # loop (the bot freezes its start-up objects, adapters/gc_freeze.py); this test is
+    # about Chroma calls, so the collector is paused while it measures.
+    gc.disable()
+    try:
+        tick = asyncio.create_task(ticker())
+        await asyncio.gather(*(store.query(ALICE, f"记忆 {i}", top_k=5) for i in range(30)))
+        await tick
+    finally:
+        gc.enable()
     assert max(lags) < 0.25
 
 
