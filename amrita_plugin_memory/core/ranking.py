@@ -22,6 +22,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
+from .topics import topic_tokens
+
 __all__ = [
     "KeywordIndex",
     "age_days",
@@ -75,7 +77,8 @@ class KeywordIndex:
         self.size = len(documents)
         self.postings: dict[str, list[tuple[int, int]]] = {}
         for row, doc in enumerate(documents):
-            for token, tf in Counter(tokenize(doc or "")).items():
+            text = doc or ""
+            for token, tf in Counter(tokenize(text) + topic_tokens(text)).items():
                 self.postings.setdefault(token, []).append((row, tf))
 
     def idf(self, token: str) -> float:
@@ -90,7 +93,7 @@ class KeywordIndex:
         "什么"、"来着" are in no memory); a token in every memory ("用户") has an
         IDF near 0 and counts for nearly nothing.
         """
-        present = [t for t in set(tokenize(query)) if t in self.postings]
+        present = [t for t in set(tokenize(query) + topic_tokens(query)) if t in self.postings]
         total = sum(self.idf(t) for t in present)
         if total <= 0:
             return {}
