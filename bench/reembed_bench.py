@@ -414,8 +414,13 @@ async def bench_reembed(ctx: ModeContext, env_url: str) -> None:
             target="info",
         )
     clock = PhaseClock()
+    server = getattr(rt.connection, "server", None)
+    child = PeakRss(server.pid) if server is not None and server.pid else None
+    if child is not None:
+        child.start()  # served mode: Chroma's memory is in the child ``chroma run``
     with clock.installed(rt, emb):
         obs = await _observed(lambda: emb.remap(rt.maintenance))
+    child_mb = child.stop() if child is not None else None
     report, wall, lag, rss_mb = obs.result, obs.wall, obs.lag, obs.rss_mb
     if report.total != total or await rt.store.count() != total:
         raise RuntimeError(f"remap lost items: {report.total} / {total}")
@@ -457,6 +462,15 @@ async def bench_reembed(ctx: ModeContext, env_url: str) -> None:
         target=f"≤ {REEMBED_RSS_TARGET_MB:.0f} MB",
         verdict=verdict(rss_mb <= REEMBED_RSS_TARGET_MB),
     )
+    if child_mb is not None:
+        ctx.fact("reembed.child_rss_mb", child_mb)
+        ctx.row(
+            "4",
+            "remap() peak RSS growth (child chroma run)",
+            value=f"+{child_mb:.0f} MB"
+            + ("" if child is not None and child.exact else " (approx.)"),
+            target="info",
+        )
     longest, longest_name = clock.longest
     ctx.fact("reembed.lag_max", lag.max)
     ctx.fact("reembed.longest_call", longest)

@@ -3,7 +3,8 @@
     uv run --frozen python -m bench.run            # full: 100,000 memories (~8 min)
     uv run --frozen python -m bench.run --quick    # smoke test: 2,000 memories (< 1 min)
 
-Options: ``--modes local,remote`` (default both), ``--keep`` (keep the work dir).
+Options: ``--modes local,remote`` (default; ``served`` = local mode through the
+plugin's child ``chroma run``), ``--keep`` (keep the work dir).
 """
 
 from __future__ import annotations
@@ -31,12 +32,17 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         prog="python -m bench.run", description="amrita_plugin_memory benchmarks (issue 7)"
     )
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
-    parser.add_argument("--modes", default="local,remote", help="local,remote (default both)")
+    parser.add_argument(
+        "--modes",
+        default="local,remote",
+        help="local (in-process Chroma), remote, served (local mode through the child "
+        "chroma run the plugin starts on Linux); default local,remote",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary work directory")
     args = parser.parse_args(argv)
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if not set(args.modes) <= {"local", "remote"}:
-        parser.error("--modes takes local and/or remote")
+    if not set(args.modes) <= {"local", "remote", "served"}:
+        parser.error("--modes takes local, remote and/or served")
     return args
 
 

@@ -159,36 +159,39 @@ class GcProbe:
         return max((d for _, d, _ in self.pauses), default=0.0)
 
 
-_STATUS = Path("/proc/self/status")
-
-
-def _status_kb(field_name: str) -> int:
-    match = re.search(rf"^{field_name}:\s+(\d+) kB", _STATUS.read_text(), re.MULTILINE)
+def _status_kb(field_name: str, pid: int | str = "self") -> int:
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0  # the process is gone
+    match = re.search(rf"^{field_name}:\s+(\d+) kB", text, re.MULTILINE)
     return int(match.group(1)) if match else 0
 
 
 class PeakRss:
-    """Peak resident memory growth of this process over a block (Linux ``VmHWM``).
+    """Peak resident memory growth of a process over a block (Linux ``VmHWM``): this
+    one by default, or another (the child ``chroma run`` of local mode) by ``pid``.
 
-    ``/proc/self/clear_refs`` (value 5) resets the high-water mark to the
+    ``/proc/<pid>/clear_refs`` (value 5) resets the high-water mark to the
     current RSS, so the peak is exact, not sampled.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, pid: int | None = None) -> None:
+        self.pid: int | str = "self" if pid is None else pid
         self.before_kb = 0
         self.peak_kb = 0
         self.exact = True
 
     def start(self) -> None:
         try:
-            Path("/proc/self/clear_refs").write_text("5")
+            Path(f"/proc/{self.pid}/clear_refs").write_text("5")
         except OSError:
             self.exact = False  # the peak then includes earlier history
-        self.before_kb = _status_kb("VmRSS")
+        self.before_kb = _status_kb("VmRSS", self.pid)
 
     def stop(self) -> float:
         """Growth of the peak over the starting RSS, in MiB (0 if it did not grow)."""
-        self.peak_kb = _status_kb("VmHWM")
+        self.peak_kb = _status_kb("VmHWM", self.pid)
         return max(0.0, (self.peak_kb - self.before_kb) / 1024)
 
 

@@ -373,3 +373,54 @@ async def test_a_question_not_about_the_present_keeps_the_order_of_relevance(rt:
     await _write_phones(rt, 40002)
     got = await top(rt, "我妈的手机尾号是多少", uid=40002)
     assert got[0] == "用户妈妈的手机尾号是1736", got
+
+
+async def test_a_large_partition_is_indexed_off_the_event_loop(rt: Any) -> None:
+    """The keyword index of a 6,000-memory partition (~0.25 s of tokenising) is built
+    in a worker thread, and the partition is read in pages: the loop keeps ticking."""
+    import asyncio
+    import gc
+    import random
+    import uuid
+
+    from amrita_plugin_memory.storage import retrieval
+
+    part = K.user_key("60001")
+    col = await rt.store.collection()
+    rng = random.Random(6)
+    n = 6000
+    assert n > retrieval.INLINE_KEYWORD_ROWS
+    for start in range(0, n, 1000):
+        rows = range(start, start + 1000)
+        await rt.connection.run(
+            col.add,
+            ids=[uuid.uuid4().hex for _ in rows],
+            embeddings=[[rng.gauss(0, 1) for _ in range(384)] for _ in rows],
+            documents=[f"用户第{k}次说起公司楼下新开的奶茶店，排队的人很多" for k in rows],
+            metadatas=[
+                {"user_id": part, "scope": "user", "importance": "medium", "tags": "t",
+                 "created_at": NOW.isoformat(), "updated_at": NOW.isoformat()}
+                for _ in rows
+            ],
+        )  # fmt: skip
+    lags: list[float] = []
+    loop = asyncio.get_running_loop()
+    done = asyncio.Event()
+
+    async def ticker() -> None:
+        while not done.is_set():
+            t = loop.time()
+            await asyncio.sleep(0.005)
+            lags.append(loop.time() - t - 0.005)
+
+    gc.disable()  # a full GC pass of the test process is not what this measures
+    try:
+        tick = asyncio.create_task(ticker())
+        got = await top(rt, "公司楼下的奶茶店", uid=60001)
+        done.set()
+        await tick
+    finally:
+        gc.enable()
+    assert len(got) == 5 and all("奶茶店" in text for text in got)
+    assert rt.store.index.loads >= 1 and len(lags) > 5
+    assert max(lags) < 0.1, max(lags)

@@ -60,6 +60,12 @@ INLINE_SCAN_ROWS = 2048
 """Partitions up to this size are scanned on the event loop (well under 1 ms);
 larger ones in a worker thread."""
 
+LOAD_CONCURRENCY = 2
+"""Partition loads (and keyword-index builds) at once. Each is a worker thread
+decoding thousands of vectors or tokenising thousands of texts, work that holds
+the GIL; with many of them at once the event loop waited its turn behind all
+(50 users asking at once: ticks of 0.4 s). Two keep both cores busy."""
+
 OVERSIZED_RECHECK = 60.0
 """Seconds before a partition found too large for the budget is read again (it may shrink)."""
 
@@ -97,6 +103,8 @@ class PartitionIndex:
         self.nbytes = 0
         self.loads = 0
         """Partitions loaded from Chroma (tests and the bench read it)."""
+        self.heavy = asyncio.Semaphore(LOAD_CONCURRENCY)
+        """Held around every partition load and keyword-index build (:data:`LOAD_CONCURRENCY`)."""
         self._oversized: OrderedDict[str, float] = OrderedDict()
         """Partitions found larger than the whole budget, and when: Chroma answers for them
         without a (useless, expensive) reload until ``OVERSIZED_RECHECK`` has passed."""
@@ -235,9 +243,10 @@ class PartitionIndex:
             entry = self._valid(partition, generation)
             if entry is not None:
                 return entry
-            entry = await store.connection.run(
-                _read_partition, col, partition, generation, self.clock()
-            )
+            async with self.heavy:
+                entry = await store.connection.run(
+                    _read_partition, col, partition, generation, self.clock()
+                )
             # A reconnect meanwhile: do not cache rows of an older generation.
             if store.connection.generation != generation[0]:
                 return None
@@ -246,14 +255,39 @@ class PartitionIndex:
             return entry
 
 
+READ_PAGE = 500
+"""Rows per Chroma read when a partition is loaded. Decoding a reply (JSON from a
+server, then the conversion to numpy) holds the GIL for its whole length: the
+10,000 rows of one reply stalled the event loop ~0.3 s; a page of 500 costs a
+few milliseconds."""
+
+
 def _read_partition(col: Any, partition: str, generation: tuple[int, str], taken: float) -> _Entry:
-    """One partition's rows from Chroma, as an entry (a worker thread: no numpy on the loop)."""
-    res = col.get(where={"user_id": partition}, include=["embeddings", "documents", "metadatas"])
-    ids = list(res["ids"])
-    embeddings = res.get("embeddings")
-    if ids and embeddings is None:
-        raise ValueError("Chroma returned no embeddings")
-    vectors = np.asarray(embeddings if ids else np.zeros((0, 0)), dtype=np.float32)
-    docs: list[str | None] = list(res.get("documents") or [None] * len(ids))
-    metas = [dict(m or {}) for m in (res.get("metadatas") or [None] * len(ids))]
+    """One partition's rows from Chroma, as an entry (a worker thread: no numpy on the loop).
+
+    The ids first (one filtered read without payload), then the rows by id in pages
+    of :data:`READ_PAGE`. A row deleted meanwhile is simply missing from its page.
+    """
+    head = col.get(where={"user_id": partition}, include=[])
+    wanted = list(head["ids"])
+    ids: list[str] = []
+    pages: list[np.ndarray] = []
+    docs: list[str | None] = []
+    metas: list[dict[str, Any]] = []
+    for start in range(0, len(wanted), READ_PAGE):
+        res = col.get(
+            ids=wanted[start : start + READ_PAGE],
+            include=["embeddings", "documents", "metadatas"],
+        )
+        got = list(res["ids"])
+        if not got:
+            continue
+        embeddings = res.get("embeddings")
+        if embeddings is None:
+            raise ValueError("Chroma returned no embeddings")
+        ids.extend(got)
+        pages.append(np.asarray(embeddings, dtype=np.float32))
+        docs.extend(res.get("documents") or [None] * len(got))
+        metas.extend(dict(m or {}) for m in (res.get("metadatas") or [None] * len(got)))
+    vectors = np.concatenate(pages) if pages else np.zeros((0, 0), dtype=np.float32)
     return build_entry(ids, vectors, docs, metas, generation, taken)
