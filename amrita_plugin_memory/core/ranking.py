@@ -18,9 +18,10 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+
+import numpy as np
 
 from .topics import topic_tokens
 
@@ -70,20 +71,27 @@ class KeywordIndex:
     """Which memories of one partition hold which keyword tokens, with their IDF.
 
     Built once per cached partition snapshot; :meth:`coverage` costs
-    O(matching postings), not O(documents).
+    O(matching postings), not O(documents). Each token's rows are a numpy
+    array, not a list of Python objects: a cache of many partitions would
+    otherwise hold millions of objects that every full GC pass walks (on the
+    event loop), and summing shares is one vector operation per token.
     """
 
     def __init__(self, documents: Sequence[str | None]) -> None:
         self.size = len(documents)
-        self.postings: dict[str, list[tuple[int, int]]] = {}
+        rows: dict[str, list[int]] = {}
         for row, doc in enumerate(documents):
             text = doc or ""
-            for token, tf in Counter(tokenize(text) + topic_tokens(text)).items():
-                self.postings.setdefault(token, []).append((row, tf))
+            for token in set(tokenize(text) + topic_tokens(text)):
+                rows.setdefault(token, []).append(row)
+        self.postings: dict[str, np.ndarray] = {
+            token: np.asarray(found, dtype=np.int32) for token, found in rows.items()
+        }
 
     def idf(self, token: str) -> float:
         """BM25's inverse document frequency (always > 0)."""
-        df = len(self.postings.get(token, ()))
+        found = self.postings.get(token)
+        df = 0 if found is None else len(found)
         return math.log(1.0 + (self.size - df + 0.5) / (df + 0.5))
 
     def coverage(self, query: str) -> dict[int, float]:
@@ -97,12 +105,11 @@ class KeywordIndex:
         total = sum(self.idf(t) for t in present)
         if total <= 0:
             return {}
-        out: dict[int, float] = {}
+        scores = np.zeros(self.size, dtype=np.float64)
         for token in present:
-            share = self.idf(token) / total
-            for row, _ in self.postings[token]:
-                out[row] = out.get(row, 0.0) + share
-        return out
+            scores[self.postings[token]] += self.idf(token) / total  # rows are unique per token
+        found = np.flatnonzero(scores)
+        return dict(zip(found.tolist(), scores[found].tolist(), strict=True))
 
 
 def combine(
