@@ -424,3 +424,26 @@ async def test_a_large_partition_is_indexed_off_the_event_loop(rt: Any) -> None:
     assert len(got) == 5 and all("奶茶店" in text for text in got)
     assert rt.store.index.loads >= 1 and len(lags) > 5
     assert max(lags) < 0.1, max(lags)
+
+
+TOPIC_FACTS = [
+    "用户的室友叫赵雨桐，是做设计师的",
+    "用户在海豚医疗上班，岗位是UI设计师",
+    "用户家里的猫叫花卷，是一只狸花猫",
+    "用户是安徽阜阳人，春节会回老家",
+    "用户有个妹妹叫甜甜，在读高一",
+    "用户最近在读《三体》，读到一半了",
+    "用户特别喜欢酸菜鱼，几乎每周都吃",
+]
+
+
+async def test_a_question_finds_the_memory_of_its_topic(rt: Any) -> None:
+    """No word of "我的公司叫什么" is in the work memory; the topic ``#work`` is."""
+    part = K.user_key("50001")
+    for text in TOPIC_FACTS:
+        await rt.store.add(part, "user", text)
+    # e5-small alone ranks "叫…" memories (the roommate's, the cat's name) first.
+    settings(rt, hybrid=False, decay=False)
+    assert (await top(rt, "我的公司叫什么", uid=50001))[0] != TOPIC_FACTS[1]
+    settings(rt, hybrid=True, decay=True)
+    assert (await top(rt, "我的公司叫什么", uid=50001))[0] == TOPIC_FACTS[1]
