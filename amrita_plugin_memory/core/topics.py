@@ -11,11 +11,10 @@ their words (a thesaurus, as in a search engine's synonym filter).
 
 The lexicon is deliberately plain: substrings for Chinese (no segmentation is
 needed, and the entries are chosen so that common words do not contain them:
-``住在`` rather than ``住``, which is also in ``记住``), whole words for English.
-English entries are words or phrases; a phrase is matched first and its
-words are not matched again ("work out" is sport, not work). A text may have
-several topics or none; none is the usual case for a question
-that is not about the user's life (then nothing changes).
+``住在`` rather than ``住``, which is also in ``记住``); whole words or phrases for
+English, a phrase matched first and its words not matched again ("work out" is
+sport, not work). A text may have several topics or none; none is the usual
+case for a question that is not about the user's life (then nothing changes).
 """
 
 from __future__ import annotations
@@ -109,9 +108,7 @@ TOPICS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("运动", "健身", "跑步", "游泳", "打球", "篮球", "足球", "羽毛球", "排球", "乒乓", "瑜伽",
          "私教", "教练", "骑行", "爬山", "锻炼", "撸铁", "带我练"),
         ("sport", "sports", "gym", "workout", "work out", "works out", "worked out",
-         "working out", "run", "running",
-         "swim", "swimming", "yoga",
-         "coach", "trainer", "basketball", "football", "soccer", "badminton", "volleyball",
+         "working out", "run", "running", "swim", "swimming", "yoga", "coach", "trainer", "basketball", "football", "soccer", "badminton", "volleyball",
          "tennis", "cycling", "hiking"),
     ),
     "music": (
