@@ -20,6 +20,7 @@ from tests.reliability_stats import STATS
 
 R = lazy_import("amrita_plugin_memory.core.ranking")
 D = lazy_import("amrita_plugin_memory.core.duplicates")
+P = lazy_import("amrita_plugin_memory.core.people")
 K = lazy_import("amrita_plugin_memory.storage.keys")
 T = lazy_import("amrita_plugin_memory.tools.memory_tools")
 
@@ -333,10 +334,10 @@ def test_contractions_are_not_keywords() -> None:
 
 
 def test_a_fact_about_someone_else_names_other_people() -> None:
-    assert D.same_people("用户的手机尾号是1234", "用户手机号后四位5678")
-    assert not D.same_people("用户的手机尾号是1234", "用户妈妈的手机尾号是4321")
-    assert not D.same_people("The user's phone ends in 1234", "The user's mother's phone ends in 9")
-    assert D.same_people("用户的女朋友叫小雨", "用户和小雨分手了，现在的女朋友叫小雪")
+    assert P.same_people("用户的手机尾号是1234", "用户手机号后四位5678")
+    assert not P.same_people("用户的手机尾号是1234", "用户妈妈的手机尾号是4321")
+    assert not P.same_people("The user's phone ends in 1234", "The user's mother's phone ends in 9")
+    assert P.same_people("用户的女朋友叫小雨", "用户和小雨分手了，现在的女朋友叫小雪")
 
 
 PHONES = [
@@ -447,3 +448,38 @@ async def test_a_question_finds_the_memory_of_its_topic(rt: Any) -> None:
     assert (await top(rt, "我的公司叫什么", uid=50001))[0] != TOPIC_FACTS[1]
     settings(rt, hybrid=True, decay=True)
     assert (await top(rt, "我的公司叫什么", uid=50001))[0] == TOPIC_FACTS[1]
+
+
+CHANGES = [  # (days ago, text): two changed facts told as changes, and other facts
+    (60, "用户在拾光文化做测试工程师"),
+    (58, "用户用的手机是小米14"),
+    (55, "用户的手机尾号是2241"),
+    (40, "用户的室友叫胡文博，是做设计师的"),
+    (30, "用户养了一只橘猫，名字叫糯米"),
+    (20, "用户上班坐地铁3号线，在滨和路站下车"),
+    (6, "用户换了新手机，现在用iPhone 15 Pro"),
+    (5, "用户跳槽了，现在在云帆物流做测试工程师"),
+    (4, "用户手机号后四位7427"),
+]
+
+
+async def test_the_present_value_is_the_update_on_the_questions_topic(rt: Any) -> None:
+    """e5 puts "跳槽了，现在在…" nearest to "换了新手机，现在用…" (the same way of telling a
+    change), not to the job it replaces; the update is found by the question's topic."""
+    part = K.user_key("60001")
+    for days, text in CHANGES:
+        rt.store.clock = at(days)
+        await rt.store.add(part, "user", text)
+    rt.store.clock = at(0)
+    for query, expected in [
+        ("我现在的公司叫什么", "用户跳槽了，现在在云帆物流做测试工程师"),
+        ("我现在在哪家公司上班？", "用户跳槽了，现在在云帆物流做测试工程师"),
+        ("我现在用的什么手机？", "用户换了新手机，现在用iPhone 15 Pro"),
+        # Both changes are about the phone; the one about its number answers this.
+        ("我现在的手机尾号是多少？", "用户手机号后四位7427"),
+    ]:
+        got = await top(rt, query, uid=60001)
+        assert got[0] == expected, (query, got)
+    # Without "now", the order of relevance stays.
+    got = await top(rt, "我的手机尾号是多少", uid=60001)
+    assert got[0] == "用户的手机尾号是2241", got

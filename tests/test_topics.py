@@ -37,3 +37,27 @@ def test_topics_are_keyword_tokens_of_their_own() -> None:
     index = R.KeywordIndex(["用户在海豚医疗上班，岗位是UI设计师", "用户家里的猫叫花卷"])
     # No word of the question is in either memory; the topic is in the first.
     assert index.coverage("我的公司叫什么") == {0: pytest.approx(1.0)}
+
+
+@pytest.mark.parametrize(
+    ("text", "topics"),
+    [
+        ("用户在拾光文化做测试工程师", {"work"}),  # an occupation is work
+        ("The user is a nurse", {"work"}),
+        ("用户希望大家叫他阿杰", {"name"}),
+    ],
+)
+def test_occupations_and_nicknames(text: str, topics: set[str]) -> None:
+    assert TP.topics_of(text) == topics
+
+
+def test_the_topics_of_someone_else_are_not_the_users() -> None:
+    assert R.topic_keys("用户的室友是做设计师的") == ["#friends~", "#work~"]
+    assert R.topic_keys("我室友是做设计师的吗", asked=True) == [
+        "#friends", "#work", "#friends~", "#work~"
+    ]  # fmt: skip
+    index = R.KeywordIndex(["用户的室友是做设计师的", "用户在海豚医疗上班"])
+    # The roommate's work is not the answer to the user's own question...
+    assert index.coverage("我的公司叫什么") == {1: pytest.approx(1.0)}
+    # ...but a question about the roommate finds it by the topic.
+    assert 0 in index.coverage("我室友在哪工作")

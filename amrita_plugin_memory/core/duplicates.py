@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from .ranking import tokenize
 
-__all__ = ["cosine", "is_duplicate_text", "people_named", "same_people", "text_similarity", "values_conflict"]
+__all__ = ["cosine", "is_duplicate_text", "text_similarity", "values_conflict"]
 
 _FILLER = frozenset("的了是在有和与及也都就还又很挺把被给对向从用户她他它我你们这那个只位名叫为称")
 """Characters that carry no value by themselves (particles, pronouns, measure words)."""
@@ -31,15 +31,6 @@ _NEGATION = re.compile(r"[不没别未无非莫勿]|\b(?:not|no|never|dont|doesn
 
 _ALNUM = re.compile(r"[0-9a-z]")
 
-_PEOPLE = re.compile(
-    r"妈|爸|母亲|父亲|爷爷|奶奶|外公|外婆|姥姥|姥爷|哥|姐|弟|妹|老婆|老公|妻子|丈夫|女朋友|男朋友"
-    r"|女友|男友|儿子|女儿|孩子|朋友|同事|同学|室友|舍友|领导|上司|老板|老师|邻居|叔叔|阿姨|舅舅"
-    r"|\b(?:mother|mom|mum|father|dad|parents?|grand(?:ma|pa|mother|father)|brother|sister"
-    r"|wife|husband|girlfriend|boyfriend|son|daughter|kids?|child(?:ren)?|friends?"
-    r"|colleagues?|co-?workers?|classmates?|room-?mates?|flatmates?|boss|teacher"
-    r"|neighbou?rs?|uncle|aunt|cousin)\b"
-)
-"""Words naming another person: "用户妈妈的手机尾号" is about the mother, not the user."""
 
 
 def _norm(text: str) -> str:
@@ -103,14 +94,3 @@ def is_duplicate_text(a: str, b: str, *, min_similarity: float) -> bool:
     if _norm(a) == _norm(b):
         return True
     return text_similarity(a, b) >= min_similarity and not values_conflict(a, b)
-
-
-def people_named(text: str) -> set[str]:
-    """The words of ``text`` that name another person (:data:`_PEOPLE`)."""
-    return set(_PEOPLE.findall(unicodedata.normalize("NFKC", text).lower()))
-
-
-def same_people(a: str, b: str) -> bool:
-    """Whether both texts name the same other people (or none): a fact about the
-    user's mother is never an update of a fact about the user, however alike the words."""
-    return people_named(a) == people_named(b)

@@ -18,14 +18,16 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 
 import numpy as np
 
+from .people import names_people
 from .topics import topic_tokens
 
 __all__ = [
+    "OTHERS_MARK",
     "KeywordIndex",
     "age_days",
     "asks_current",
@@ -35,6 +37,7 @@ __all__ = [
     "parse_time",
     "supersedes",
     "tokenize",
+    "topic_keys",
 ]
 
 _RUN = re.compile(r"[^\W_]+", re.UNICODE)
@@ -67,6 +70,25 @@ def tokenize(text: str) -> list[str]:
     return tokens
 
 
+OTHERS_MARK = "~"
+"""Marks the topic tokens of a memory about someone else (``#work~``)."""
+
+
+def topic_keys(text: str, *, asked: bool = False) -> list[str]:
+    """The topic tokens of ``text`` in the keyword index.
+
+    A memory naming someone else ("用户的室友是做设计师的") has its topics marked:
+    they are that person's work, not the user's, and "我的公司叫什么" should not
+    match them on the topic alone. A question (``asked``) naming someone
+    ("我室友是做什么工作的") matches both kinds.
+    """
+    topics = topic_tokens(text)
+    if not names_people(text):
+        return topics
+    marked = [t + OTHERS_MARK for t in topics]
+    return topics + marked if asked else marked
+
+
 class KeywordIndex:
     """Which memories of one partition hold which keyword tokens, with their IDF.
 
@@ -82,7 +104,7 @@ class KeywordIndex:
         rows: dict[str, list[int]] = {}
         for row, doc in enumerate(documents):
             text = doc or ""
-            for token in set(tokenize(text) + topic_tokens(text)):
+            for token in set(tokenize(text) + topic_keys(text)):
                 rows.setdefault(token, []).append(row)
         self.postings: dict[str, np.ndarray] = {
             token: np.asarray(found, dtype=np.int32) for token, found in rows.items()
@@ -94,6 +116,15 @@ class KeywordIndex:
         df = 0 if found is None else len(found)
         return math.log(1.0 + (self.size - df + 0.5) / (df + 0.5))
 
+    def holding_any(self, tokens: Iterable[str]) -> np.ndarray:
+        """A row mask: the memories holding at least one of ``tokens``."""
+        mask = np.zeros(self.size, dtype=bool)
+        for token in tokens:
+            found = self.postings.get(token)
+            if found is not None:
+                mask[found] = True
+        return mask
+
     def coverage(self, query: str) -> dict[int, float]:
         """``row -> share`` of the query's keyword weight (IDF) found in that row.
 
@@ -101,7 +132,8 @@ class KeywordIndex:
         "什么"、"来着" are in no memory); a token in every memory ("用户") has an
         IDF near 0 and counts for nearly nothing.
         """
-        present = [t for t in set(tokenize(query) + topic_tokens(query)) if t in self.postings]
+        tokens = tokenize(query) + topic_keys(query, asked=True)
+        present = [t for t in set(tokens) if t in self.postings]
         total = sum(self.idf(t) for t in present)
         if total <= 0:
             return {}

@@ -33,10 +33,14 @@ TOPICS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # name: (Chinese substrings, English words)
     "work": (
         ("公司", "上班", "单位", "工作", "跳槽", "入职", "离职", "辞职", "岗位", "职位", "职业",
-         "同事", "上司", "老板", "领导", "工号", "加班", "打卡", "出差", "实习", "工资", "薪水"),
+         "同事", "上司", "老板", "领导", "工号", "加班", "打卡", "出差", "实习", "工资", "薪水",
+         # occupations: "用户在拾光文化做测试工程师" is about work without saying so
+         "工程师", "程序员", "设计师", "分析师", "产品经理", "经理", "主管", "运营", "会计",
+         "销售", "客服", "律师", "医生", "护士", "教师", "老师", "司机", "厨师", "公务员"),
         ("work", "works", "worked", "working", "job", "jobs", "company", "employer", "office",
          "colleague", "colleagues", "coworker", "boss", "manager", "career", "salary",
-         "intern", "internship"),
+         "intern", "internship", "engineer", "developer", "programmer", "designer", "analyst",
+         "accountant", "lawyer", "doctor", "nurse", "teacher", "driver", "chef"),
     ),
     "home": (
         ("住在", "住哪", "住址", "地址", "家住", "居住", "搬家", "搬到", "搬去", "小区", "租房",
@@ -141,7 +145,7 @@ TOPICS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("trip", "travel", "travelling", "traveling", "holiday", "vacation", "hotel", "flight"),
     ),
     "name": (
-        ("称呼", "叫我", "昵称", "外号", "网名", "小名"),
+        ("称呼", "叫我", "叫他", "叫她", "改叫", "昵称", "外号", "网名", "小名"),
         ("nickname", "call", "called"),
     ),
     "personality": (

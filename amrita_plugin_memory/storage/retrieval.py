@@ -24,7 +24,15 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from ..core.config import ConfigFile
-from ..core.ranking import KeywordIndex, age_days, combine, decay_factor, decayed_distance, tokenize
+from ..core.ranking import (
+    KeywordIndex,
+    age_days,
+    asks_current,
+    combine,
+    decay_factor,
+    decayed_distance,
+    tokenize,
+)
 from ..core.records import ORIGIN_GROUP_FLAG, MemoryRecord
 from .filters import where_partition
 from .partition_index import IndexedStore, PartitionIndex
@@ -192,9 +200,9 @@ async def _keyword_hits(
     return out
 
 
-def _known_tokens(entry: Any, query: str) -> int:
+def _known_tokens(keywords: KeywordIndex, query: str) -> int:
     """How many of the query's tokens occur in the partition at all."""
-    return len(set(tokenize(query)) & entry.derived[_KEYWORD_KEY].postings.keys())
+    return len(set(tokenize(query)) & keywords.postings.keys())
 
 
 async def search(
@@ -235,10 +243,14 @@ async def search(
     }
     ranked = [records[i] for i in combine(distances, coverage, settings.keyword_weight)]
     if settings.decay and settings.supersede_margin > 0 and entry is not None:
+        keywords: KeywordIndex | None = entry.derived.get(_KEYWORD_KEY)
+        if keywords is None and asks_current(text):  # its topics find the replaced value
+            keywords = await _keywords_of(store, entry)
         # A question that is just a name or a code ("老周", "年糕在哪"): its match stays first.
-        bare = entry.derived.get(_KEYWORD_KEY) is not None and _known_tokens(entry, text) <= 1
+        bare = keywords is not None and _known_tokens(keywords, text) <= 1
         ranked = newer_first(
-            entry, ranked, text, coverage, bare=bare, candidates=settings.candidates,
-            margin=settings.supersede_margin, age=lambda r: settings.age(r, now),
+            entry, ranked, text, coverage, keywords=keywords, bare=bare,
+            candidates=settings.candidates, margin=settings.supersede_margin,
+            age=lambda r: settings.age(r, now),
         )  # fmt: skip
     return [replace(r) for r in ranked[:top_k]]
