@@ -74,19 +74,16 @@ OTHERS_MARK = "~"
 """Marks the topic tokens of a memory about someone else (``#work~``)."""
 
 
-def topic_keys(text: str, *, asked: bool = False) -> list[str]:
-    """The topic tokens of ``text`` in the keyword index.
+def topic_keys(text: str) -> list[str]:
+    """The topic tokens of a memory ``text`` in the keyword index.
 
     A memory naming someone else ("用户的室友是做设计师的") has its topics marked:
     they are that person's work, not the user's, and "我的公司叫什么" should not
-    match them on the topic alone. A question (``asked``) naming someone
-    ("我室友是做什么工作的") matches both kinds.
+    match them on the topic alone (a question naming someone matches both kinds,
+    see :meth:`KeywordIndex.coverage`).
     """
     topics = topic_tokens(text)
-    if not names_people(text):
-        return topics
-    marked = [t + OTHERS_MARK for t in topics]
-    return topics + marked if asked else marked
+    return [t + OTHERS_MARK for t in topics] if names_people(text) else topics
 
 
 class KeywordIndex:
@@ -110,10 +107,10 @@ class KeywordIndex:
             token: np.asarray(found, dtype=np.int32) for token, found in rows.items()
         }
 
-    def idf(self, token: str) -> float:
-        """BM25's inverse document frequency (always > 0)."""
-        found = self.postings.get(token)
-        df = 0 if found is None else len(found)
+    def idf(self, *tokens: str) -> float:
+        """BM25's inverse document frequency (always > 0) of the rows holding any of
+        ``tokens`` (a row holds a topic marked or plain, never both)."""
+        df = sum(len(self.postings.get(token, ())) for token in tokens)
         return math.log(1.0 + (self.size - df + 0.5) / (df + 0.5))
 
     def holding_any(self, tokens: Iterable[str]) -> np.ndarray:
@@ -132,14 +129,22 @@ class KeywordIndex:
         "什么"、"来着" are in no memory); a token in every memory ("用户") has an
         IDF near 0 and counts for nearly nothing.
         """
-        tokens = tokenize(query) + topic_keys(query, asked=True)
-        present = [t for t in set(tokens) if t in self.postings]
-        total = sum(self.idf(t) for t in present)
+        # A question naming someone ("我室友在哪工作") asks about their topics too: one
+        # term of both kinds, weighed as one (split, the rarer marked kind would outweigh).
+        marks = ("", OTHERS_MARK) if names_people(query) else ("",)
+        terms = {(t,) for t in tokenize(query)}
+        terms |= {tuple(t + m for m in marks) for t in topic_tokens(query)}
+        present = [term for term in terms if any(t in self.postings for t in term)]
+        weights = {term: self.idf(*term) for term in present}
+        total = sum(weights.values())
         if total <= 0:
             return {}
         scores = np.zeros(self.size, dtype=np.float64)
-        for token in present:
-            scores[self.postings[token]] += self.idf(token) / total  # rows are unique per token
+        for term in present:
+            for token in term:  # rows are unique per token, and a row holds one kind
+                found = self.postings.get(token)
+                if found is not None:
+                    scores[found] += weights[term] / total
         found = np.flatnonzero(scores)
         return dict(zip(found.tolist(), scores[found].tolist(), strict=True))
 
