@@ -15,8 +15,8 @@ the partition index there is nothing to compare with, and the ranking stays as i
   is older and says something else (another value,
   :func:`~..core.duplicates.values_conflict`). Which memory that is comes from
   the life topics (:mod:`~..core.topics`) the result shares with the question:
-  its nearest memory on those topics, about the same people, wherever that
-  one ranks ("用户在云帆物流上班" replaces "用户在拾光文化做测试工程师", which
+  its nearest memory on all of those topics, about the same people, wherever
+  that one ranks ("用户在云帆物流上班" replaces "用户在拾光文化做测试工程师", which
   shares no word with "我现在的公司叫什么"). Without a shared topic, only its
   nearest older memory among the results counts. The update covering most of
   the question's topics goes first ("手机尾号": the new number, not the new
