@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["names_people", "people_named", "same_people"]
+__all__ = ["people_named", "same_people"]
 
 _PEOPLE = re.compile(
     r"妈|爸|母亲|父亲|爷爷|奶奶|外公|外婆|姥姥|姥爷|哥|姐|弟|妹|老婆|老公|妻子|丈夫|女朋友|男朋友"
@@ -34,7 +34,3 @@ def same_people(a: str, b: str) -> bool:
     user's mother is never an update of a fact about the user, however alike the words."""
     return people_named(a) == people_named(b)
 
-
-def names_people(text: str) -> bool:
-    """Whether ``text`` names anyone other than the user."""
-    return _PEOPLE.search(unicodedata.normalize("NFKC", text).lower()) is not None

@@ -23,8 +23,8 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from .people import names_people
-from .topics import topic_tokens
+from .people import people_named
+from .topics import TOPIC_PREFIX, topic_tokens
 
 __all__ = [
     "OTHERS_MARK",
@@ -83,7 +83,12 @@ def topic_keys(text: str) -> list[str]:
     see :meth:`KeywordIndex.coverage`).
     """
     topics = topic_tokens(text)
-    return [t + OTHERS_MARK for t in topics] if names_people(text) else topics
+    return [t + OTHERS_MARK for t in topics] if people_named(text) else topics
+
+
+def _both_kinds(topic_token: str) -> tuple[str, str]:
+    """A topic's token in the index for a memory about the user, and about someone else."""
+    return topic_token, topic_token + OTHERS_MARK
 
 
 class KeywordIndex:
@@ -113,13 +118,16 @@ class KeywordIndex:
         df = sum(len(self.postings.get(token, ())) for token in tokens)
         return math.log(1.0 + (self.size - df + 0.5) / (df + 0.5))
 
-    def holding_any(self, tokens: Iterable[str]) -> np.ndarray:
-        """A row mask: the memories holding at least one of ``tokens``."""
-        mask = np.zeros(self.size, dtype=bool)
-        for token in tokens:
-            found = self.postings.get(token)
-            if found is not None:
-                mask[found] = True
+    def on_topics(self, topics: Iterable[str]) -> np.ndarray:
+        """A row mask: the memories on every one of ``topics`` (names: ``work``), about anyone."""
+        mask = np.ones(self.size, dtype=bool)
+        for topic in topics:
+            on_topic = np.zeros(self.size, dtype=bool)
+            for token in _both_kinds(TOPIC_PREFIX + topic):
+                found = self.postings.get(token)
+                if found is not None:
+                    on_topic[found] = True
+            mask &= on_topic
         return mask
 
     def coverage(self, query: str) -> dict[int, float]:
@@ -131,9 +139,9 @@ class KeywordIndex:
         """
         # A question naming someone ("我室友在哪工作") asks about their topics too: one
         # term of both kinds, weighed as one (split, the rarer marked kind would outweigh).
-        marks = ("", OTHERS_MARK) if names_people(query) else ("",)
-        terms = {(t,) for t in tokenize(query)}
-        terms |= {tuple(t + m for m in marks) for t in topic_tokens(query)}
+        others = bool(people_named(query))
+        terms: set[tuple[str, ...]] = {(t,) for t in tokenize(query)}
+        terms |= {_both_kinds(t) if others else (t,) for t in topic_tokens(query)}
         present = [term for term in terms if any(t in self.postings for t in term)]
         weights = {term: self.idf(*term) for term in present}
         total = sum(weights.values())

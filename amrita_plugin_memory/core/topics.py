@@ -112,8 +112,9 @@ TOPICS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("运动", "健身", "跑步", "游泳", "打球", "篮球", "足球", "羽毛球", "排球", "乒乓", "瑜伽",
          "私教", "教练", "骑行", "爬山", "锻炼", "撸铁", "带我练"),
         ("sport", "sports", "gym", "workout", "work out", "works out", "worked out",
-         "working out", "run", "running", "swim", "swimming", "yoga", "coach", "trainer", "basketball", "football", "soccer", "badminton", "volleyball",
-         "tennis", "cycling", "hiking"),
+         "working out", "run", "running", "swim", "swimming", "yoga", "coach", "trainer",
+         "basketball", "football", "soccer", "badminton", "volleyball", "tennis", "cycling",
+         "hiking"),
     ),
     "music": (
         ("歌", "音乐", "演唱会", "乐队", "专辑"),

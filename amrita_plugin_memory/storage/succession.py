@@ -43,9 +43,9 @@ import numpy as np
 
 from ..core.duplicates import values_conflict
 from ..core.people import people_named, same_people
-from ..core.ranking import OTHERS_MARK, KeywordIndex, asks_current, parse_time, supersedes, tokenize
+from ..core.ranking import KeywordIndex, asks_current, parse_time, supersedes, tokenize
 from ..core.records import MemoryRecord
-from ..core.topics import TOPIC_PREFIX, topics_of
+from ..core.topics import topics_of
 
 __all__ = ["CURRENT_WINDOW", "MIN_GAP_SECONDS", "PEOPLE_TRIES", "Neighbours", "newer_first"]
 
@@ -156,14 +156,6 @@ class _Guard:
         return not (self.bare and full and self.coverage.get(other.id, 0.0) < 0.99)
 
 
-def _on_all(keywords: KeywordIndex, topics: set[str]) -> np.ndarray:
-    """A row mask: the memories on every one of ``topics`` (about anyone)."""
-    mask = np.ones(keywords.size, dtype=bool)
-    for topic in topics:
-        mask &= keywords.holding_any((TOPIC_PREFIX + topic, TOPIC_PREFIX + topic + OTHERS_MARK))
-    return mask
-
-
 def _current_update(
     ranked: list[MemoryRecord],
     rows: dict[str, int],
@@ -185,7 +177,7 @@ def _current_update(
         if asked:
             about &= asked
         if about and keywords is not None:
-            older, covered = neighbours.previous_value(row, _on_all(keywords, about)), len(about)
+            older, covered = neighbours.previous_value(row, keywords.on_topics(about)), len(about)
         elif asked:
             continue  # not about what the question asks
         else:
