@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .labels import neutralize_labels
 from .text import single_line
 
 __all__ = [
@@ -94,9 +95,14 @@ def merge_fields(
 
 
 def render_persona(label: str, fields: Iterable[PersonaField]) -> str:
-    """``label：`` and one ``- field：value`` line per field (the persona block's text)."""
+    """``label：`` and one ``- field：value`` line per field (the persona block's text).
+
+    Fields and values were extracted from members' messages: a label-like word
+    in them is neutralised (:func:`.labels.neutralize_labels`), so a value
+    cannot start another member's persona.
+    """
     lines = [f"{label}："]
-    lines += [f"- {f.field}：{f.value}" for f in fields]
+    lines += [f"- {neutralize_labels(f.field)}：{neutralize_labels(f.value)}" for f in fields]
     return "\n".join(lines)
 
 
