@@ -953,7 +953,7 @@ function SelfMemory({ notify, ask }) {
   const remove = async (entry) => {
     if (!(await ask({ title: "删除自我记忆", text: `确定删除第 ${entry.number} 条吗？\n${entry.content.slice(0, 80)}`, action: "删除" }))) return;
     try {
-      await api("DELETE", `/self/${entry.number}`);
+      await api("DELETE", `/self/${entry.id}`);
       notify(`已删除第 ${entry.number} 条自我记忆`);
       setVersion((v) => v + 1);
     } catch (err) {
