@@ -70,6 +70,9 @@ def _setup() -> MemoryRuntime | None:
     if not check.ok:
         rt.connection.close()  # release the data dir for `ambot memory …`
         return None
+    # NoneBot runs shutdown hooks in reverse order of registration: registered
+    # first, the store closes last, after the hooks registered below (group
+    # windows flushed, L3 runner and archive sweeper stopped, token removed).
     get_driver().on_shutdown(rt.close)
     register_memo_hook(rt.memo)
     register_memo_key_migration(rt.memo)  # after nonebot_plugin_orm's init_orm
