@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = [
+    "ActiveMemoryConfig",
     "ArchiveConfig",
     "ConfigError",
     "ConfigFile",
@@ -274,6 +275,30 @@ class ArchiveConfig(_Section):
     keep_history: bool = True
 
 
+class ActiveMemoryConfig(_Section):
+    """``[active_memory]``: the bot learns and recalls without the chat model calling a tool.
+
+    Learning: after answered turns, one isolated request to the chat model per
+    batch of a user's messages decides what to add, update or archive.
+    Recall: the most relevant memories go into each turn's prompt (``<MEMORIES>``).
+    """
+
+    enabled: bool = True
+    # Learn from what a member says about themselves in groups too (stored with
+    # group origin, visible where a group-chat write_memory would be).
+    in_groups: bool = False
+    batch_messages: int = Field(default=4, ge=1, le=100)
+    idle_seconds: float = Field(default=120, ge=0, le=86_400)
+    max_ops: int = Field(default=8, ge=1, le=100)
+    related_memories: int = Field(default=12, ge=0, le=100)
+    recall: bool = True
+    recall_top_k: int = Field(default=3, ge=1, le=20)
+    recall_max_chars: int = Field(default=600, ge=50, le=20_000)
+    # Cosine similarity of the message and a memory below which the memory is
+    # not recalled (measured with multilingual-e5-small: see README).
+    recall_min_similarity: float = Field(default=0.85, ge=0, le=1)
+
+
 class ConfigFile(_Section):
     """``config/amrita_plugin_memory/config.toml``."""
 
@@ -298,6 +323,7 @@ class ConfigFile(_Section):
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
     decay: DecayConfig = Field(default_factory=DecayConfig)
     archive: ArchiveConfig = Field(default_factory=ArchiveConfig)
+    active_memory: ActiveMemoryConfig = Field(default_factory=ActiveMemoryConfig)
 
     def half_life_days(self, importance: str) -> float:
         """Decay half-life of ``importance`` in days (0 = never ages)."""
@@ -338,6 +364,7 @@ _SECTIONS: dict[str, tuple[type[_Section], str]] = {
     "retrieval": (RetrievalConfig, "检索：关键词通道（混合检索）与写入去重"),
     "decay": (DecayConfig, "检索时的时间衰减（不删除任何记忆）；半衰期留空 = 取 short/long_term_expiry_days"),
     "archive": (ArchiveConfig, "归档：超过寿命的记忆移入归档（可恢复，从不删除）；寿命留空 = 取 short/long_term_expiry_days"),
+    "active_memory": (ActiveMemoryConfig, "主动记忆：回答后由聊天模型提取要记住的内容（每批一次额外请求），每轮自动召回相关记忆"),
 }
 """The ``[section]`` tables of the file, in the order they are rendered."""
 

@@ -127,6 +127,7 @@ class MemoryStore:
         limit: int | None = None,
         origin: str = ORIGIN_PRIVATE,
         vector: Sequence[float] | None = None,
+        source: str = "",
     ) -> MemoryRecord:
         """Embed and store one memory; with ``limit``, refuse when the partition is full.
 
@@ -148,6 +149,7 @@ class MemoryStore:
             created_at=now,
             updated_at=now,
             origin=origin,
+            source=source,
         )
         async with self.gate.writing(), self.locks.hold(partition):
             if limit is not None:
@@ -185,13 +187,15 @@ class MemoryStore:
         tags: Sequence[str] | None = None,
         importance: str | None = None,
         stored_vector: Sequence[float] | None = None,
+        origin: str | None = None,
     ) -> MemoryRecord | None:
         """Change a memory of ``partition``; ``None`` if it is not there.
 
         A changed text first keeps the previous version in the archive
         (:meth:`keep_history`): if that fails, nothing changes. ``stored_vector``
         is the vector of ``content`` when it is known already (an archived
-        version restored), so it is not embedded again.
+        version restored), so it is not embedded again. ``origin`` moves the
+        memory to another origin (a text from a private chat makes it private).
         """
         vector: Sequence[float] | None = None
         if content is not None:
@@ -210,6 +214,8 @@ class MemoryStore:
                 current.tags = list(tags)
             if importance is not None:
                 current.importance = importance
+            if origin is not None:
+                current.origin = origin
             current.updated_at = self.clock()
             kwargs: dict[str, Any] = {"ids": [memory_id], "metadatas": [current.to_metadata()]}
             if vector is not None:
@@ -252,6 +258,7 @@ class MemoryStore:
         importance: str = "medium",
         limit: int | None = None,
         origin: str = ORIGIN_PRIVATE,
+        source: str = "",
     ) -> WriteResult:
         """:meth:`add`, except that a near-duplicate of a memory of the partition
         refreshes that memory (:mod:`.merge`) instead of adding a copy.
@@ -275,7 +282,7 @@ class MemoryStore:
                             return WriteResult(merged, merged=True)
         record = await self.add(
             partition, scope, content, tags=tags, importance=importance, limit=limit,
-            origin=origin, vector=vector,
+            origin=origin, vector=vector, source=source,
         )  # fmt: skip
         return WriteResult(record)
 
