@@ -378,3 +378,34 @@ async def test_memories_block_related_unrelated_and_group(
     body = block(non_extraction_prompts(chat_server)[-1], "MEMORIES")
     assert "用户在群里说过：橘猫年糕今年三岁" in body
     assert "名字叫年糕" not in body  # said in private: never in a group's prompt
+
+
+def test_parse_memory_ops_keeps_only_well_formed_ops() -> None:
+    from amrita_plugin_memory.core.memory_ops import OpLimits, parse_memory_ops
+
+    limits = OpLimits(max_ops=5, content_chars=50, tags=2, tag_chars=4)
+    answer = """```json
+{"memories": [
+  {"op": "add", "content": " 用户喜欢猫 ", "tags": ["宠物"]},
+  {"op": "update", "ref": "M1", "content": "用户搬到了海珠区"},
+  {"op": "archive", "ref": "M1"},
+  {"op": "archive", "ref": "M2"},
+  {"op": "add", "content": "用户喜欢狗", "tags": ["宠物", "动物", "三个"]},
+  {"op": "add", "content": "用户喜欢鸟"}
+]}
+```"""
+    parsed = parse_memory_ops(answer, refs={"M1", "M2"}, limits=limits)
+    assert not parsed.malformed
+    assert [(o.op, o.ref, o.content, o.tags) for o in parsed.ops] == [
+        ("add", "", "用户喜欢猫", ("宠物",)),
+        ("update", "M1", "用户搬到了海珠区", ()),
+        ("archive", "M2", "", ()),
+    ]
+    assert parsed.ignored == [
+        "memories[2]: ref already changed by an earlier op",
+        "memories[4]: tags not a list of short texts",
+        "memories[5:]: beyond max_ops=5",
+    ]
+    for bad in ("", "[]", '{"memories": {}}', '{"updates": []}', "好的"):
+        assert parse_memory_ops(bad, refs=set(), limits=limits).malformed, bad
+    assert parse_memory_ops('{"memories": []}', refs=set(), limits=limits).ops == []
