@@ -224,11 +224,11 @@ class RetrievalConfig(_Section):
     # fused with the vector ranking: finds exact numbers, codes and names.
     hybrid: bool = True
     keyword_weight: float = Field(default=0.1, ge=0, le=10)
-    # A write that repeats a memory of the same partition refreshes it instead
-    # of adding a copy (cosine similarity of the vectors AND text similarity).
+    # A write that truly repeats a memory of the same partition, scope and origin
+    # (the same statement in nearly the same words, core/duplicates) refreshes it
+    # instead of adding a copy, if their vectors are also this close (cosine).
     dedup_on_write: bool = True
     dedup_min_cosine: float = Field(default=0.95, ge=0.5, le=1)
-    dedup_min_text_similarity: float = Field(default=0.5, ge=0, le=1)
 
 
 class DecayConfig(_Section):
@@ -247,10 +247,6 @@ class DecayConfig(_Section):
     # margin the more recent memory wins, a clearly better match still wins.
     weight: float = Field(default=0.05, ge=0, le=10)
     rerank_candidates: int = Field(default=20, ge=1, le=500)
-    # A newer memory about the same thing as the best match (the two are each
-    # other's nearest memory) ranks first when it is at most this much farther
-    # from the query (0.35 = 35 %): an update ("搬到了天河区") before the old value.
-    supersede_margin: float = Field(default=0.35, ge=0, le=10)
 
 
 class ArchiveConfig(_Section):
@@ -332,12 +328,24 @@ def _per_level(
 
 _SECTIONS: dict[str, tuple[type[_Section], str]] = {
     "subconscious": (SubconsciousConfig, "L3 离线巩固循环"),
-    "group_context": (GroupContextConfig, "群聊上下文窗口（Openmim L1，默认关闭：会增加每轮的 token）"),
-    "persona": (PersonaConfig, "群成员画像（Openmim L2，需要 group_context；每轮额外一次提取请求）"),
+    "group_context": (
+        GroupContextConfig,
+        "群聊上下文窗口（Openmim L1，默认关闭：会增加每轮的 token）",
+    ),
+    "persona": (
+        PersonaConfig,
+        "群成员画像（Openmim L2，需要 group_context；每轮额外一次提取请求）",
+    ),
     "self_memory": (SelfMemoryConfig, "机器人自我记忆（Openmim L3，超级用户用 /memory self 维护）"),
     "retrieval": (RetrievalConfig, "检索：关键词通道（混合检索）与写入去重"),
-    "decay": (DecayConfig, "检索时的时间衰减（不删除任何记忆）；半衰期留空 = 取 short/long_term_expiry_days"),
-    "archive": (ArchiveConfig, "归档：超过寿命的记忆移入归档（可恢复，从不删除）；寿命留空 = 取 short/long_term_expiry_days"),
+    "decay": (
+        DecayConfig,
+        "检索时的时间衰减（不删除任何记忆）；半衰期留空 = 取 short/long_term_expiry_days",
+    ),
+    "archive": (
+        ArchiveConfig,
+        "归档：超过寿命的记忆移入归档（可恢复，从不删除）；寿命留空 = 取 short/long_term_expiry_days",
+    ),
 }
 """The ``[section]`` tables of the file, in the order they are rendered."""
 
