@@ -5,10 +5,11 @@ memories out of a top-5 and fill the partition limit. A write whose text is a
 true repeat (:mod:`..core.duplicates`: the same statement in nearly the same
 words, written in the same place: same scope, same origin) of a memory of the
 same partition, with close vectors, updates that memory instead: the newer
-text, the union of the tags, the higher importance, a new ``updated_at``. The
-previous text is kept in the archive first, so a merge never loses either
-text. Anything less than a true repeat (another person, another value, a plan
-instead of a fact) stays a memory of its own.
+text (unless the stored one already holds it), the union of the tags, the
+higher importance, a new ``updated_at``. The previous text is kept in the
+archive first, so a merge never loses either text. Anything less than a true
+repeat (another person, another value, a plan instead of a fact) stays a
+memory of its own.
 """
 
 from __future__ import annotations
