@@ -225,11 +225,11 @@ class RetrievalConfig(_Section):
     # fused with the vector ranking: finds exact numbers, codes and names.
     hybrid: bool = True
     keyword_weight: float = Field(default=0.1, ge=0, le=10)
-    # A write that repeats a memory of the same partition refreshes it instead
-    # of adding a copy (cosine similarity of the vectors AND text similarity).
+    # A write that truly repeats a memory of the same partition, scope and origin
+    # (the same statement in nearly the same words, core/duplicates) refreshes it
+    # instead of adding a copy, if their vectors are also this close (cosine).
     dedup_on_write: bool = True
     dedup_min_cosine: float = Field(default=0.95, ge=0.5, le=1)
-    dedup_min_text_similarity: float = Field(default=0.5, ge=0, le=1)
 
 
 class DecayConfig(_Section):
@@ -248,10 +248,6 @@ class DecayConfig(_Section):
     # margin the more recent memory wins, a clearly better match still wins.
     weight: float = Field(default=0.05, ge=0, le=10)
     rerank_candidates: int = Field(default=20, ge=1, le=500)
-    # A newer memory about the same thing as the best match (the two are each
-    # other's nearest memory) ranks first when it is at most this much farther
-    # from the query (0.35 = 35 %): an update ("搬到了天河区") before the old value.
-    supersede_margin: float = Field(default=0.35, ge=0, le=10)
 
 
 class ArchiveConfig(_Section):

@@ -260,8 +260,9 @@ class MemoryStore:
         origin: str = ORIGIN_PRIVATE,
         source: str = "",
     ) -> WriteResult:
-        """:meth:`add`, except that a near-duplicate of a memory of the partition
-        refreshes that memory (:mod:`.merge`) instead of adding a copy.
+        """:meth:`add`, except that a true repeat of a memory of the partition, written
+        with the same scope and origin, refreshes that memory (:mod:`.merge`) instead
+        of adding a copy.
 
         A merge adds nothing, so a full partition still accepts a repeated fact.
         Candidates are found before the lock (the index loads under it) and
@@ -270,13 +271,13 @@ class MemoryStore:
         vector = (await self._embed([content]))[0]
         if self.settings.dedup:
             near = await self.query_vector(partition, vector, top_k=MERGE_NEIGHBOURS)
-            candidates = merge_candidates(near, scope, content, self.settings)
+            candidates = merge_candidates(near, content, scope=scope, origin=origin)
             if candidates:
                 async with self.gate.writing(), self.locks.hold(partition):
                     for candidate in candidates:
                         merged = await merge_into(
                             self, partition, candidate.id, content, vector,
-                            tags=tags, importance=importance, origin=origin,
+                            tags=tags, importance=importance, scope=scope, origin=origin,
                         )  # fmt: skip
                         if merged is not None:
                             return WriteResult(merged, merged=True)
@@ -372,7 +373,9 @@ class MemoryStore:
             lambda c: c.query(
                 query_embeddings=[list(vector)],
                 n_results=top_k,
-                where=where_partition(partition, importance=importance, group_origin_only=group_origin_only),
+                where=where_partition(
+                    partition, importance=importance, group_origin_only=group_origin_only
+                ),
                 include=["documents", "metadatas", "distances"],
             )
         )
