@@ -12,14 +12,12 @@ wins, and the oldest fields go first when the persona outgrows its limit.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .labels import neutralize_labels
-from .text import single_line
+from .text import load_model_json, single_line
 
 __all__ = [
     "FIELD_MAX_CHARS",
@@ -39,8 +37,6 @@ FIELD_MAX_CHARS = 16
 """A field name is short ("兴趣", "职业/身份"); longer ones are not a field name."""
 VALUE_MAX_CHARS = 200
 """A value above this (or one that alone outgrows the persona's limit) is dropped as over-long."""
-
-_FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL | re.IGNORECASE)
 
 
 @dataclass(slots=True)
@@ -127,11 +123,6 @@ def fields_from_json(raw: Any) -> list[PersonaField]:
     return out
 
 
-def _load_json(text: str) -> Any:
-    fenced = _FENCE.match(text)
-    return json.loads(fenced.group(1) if fenced else text)
-
-
 def _confidence(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
@@ -155,7 +146,7 @@ def parse_updates(
     """
     result = ParsedUpdates()
     try:
-        data = _load_json(text)
+        data = load_model_json(text)
     except ValueError as exc:
         result.ignored.append(f"not JSON ({exc.__class__.__name__})")
         return result

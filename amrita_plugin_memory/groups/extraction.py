@@ -18,7 +18,6 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from nonebot import logger
 
@@ -28,7 +27,7 @@ from ..core.group_window import WindowEntry
 from ..core.labels import SAFE_COLON
 from ..core.persona import PersonaField, parse_updates
 from ..storage.group_stores import GroupStores
-from .amrita_llm import Completion, complete_isolated
+from .amrita_llm import Completion, add_usage, complete_isolated
 from .labels import group_labels
 
 __all__ = ["EXTRACTION_MARKER", "ExtractionResult", "PersonaExtractor"]
@@ -168,7 +167,7 @@ class PersonaExtractor:
             logger.warning(f"[Memory] 画像提取请求失败：{exc.__class__.__name__}: {exc}")
             result.error = exc.__class__.__name__
             return result
-        await add_usage(usage)
+        await add_usage(usage, what="画像提取")
         parsed = parse_updates(
             text,
             labels={label: uid for uid, label in labels.items()},
@@ -215,18 +214,3 @@ class PersonaExtractor:
             {"role": "system", "content": EXTRACTION_SYSTEM},
             {"role": "user", "content": "\n\n".join(parts)},
         ]
-
-
-async def add_usage(usage: Any) -> None:
-    """Add the extraction's tokens to Amrita's global statistics (like the L3 loop's)."""
-    if usage is None or (usage.prompt_tokens == 0 and usage.completion_tokens == 0):
-        return
-    try:
-        from nonebot_plugin_amrita.database import InsightsModel
-        from nonebot_plugin_amrita.memory import add_usage as amrita_add_usage
-
-        insights = await InsightsModel.get()
-        amrita_add_usage(insights, usage)
-        await insights.save()
-    except Exception as exc:
-        logger.warning(f"[Memory] 记录画像提取的 token 用量失败：{exc.__class__.__name__}: {exc}")

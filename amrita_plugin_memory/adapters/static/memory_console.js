@@ -412,7 +412,8 @@ function MemoryRow({ memory, onSaved, onDelete, notify }) {
     h("td", null, memory.tags.map((t) => h("span", { key: t, className: "amc-tag" }, t))),
     h("td", null, IMPORTANCE[memory.importance] || memory.importance,
       memory.distance !== undefined ? h("div", { className: "amc-muted" }, "距离 " + memory.distance) : null),
-    h("td", { className: "amc-muted" }, when(memory.created_at), h("br"), memory.origin === "private" ? "私聊" : memory.origin.replace("group:", "群 ")),
+    h("td", { className: "amc-muted" }, when(memory.created_at), h("br"), memory.origin === "private" ? "私聊" : memory.origin.replace("group:", "群 "),
+      memory.source === "auto" ? h("div", { className: "amc-tag", title: "主动记忆自动记录" }, "自动记录") : null),
     h(
       "td",
       null,
