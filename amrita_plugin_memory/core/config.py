@@ -223,7 +223,7 @@ class RetrievalConfig(_Section):
     # A keyword channel (CJK bigrams + whole ASCII/number tokens, IDF coverage)
     # fused with the vector ranking: finds exact numbers, codes and names.
     hybrid: bool = True
-    keyword_weight: float = Field(default=0.1, ge=0, le=10)
+    keyword_weight: float = Field(default=0.25, ge=0, le=10)
     # A write that repeats a memory of the same partition refreshes it instead
     # of adding a copy (cosine similarity of the vectors AND text similarity).
     dedup_on_write: bool = True

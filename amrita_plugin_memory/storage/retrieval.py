@@ -25,13 +25,14 @@ import numpy as np
 
 from ..core.config import ConfigFile
 from ..core.ranking import (
+    CJK_UNIT,
     KeywordIndex,
     age_days,
     asks_current,
     combine,
     decay_factor,
     decayed_distance,
-    tokenize,
+    keyword_terms,
 )
 from ..core.records import ORIGIN_GROUP_FLAG, MemoryRecord
 from .filters import where_partition
@@ -71,7 +72,7 @@ class RetrievalSettings:
     """The ``[retrieval]`` and ``[decay]`` settings the store ranks and merges with."""
 
     hybrid: bool = True
-    keyword_weight: float = 0.1
+    keyword_weight: float = 0.25
     decay: bool = True
     decay_weight: float = 0.05
     half_lives: dict[str, float] = field(
@@ -176,8 +177,10 @@ async def _keyword_hits(
     limit: int,
     importance: str | None,
     group_origin_only: bool,
-) -> list[tuple[MemoryRecord, float]]:
-    """``(record, keyword coverage)`` of the best keyword matches, records carrying distances
+) -> list[tuple[MemoryRecord, float, float]]:
+    """``(record, coverage, keyword part)`` of the best keyword matches: the plain share of
+    the query's keyword weight, and the share with CJK terms at
+    :data:`~..core.ranking.CJK_UNIT` (what the ranking adds). Records carry distances
     when the partition's vectors are cached (keyword-only hits are shown like the others)."""
     if entry is not None:
         ids, docs, metas = entry.ids, entry.documents, entry.metadatas
@@ -185,24 +188,33 @@ async def _keyword_hits(
     else:
         ids, docs, metas = await _partition_rows(store, partition)
         keywords = await _build_keywords(store, docs)
-    scores = keywords.coverage(text)
-    rows = [r for r in scores if _keep(metas[r], importance, group_origin_only)]
-    rows.sort(key=lambda r: (-scores[r], ids[r]))
-    rows = rows[:limit]
+    shares = keywords.coverage(text)
+    scores = keywords.coverage(text, cjk_unit=CJK_UNIT)
+    rows = np.asarray(
+        [r for r in scores if _keep(metas[r], importance, group_origin_only)], dtype=np.int64
+    )
     query = np.asarray(vector, dtype=np.float32)
-    out: list[tuple[MemoryRecord, float]] = []
-    for r in rows:
-        distance = None
-        if entry is not None and query.shape == (entry.dim,):
-            diff = entry.vector(r) - query
-            distance = float(diff @ diff)
-        out.append((MemoryRecord.from_chroma(ids[r], docs[r], metas[r], distance), scores[r]))
+    by_score = np.asarray([-scores[r] for r in rows.tolist()], dtype=np.float64)
+    distances: np.ndarray | None = None
+    if entry is not None and query.shape == (entry.dim,) and len(rows):
+        diff = entry.vectors[rows] - query
+        distances = close = np.einsum("ij,ij->i", diff, diff)
+        # Equal shares (often only a name or a common word matched): the closest first.
+        order = np.lexsort((close, by_score))
+    else:
+        order = np.lexsort((np.asarray([ids[r] for r in rows.tolist()]), by_score))
+    out: list[tuple[MemoryRecord, float, float]] = []
+    for i in order[:limit].tolist():
+        r = int(rows[i])
+        distance = None if distances is None else float(distances[i])
+        record = MemoryRecord.from_chroma(ids[r], docs[r], metas[r], distance)
+        out.append((record, shares[r], scores[r]))
     return out
 
 
 def _known_tokens(keywords: KeywordIndex, query: str) -> int:
     """How many of the query's tokens occur in the partition at all."""
-    return len(set(tokenize(query)) & keywords.postings.keys())
+    return len(set(keyword_terms(query)) & keywords.postings.keys())
 
 
 async def search(
@@ -230,18 +242,20 @@ async def search(
     records = {r.id: r for r in by_vector}
     entry = await _snapshot(store, partition)
     coverage: dict[str, float] = {}
+    keyword_part: dict[str, float] = {}
     if settings.hybrid and settings.keyword_weight > 0:
         hits = await _keyword_hits(
             store, entry, partition, text, vector, pool, importance, group_origin_only
         )
-        for record, share in hits:
+        for record, share, part in hits:
             records.setdefault(record.id, record)
             coverage[record.id] = share
+            keyword_part[record.id] = part
     distances = {
         memory_id: None if r.distance is None else r.distance * settings.growth(r, now)
         for memory_id, r in records.items()
     }
-    ranked = [records[i] for i in combine(distances, coverage, settings.keyword_weight)]
+    ranked = [records[i] for i in combine(distances, keyword_part, settings.keyword_weight)]
     if settings.decay and settings.supersede_margin > 0 and entry is not None:
         keywords: KeywordIndex | None = entry.derived.get(_KEYWORD_KEY)
         if keywords is None and asks_current(text):  # its topics find the replaced value
