@@ -88,6 +88,21 @@ def test_tokens_keep_numbers_codes_and_chinese_words() -> None:
     assert R.tokenize("") == [] and R.tokenize("，。!!") == []
 
 
+def test_keyword_terms_stem_english_words_only() -> None:
+    assert R.keyword_terms("Ana painted lighthouses") == ["ana", "paint", "lighthous"]
+    assert R.keyword_terms("A1037 房间1602") == ["a1037", "1602", "房间", "间1602"]
+    assert R.tokenize("painted") == ["painted"]  # dedup compares values unstemmed
+    index = R.KeywordIndex(["Ana painted a lighthouse in 2021", "Ana went fishing"])
+    assert index.coverage("When did Ana paint the lighthouse?")[0] == pytest.approx(1.0)
+
+
+def test_a_cjk_term_counts_part_of_a_word_in_the_ranking() -> None:
+    index = R.KeywordIndex(["用户的猫叫年糕", "用户的狗叫饺子", "The cat is called Mochi"])
+    assert index.coverage("年糕") == {0: pytest.approx(1.0)}
+    assert index.coverage("年糕", cjk_unit=R.CJK_UNIT) == {0: pytest.approx(R.CJK_UNIT)}
+    assert index.coverage("Mochi", cjk_unit=R.CJK_UNIT) == {2: pytest.approx(1.0)}
+
+
 def test_fusion_and_decay_arithmetic() -> None:
     # The keyword share decides between close candidates, not against a clearly closer one.
     assert R.combine({"a": 0.20, "b": 0.21}, {"b": 1.0}, 0.1) == ["b", "a"]

@@ -224,7 +224,7 @@ class RetrievalConfig(_Section):
     # A keyword channel (CJK bigrams + whole ASCII/number tokens, IDF coverage)
     # fused with the vector ranking: finds exact numbers, codes and names.
     hybrid: bool = True
-    keyword_weight: float = Field(default=0.1, ge=0, le=10)
+    keyword_weight: float = Field(default=0.25, ge=0, le=10)
     # A write that truly repeats a memory of the same partition, scope and origin
     # (the same statement in nearly the same words, core/duplicates) refreshes it
     # instead of adding a copy, if their vectors are also this close (cosine).

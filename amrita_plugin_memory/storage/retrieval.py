@@ -25,7 +25,14 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from ..core.config import ConfigFile
-from ..core.ranking import KeywordIndex, age_days, combine, decay_factor, decayed_distance
+from ..core.ranking import (
+    CJK_UNIT,
+    KeywordIndex,
+    age_days,
+    combine,
+    decay_factor,
+    decayed_distance,
+)
 from ..core.records import ORIGIN_GROUP_FLAG, MemoryRecord
 from .filters import where_partition
 from .partition_index import IndexedStore, PartitionIndex
@@ -63,7 +70,7 @@ class RetrievalSettings:
     """The ``[retrieval]`` and ``[decay]`` settings the store ranks and merges with."""
 
     hybrid: bool = True
-    keyword_weight: float = 0.1
+    keyword_weight: float = 0.25
     decay: bool = True
     decay_weight: float = 0.05
     half_lives: dict[str, float] = field(
@@ -165,26 +172,36 @@ async def _keyword_hits(
     importance: str | None,
     group_origin_only: bool,
 ) -> list[tuple[MemoryRecord, float]]:
-    """``(record, keyword coverage)`` of the best keyword matches, records carrying distances
-    when the partition's vectors are cached (keyword-only hits are shown like the others)."""
+    """``(record, keyword part)`` of the best keyword matches: the share of the query's
+    keyword weight a memory holds, CJK terms counted at :data:`~..core.ranking.CJK_UNIT`
+    (what the ranking adds). Records carry distances when the partition's vectors are
+    cached (keyword-only hits are shown like the others)."""
     if entry is not None:
         ids, docs, metas = entry.ids, entry.documents, entry.metadatas
         keywords = await _keywords_of(store, entry)
     else:
         ids, docs, metas = await _partition_rows(store, partition)
         keywords = await _build_keywords(store, docs)
-    scores = keywords.coverage(text)
-    rows = [r for r in scores if _keep(metas[r], importance, group_origin_only)]
-    rows.sort(key=lambda r: (-scores[r], ids[r]))
-    rows = rows[:limit]
+    scores = keywords.coverage(text, cjk_unit=CJK_UNIT)
+    rows = np.asarray(
+        [r for r in scores if _keep(metas[r], importance, group_origin_only)], dtype=np.int64
+    )
     query = np.asarray(vector, dtype=np.float32)
+    by_score = np.asarray([-scores[r] for r in rows.tolist()], dtype=np.float64)
+    distances: np.ndarray | None = None
+    if entry is not None and query.shape == (entry.dim,) and len(rows):
+        diff = entry.vectors[rows] - query
+        distances = close = np.einsum("ij,ij->i", diff, diff)
+        # Equal shares (often only a name or a common word matched): the closest first.
+        order = np.lexsort((close, by_score))
+    else:
+        order = np.lexsort((np.asarray([ids[r] for r in rows.tolist()]), by_score))
     out: list[tuple[MemoryRecord, float]] = []
-    for r in rows:
-        distance = None
-        if entry is not None and query.shape == (entry.dim,):
-            diff = entry.vector(r) - query
-            distance = float(diff @ diff)
-        out.append((MemoryRecord.from_chroma(ids[r], docs[r], metas[r], distance), scores[r]))
+    for i in order[:limit].tolist():
+        r = int(rows[i])
+        distance = None if distances is None else float(distances[i])
+        record = MemoryRecord.from_chroma(ids[r], docs[r], metas[r], distance)
+        out.append((record, scores[r]))
     return out
 
 
@@ -212,17 +229,17 @@ async def search(
     )
     records = {r.id: r for r in by_vector}
     entry = await _snapshot(store, partition)
-    coverage: dict[str, float] = {}
+    keyword_part: dict[str, float] = {}
     if settings.hybrid and settings.keyword_weight > 0:
         hits = await _keyword_hits(
             store, entry, partition, text, vector, pool, importance, group_origin_only
         )
-        for record, share in hits:
+        for record, part in hits:
             records.setdefault(record.id, record)
-            coverage[record.id] = share
+            keyword_part[record.id] = part
     distances = {
         memory_id: None if r.distance is None else r.distance * settings.growth(r, now)
         for memory_id, r in records.items()
     }
-    ranked = [records[i] for i in combine(distances, coverage, settings.keyword_weight)]
+    ranked = [records[i] for i in combine(distances, keyword_part, settings.keyword_weight)]
     return [replace(r) for r in ranked[:top_k]]

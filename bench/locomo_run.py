@@ -1,0 +1,214 @@
+"""The LoCoMo benchmark through the plugin's own write and read path.
+
+Each conversation's observations become one user's memories, written oldest
+first with ``MemoryTools.write_memory`` while the store's clock shows the
+session's date (so age decay sees a real user's history; dedup on write is
+on, as by default: an observation merged into an earlier memory gives that
+memory its turns too). Then the store's clock is set to the conversation's
+``now`` (a day after its last session) and every question is asked with
+``MemoryTools.read_memory`` (``top_k`` :data:`TOP_K`), the search a chat model
+gets. In the same pass, with the very vector ``read_memory`` embedded, the
+plain dense baseline ranks the same partition's stored vectors by cosine
+(e5 query/passage modes): same model, same memories, no keyword channel, no
+decay, no rules.
+
+A hit is a memory holding an observation of one of the question's evidence turns.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .locomo_data import Conversation
+from .recall_run import EmbedTimer, Step, build_runtime
+
+if TYPE_CHECKING:
+    from amrita_plugin_memory.services import MemoryRuntime
+    from amrita_plugin_memory.tools.memory_tools import Caller
+
+__all__ = [
+    "BASE_UID",
+    "LOCOMO_STEP",
+    "TOP_K",
+    "Answer",
+    "Partition",
+    "RunResult",
+    "ask_all",
+    "run_locomo",
+    "write_all",
+]
+
+BASE_UID = 400_000  # QQ number of the first conversation's user
+TOP_K = 10
+LOCOMO_STEP = Step("locomo", "e5", hybrid=True, dedup=True, decay=True)
+"""The plugin's default ranking (hybrid, dedup on write, decay), e5 query/passage modes."""
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One question's outcome: 1-based rank of the first evidence memory (``None``: not in
+    the top :data:`TOP_K`) for the plugin's ranking and for the dense baseline."""
+
+    conversation: int  # index in the run's list of conversations
+    category: int
+    rank: int | None
+    dense: int | None
+
+
+@dataclass(slots=True)
+class Partition:
+    """One conversation's memories as stored: ids, their stored vectors, their turns."""
+
+    caller: Caller
+    turns: dict[str, frozenset[str]] = field(default_factory=dict)
+    ids: list[str] = field(default_factory=list)
+    vectors: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
+
+    def dense(self, query: Sequence[float], k: int) -> list[str]:
+        """The ``k`` memories closest to ``query`` by cosine (ties: id order)."""
+        q = np.asarray(query, dtype=np.float32)
+        sims = self.vectors @ (q / (np.linalg.norm(q) or 1.0))
+        return [self.ids[i] for i in np.argsort(-sims, kind="stable")[:k]]
+
+    def rank(self, ids: Sequence[str], evidence: frozenset[str]) -> int | None:
+        for pos, memory_id in enumerate(ids, start=1):
+            if self.turns.get(memory_id, frozenset()) & evidence:
+                return pos
+        return None
+
+
+@dataclass(slots=True)
+class RunResult:
+    answers: list[Answer] = field(default_factory=list)
+    written: int = 0  # observations written
+    merged: int = 0  # of them merged into an earlier memory (dedup on write)
+    memories: list[int] = field(default_factory=list)  # per conversation
+    embed_s: list[float] = field(default_factory=list)  # the embedding call of each read
+    search_s: list[float] = field(default_factory=list)  # the rest of each read_memory
+    leaks: list[str] = field(default_factory=list)  # "question -> foreign id"
+
+
+class QueryCapture(EmbedTimer):
+    """Times the runtime's real ``embed`` and keeps the last query vector (for the baseline)."""
+
+    def __init__(self, rt: MemoryRuntime) -> None:
+        super().__init__(rt)
+        self.query: list[float] = []
+
+    async def _timed(self, texts: Sequence[str], kind: Any = "document") -> list[list[float]]:
+        vectors = await super()._timed(texts, kind)
+        if kind == "query" and vectors:
+            self.query = vectors[0]
+        return vectors
+
+
+def _caller(index: int) -> Caller:
+    from amrita_plugin_memory.storage.keys import target_from_ids
+    from amrita_plugin_memory.tools.memory_tools import caller_for_user
+
+    return caller_for_user(target_from_ids(str(BASE_UID + index)))
+
+
+async def _write(rt: MemoryRuntime, conv: Conversation, index: int, out: RunResult) -> Partition:
+    part = Partition(_caller(index))
+    turns: dict[str, set[str]] = {}
+    for obs in conv.observations:
+        stamp = obs.when.isoformat(timespec="seconds")
+        rt.store.clock = lambda s=stamp: s
+        result = await rt.tools.write_memory(part.caller, {"content": obs.text, "tags": ["locomo"]})
+        if not result.get("ok"):
+            raise RuntimeError(f"write_memory failed in {conv.name}: {result}")
+        out.written += 1
+        out.merged += bool(result.get("merged"))
+        turns.setdefault(str(result["memory"]["id"]), set()).update(obs.turns)
+    part.turns = {memory_id: frozenset(t) for memory_id, t in turns.items()}
+    partition = part.caller.target.user
+    async for page in rt.store.iter_records(partition):
+        part.ids.extend(r.id for r in page)
+    rows = []
+    for memory_id in part.ids:
+        vector = await rt.store.stored_vector(memory_id)
+        if vector is None:
+            raise RuntimeError(f"memory {memory_id} of {conv.name} has no stored vector")
+        rows.append(vector)
+    matrix = np.asarray(rows, dtype=np.float32)
+    part.vectors = matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
+    out.memories.append(len(part.ids))
+    return part
+
+
+async def write_all(
+    rt: MemoryRuntime,
+    convs: Sequence[Conversation],
+    out: RunResult,
+    progress: Callable[[str], None] = lambda _: None,
+) -> list[Partition]:
+    """Write every conversation's observations into its own user's partition."""
+    parts = []
+    for index, conv in enumerate(convs):
+        parts.append(await _write(rt, conv, index, out))
+        progress(f"{conv.name}: {len(conv.observations)} observations written")
+    return parts
+
+
+async def ask_all(
+    rt: MemoryRuntime,
+    convs: Sequence[Conversation],
+    parts: Sequence[Partition],
+    out: RunResult,
+) -> None:
+    """Ask every question through ``read_memory`` and the dense baseline."""
+    capture = QueryCapture(rt)
+    try:
+        for index, (conv, part) in enumerate(zip(convs, parts, strict=True)):
+            now = conv.now.isoformat(timespec="seconds")
+            rt.store.clock = lambda s=now: s
+            # Uncounted: the partition's in-process index is built on first use.
+            await rt.tools.read_memory(part.caller, {"query": "warm-up", "top_k": TOP_K})
+            own = set(part.ids)
+            for q in conv.questions:
+                capture.seconds = 0.0
+                started = time.perf_counter()
+                result = await rt.tools.read_memory(part.caller, {"query": q.text, "top_k": TOP_K})
+                total = time.perf_counter() - started
+                if not result.get("ok"):
+                    raise RuntimeError(f"read_memory failed in {conv.name}: {result}")
+                out.embed_s.append(capture.seconds)
+                out.search_s.append(total - capture.seconds)
+                got = [str(m["id"]) for m in result["memories"]]
+                out.leaks.extend(f"{q.text} -> {i}" for i in got if i not in own)
+                dense = part.dense(capture.query, TOP_K)
+                out.answers.append(
+                    Answer(
+                        index, q.category, part.rank(got, q.evidence), part.rank(dense, q.evidence)
+                    )
+                )
+    finally:
+        capture.restore()
+
+
+async def run_locomo(
+    convs: Sequence[Conversation],
+    data_dir: Path,
+    embedder: dict[str, Any],
+    progress: Callable[[str], None] = lambda _: None,
+) -> RunResult:
+    """Write, then ask, on a fresh runtime on ``data_dir`` (the plugin must be importable)."""
+    from amrita_plugin_memory.core.records import utc_now
+
+    rt = build_runtime(data_dir, LOCOMO_STEP, embedder)
+    out = RunResult()
+    try:
+        parts = await write_all(rt, convs, out, progress)
+        progress(f"{out.written} observations written ({out.merged} merged); asking")
+        await ask_all(rt, convs, parts, out)
+        rt.store.clock = utc_now
+    finally:
+        await rt.close()
+    return out
