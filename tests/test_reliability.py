@@ -276,13 +276,13 @@ async def test_a_delete_under_a_fault_loses_nothing(
         assert len(set(ids)) == 3
         before = await kept_texts(rt)
         STATS.faults_injected += 1
+        archive = await rt.connection.get_collection(rt.store.archive.name, create=True)
+        save = rt.store.archive.save
         if fault == "archive_in_maintenance":
-            archive = await rt.connection.get_collection(rt.store.archive.name, create=True)
             await rt.connection.run(lambda: archive.modify(metadata={"reembed_running": "test"}))
         elif fault == "chroma_down_before":
             chroma_server.stop()
         elif fault == "chroma_down_mid":
-            save = rt.store.archive.save
 
             async def save_then_stop(*args: Any, **kwargs: Any) -> None:
                 await save(*args, **kwargs)
