@@ -19,15 +19,22 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.botproject import ALICE, BOB, BotProject, memory_meta, seed, snapshot
+from tests.botproject import ALICE, BOB, BotProject, memory_meta, seed
 from tests.conftest import EMBED
-from tests.console_bot import RunningBot, api_data, api_error, login, run_async, webui_session
+from tests.console_bot import (
+    RunningBot,
+    api_data,
+    api_error,
+    assert_nothing_lost,
+    login,
+    run_async,
+    webui_session,
+)
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 
 E = lazy_import("amrita_plugin_memory.embedding", "amrita_plugin_memory.storage.keys")
 MEM = "amrita_user_memory"
-ARCHIVE = MEM + "_archive"
 CAROL = "QQPlatform_Private_10003"
 DAVE = "QQPlatform_Private_10004"
 LIMIT = 4
@@ -292,17 +299,6 @@ def test_the_same_output_once_the_bot_has_stopped(bot: RunningBot) -> None:
     assert _refused(project.ambot("archive", "restore", "dave-old")) == f"错误：{FULL}"
     assert _refused(project.ambot("archive", "restore", "x" * 500)) == HUGE
 
-    async def check() -> None:
-        rt = project.runtime()
-        try:
-            live, archived = await snapshot(rt, MEM), await snapshot(rt, ARCHIVE)
-        finally:
-            await rt.close()
-        # Every text seeded is still there, live or archived (a restored version's
-        # replaced text included).
-        texts = {doc for doc, _ in live.values()} | {doc for doc, _ in archived.values()}
-        lost = [i for i, doc, _ in SEEDED if doc not in texts]
-        STATS.items_lost += len(lost)
-        assert lost == []
-
-    run_async(check())
+    # Every text seeded is still there, live or archived (a restored version's
+    # replaced text included).
+    assert_nothing_lost(project, SEEDED)

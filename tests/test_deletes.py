@@ -10,15 +10,24 @@ read and its delete: right after the archive row is saved.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
+
+# The archive tests' helpers; their autouse ``drop_archive`` cleans the shared remote server here too.
+from tests.test_archive import (
+    ALICE,
+    BOB,
+    NOW,
+    days_ago,
+    drop_archive,  # noqa: F401
+    lifetime,
+    stored_vector,
+)
 
 A = lazy_import(
     "amrita_plugin_memory.storage.memory_store",
@@ -28,32 +37,6 @@ A = lazy_import(
     "amrita_plugin_memory.core.config",
     "amrita_plugin_memory.core.errors",
 )
-
-ALICE = "QQPlatform_Private_10001"
-BOB = "QQPlatform_Private_10002"
-NOW = datetime.now(UTC)
-
-
-def days_ago(days: float) -> str:
-    return (NOW - timedelta(days=days)).isoformat(timespec="seconds")
-
-
-def lifetime(importance: str) -> float:
-    return A.ConfigFile().lifetime_days(importance)
-
-
-async def stored_vector(store: Any, memory_id: str) -> list[float]:
-    res = await store._run(lambda c: c.get(ids=[memory_id], include=["embeddings"]))
-    return [float(x) for x in res["embeddings"][0]]
-
-
-@pytest.fixture(autouse=True)
-async def drop_archive(store: Any) -> AsyncIterator[None]:
-    """The remote server is shared by the whole session: drop this test's archive."""
-    yield
-    if store.connection.mode == "remote":
-        with contextlib.suppress(Exception):
-            await store.connection.delete_collection(store.archive.name)
 
 
 def another_process(store: Any) -> Any:
@@ -165,13 +148,14 @@ async def test_the_sweep_leaves_a_memory_another_process_changed_meanwhile(
     store.clock = lambda: NOW.isoformat(timespec="seconds")
     other = another_process(store)
     other.keep_versions = other_keeps_history
+    other.clock = lambda: NOW.isoformat(timespec="seconds")
     new_vector = (await store.embedder.embed(["用户搬到北京了"]))[0]
     changed = after_first_archive_save(
         store,
         lambda: other.update(ALICE, old.id, content="用户搬到北京了", stored_vector=new_vector),
     )
 
-    result = await A.sweep(store, lifetime, batch_size=10)
+    result = await A.sweep(store, lifetime, batch_size=10, now=NOW)
 
     assert changed and changed[0] is not None, "the other process's update did not run"
     STATS.faults_injected += 1
@@ -187,7 +171,7 @@ async def test_the_sweep_leaves_a_memory_another_process_changed_meanwhile(
     assert [(v.record.content, v.reason, v.is_version) for v in versions] == [
         ("用户住在上海", "updated", True)
     ]
-    again = await A.sweep(store, lifetime)
+    again = await A.sweep(store, lifetime, now=NOW)
     assert (again.archived, await store.get(ALICE, old.id) is not None) == (0, True)
 
 

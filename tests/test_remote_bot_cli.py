@@ -16,24 +16,22 @@ import json
 import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
 
-from tests.botproject import ALICE, BOB, BotProject, memory_meta, seed, snapshot
-from tests.conftest import EMBED
-from tests.console_bot import RunningBot, run_async
+from tests.botproject import ALICE, BOB, BotProject, memory_meta
+from tests.console_bot import (
+    RunningBot,
+    assert_nothing_lost,
+    command_ok,
+    command_refused,
+    seeded_bot,
+)
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 from tests.servers import ChromaServer, free_port
 
-E = lazy_import(
-    "amrita_plugin_memory.embedding",
-    "amrita_plugin_memory.storage.keys",
-    "amrita_plugin_memory.core.bot_link",
-)
-MEM = "amrita_user_memory"
-ARCHIVE = MEM + "_archive"
+E = lazy_import("amrita_plugin_memory.core.bot_link")
 NOW = datetime.now(UTC).isoformat()
 LOCAL_ACTOR = "控制台 ambot memory（本地令牌）"
 
@@ -51,46 +49,20 @@ def bot(
 ) -> Iterator[RunningBot]:
     project = BotProject(tmp_path_factory.mktemp("remote-cli") / "bot")
     project.write_remote_env(chroma_server, "remote_cli")
-
-    async def prepare() -> None:
-        rt = project.runtime()
-        try:
-            await seed(rt, MEM, SEEDED)
-            await E.reset_fingerprint(rt.maintenance)
-            await E.migrate_partition_keys(rt.store)
-        finally:
-            await rt.close()
-
-    EMBED.reset()
-    run_async(prepare())
-    running = RunningBot(project, l3=False)
-    running.start()
+    running = seeded_bot(project, SEEDED, l3=False)
     yield running
     running.stop()
 
 
-def _ok(proc: Any) -> str:
-    assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    assert "Traceback" not in proc.stdout + proc.stderr
-    return proc.stdout
-
-
-def _refused(proc: Any) -> str:
-    assert proc.returncode == 1, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    assert "Traceback" not in proc.stdout + proc.stderr
-    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("错误：")]
-    return line
-
-
 def test_archive_sweep_and_restore_run_inside_the_bot(bot: RunningBot) -> None:
     project = bot.project
-    out = _ok(project.ambot("archive", "sweep"))
+    out = command_ok(project.ambot("archive", "sweep"))
     assert out.startswith(f"归档清理完成：扫描 {len(SEEDED)} 条记忆，归档 {len(EXPIRED)} 条"), out
     assert f"{LOCAL_ACTOR}：归档清理 archived={len(EXPIRED)}" in bot.log(), "not done by the bot"
 
-    assert _ok(project.ambot("archive", "restore", "old001")).strip() == "已恢复记忆 old001"
+    assert command_ok(project.ambot("archive", "restore", "old001")).strip() == "已恢复记忆 old001"
     assert f"{LOCAL_ACTOR}：恢复归档 partition={ALICE} id=old001" in bot.log()
-    listing = _ok(project.ambot("archive", "list", "-p", ALICE))
+    listing = command_ok(project.ambot("archive", "list", "-p", ALICE))
     assert listing.startswith(f"分区 {ALICE} 归档共 {len(EXPIRED) - 1} 条")
     assert f"{LOCAL_ACTOR}：" in bot.log()
 
@@ -103,13 +75,13 @@ def _bot_pid(project: BotProject) -> int:
 def test_every_other_writing_command_asks_the_bot_or_refuses(bot: RunningBot) -> None:
     project = bot.project
     pid = _bot_pid(project)
-    made = _ok(project.ambot("backup", "create"))
+    made = command_ok(project.ambot("backup", "create"))
     assert f"（由运行中的 Bot 创建，PID {pid}）" in made, made
 
-    status = _ok(project.ambot("status"))
+    status = command_ok(project.ambot("status"))
     assert "Bot 正在运行" in status
 
-    reindex = _ok(project.ambot("reindex", "--yes"))
+    reindex = command_ok(project.ambot("reindex", "--yes"))
     assert "在运行中的 Bot 内执行" in reindex and "重映射完成" in reindex
     assert f"{LOCAL_ACTOR}：开始重映射" in bot.log()
 
@@ -117,7 +89,7 @@ def test_every_other_writing_command_asks_the_bot_or_refuses(bot: RunningBot) ->
         (("migrate-keys",), "迁移分区键"),
         (("reset-fingerprint",), "重置指纹"),
     ):
-        line = _refused(project.ambot(*args))
+        line = command_refused(project.ambot(*args))
         STATS.inputs_tried += 1
         assert line.startswith(f"错误：Bot 正在运行（PID {pid}），{what}"), line
         assert "需要先停止 Bot（它正在读写同一个远程向量库" in line, line
@@ -125,7 +97,7 @@ def test_every_other_writing_command_asks_the_bot_or_refuses(bot: RunningBot) ->
 
 def test_a_token_file_left_by_a_killed_bot_is_ignored(bot: RunningBot) -> None:
     project = bot.project
-    through_bot = _ok(project.ambot("archive", "list", "-n", "50"))
+    through_bot = command_ok(project.ambot("archive", "list", "-n", "50"))
     bot.stop()
     # A token file whose PID is alive (this test process) but nobody listens
     # at its address: what a bot killed with -9 leaves, its PID reused.
@@ -143,21 +115,10 @@ def test_a_token_file_left_by_a_killed_bot_is_ignored(bot: RunningBot) -> None:
         encoding="utf-8",
     )
     try:
-        assert _ok(project.ambot("archive", "list", "-n", "50")) == through_bot
-        assert "归档清理完成" in _ok(project.ambot("archive", "sweep"))
+        assert command_ok(project.ambot("archive", "list", "-n", "50")) == through_bot
+        assert "归档清理完成" in command_ok(project.ambot("archive", "sweep"))
     finally:
         token.unlink()
 
-    async def check() -> None:
-        rt = project.runtime()
-        try:
-            live, archived = await snapshot(rt, MEM), await snapshot(rt, ARCHIVE)
-        finally:
-            await rt.close()
-        texts = {doc for doc, _ in live.values()} | {doc for doc, _ in archived.values()}
-        lost = [i for i, doc, _ in SEEDED if doc not in texts]
-        STATS.items_lost += len(lost)
-        assert lost == []
-        assert set(live) == {"old001", *(i for i, _, _ in FRESH)}
-
-    run_async(check())
+    live = assert_nothing_lost(project, SEEDED)
+    assert set(live) == {"old001", *(i for i, _, _ in FRESH)}
