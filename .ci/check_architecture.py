@@ -52,15 +52,32 @@ LAYERS: tuple[tuple[str, tuple[str, ...], frozenset[str]], ...] = (
         frozenset({"services", "tools", "embedding", "storage", "core"}),
     ),
     (
+        "active",
+        ("active",),
+        frozenset({"groups", "services", "tools", "embedding", "storage", "core"}),
+    ),
+    (
         "console",
         ("console",),
-        frozenset({"groups", "rethinking", "services", "tools", "embedding", "storage", "core"}),
+        frozenset(
+            {"active", "groups", "rethinking", "services", "tools", "embedding", "storage", "core"}
+        ),
     ),
     (
         "adapters",
         ("adapters",),
         frozenset(
-            {"console", "groups", "rethinking", "services", "tools", "embedding", "storage", "core"}
+            {
+                "active",
+                "console",
+                "groups",
+                "rethinking",
+                "services",
+                "tools",
+                "embedding",
+                "storage",
+                "core",
+            }
         ),
     ),
     ("cli", ("cli",), frozenset({"services", "embedding", "storage", "tools", "core"})),
@@ -71,6 +88,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...], frozenset[str]], ...] = (
             {
                 "cli",
                 "adapters",
+                "active",
                 "console",
                 "groups",
                 "rethinking",

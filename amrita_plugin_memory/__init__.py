@@ -16,6 +16,7 @@ require("amrita.plugins.chat")
 import nonebot_plugin_localstore as localstore  # noqa: E402
 from nonebot.plugin import PluginMetadata  # noqa: E402
 
+from .adapters.active_hooks import setup_active_memory  # noqa: E402
 from .adapters.archive_hooks import setup_archive  # noqa: E402
 from .adapters.console_setup import setup_console  # noqa: E402
 from .adapters.gc_freeze import register_gc_freeze  # noqa: E402
@@ -38,7 +39,7 @@ __plugin_meta__ = PluginMetadata(
     description="Amrita 长期记忆插件：L1 备忘录 + L2 向量记忆 + L3 离线巩固循环",
     usage=(
         "/memory user list|search <关键词>|delete <ID>；/memory group list|search|delete；"
-        "/memory persona|memo；/memory group memo|anonymize|context；/memory self（超级用户）"
+        "/memory persona|memo|auto；/memory group memo|anonymize|context；/memory self（超级用户）"
     ),
     type="application",
     config=EnvConfig,
@@ -70,12 +71,19 @@ def _setup() -> MemoryRuntime | None:
     if not check.ok:
         rt.connection.close()  # release the data dir for `ambot memory …`
         return None
+    # NoneBot runs shutdown hooks in reverse order of registration: registered
+    # first, the store closes last, after the hooks registered below (group
+    # windows flushed, active-memory batches finished, L3 runner and archive
+    # sweeper stopped, token removed).
     get_driver().on_shutdown(rt.close)
     register_memo_hook(rt.memo)
     register_memo_key_migration(rt.memo)  # after nonebot_plugin_orm's init_orm
     register_surface_tools(rt.tools)
     awareness = setup_group_awareness(rt)  # group window, personas, self memory
-    register_commands(MemoryCommands(rt.tools, GroupCommands(awareness.stores, rt.memo)))
+    active = setup_active_memory(rt)  # learns after answered turns, recalls into the prompt
+    register_commands(
+        MemoryCommands(rt.tools, GroupCommands(awareness.stores, rt.memo), auto=active)
+    )
     runner = setup_subconscious(rt)
     setup_archive(rt)  # the periodic sweep into the archive ([archive] enabled)
     setup_console(rt, runner, awareness.stores)  # WebUI page, admin API, ambot memory while running

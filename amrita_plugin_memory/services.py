@@ -6,6 +6,10 @@ plugin's ``runtime`` attribute never shadow each other.)
 
 from __future__ import annotations
 
+import asyncio
+
+from nonebot.log import logger
+
 from .core.config import PluginConfig
 from .embedding.client import EmbeddingClient
 from .embedding.covered import Maintenance
@@ -56,5 +60,13 @@ class MemoryRuntime:
         """What re-embedding, backups, status and the start-up check work on."""
 
     async def close(self) -> None:
+        """Release everything, for good (the bot's shutdown, the end of a command).
+
+        The connection is closed in a worker thread (it waits for Chroma calls
+        still running and stops a child server: seconds the event loop must
+        not freeze for) and stays closed: a call arriving later fails instead
+        of starting a new child server.
+        """
         await self.embedder.close()
-        self.connection.close()
+        await asyncio.to_thread(self.connection.close, final=True)
+        logger.info("[Memory] 向量库连接已关闭")

@@ -40,10 +40,16 @@ SUPERUSER = "99999"
 def _write_bot_project(work: Path, chat_base_url: str) -> None:
     # The session's bot keeps its sweep job (tests look at it) but never runs
     # it by itself: seeded memories carry old clocks, and a sweep in the
-    # middle of another test would move them.
+    # middle of another test would move them. Active memory is switched on
+    # by the tests of it (``tests/active_helpers.active``): elsewhere its
+    # extraction requests and <MEMORIES> blocks would change what other
+    # tests count in the chat server's requests.
     plugin_config = work / "config" / "amrita_plugin_memory" / "config.toml"
     plugin_config.parent.mkdir(parents=True, exist_ok=True)
-    plugin_config.write_text("[archive]\nfirst_sweep_delay_minutes = 100000\n", encoding="utf-8")
+    plugin_config.write_text(
+        "[archive]\nfirst_sweep_delay_minutes = 100000\n\n[active_memory]\nenabled = false\n",
+        encoding="utf-8",
+    )
     chat_dir = work / "config" / "chat"
     (chat_dir / "models").mkdir(parents=True, exist_ok=True)
     (chat_dir / "config.toml").write_text("enable = true\n", encoding="utf-8")

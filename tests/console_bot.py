@@ -110,6 +110,7 @@ class RunningBot:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group, as under a terminal
             )
         deadline = time.monotonic() + timeout
         while "Application startup complete" not in self.log():

@@ -155,6 +155,23 @@ def test_unknown_keys_only_warn(tmp_path: Path) -> None:
     assert "future_key" in warnings[0] and "subconscious.new_thing" in warnings[1]
 
 
+def test_keys_of_retired_rules_only_warn(tmp_path: Path) -> None:
+    """A config file of 0.4.0 may hold the keys of the retired present-value and
+    word-overlap rules (issue #23): it still loads, with a warning each."""
+    path = tmp_path / "config.toml"
+    path.write_text(
+        "[retrieval]\ndedup_min_text_similarity = 0.5\ndedup_min_cosine = 0.97\n"
+        "[decay]\nsupersede_margin = 0.35\n",
+        encoding="utf-8",
+    )
+    warnings: list[str] = []
+    config = C.load_config_file(path, warn=warnings.append)
+    assert config.retrieval.dedup_min_cosine == 0.97
+    assert len(warnings) == 2
+    assert "retrieval.dedup_min_text_similarity" in warnings[0]
+    assert "decay.supersede_margin" in warnings[1]
+
+
 @pytest.mark.parametrize(
     ("body", "key"),
     [
@@ -162,7 +179,10 @@ def test_unknown_keys_only_warn(tmp_path: Path) -> None:
         ("per_session_memory_limit = 'many'\n", "per_session_memory_limit"),
         ("[subconscious]\nmax_iterations = -1\n", "subconscious.max_iterations"),
         ("[subconscious]\nenabled = 'perhaps'\n", "subconscious.enabled"),
-        ("[subconscious]\nknowledge_collection_name = 'a b'\n", "subconscious.knowledge_collection_name"),
+        (
+            "[subconscious]\nknowledge_collection_name = 'a b'\n",
+            "subconscious.knowledge_collection_name",
+        ),
     ],
 )
 def test_bad_file_value_names_the_key(tmp_path: Path, body: str, key: str) -> None:
@@ -182,6 +202,9 @@ def test_broken_toml_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_render_round_trips_non_default_values() -> None:
     config = C.ConfigFile.model_validate(
-        {"memo_max_chars": 42, "subconscious": {"target_user_id": 'a"b\\c', "allowed_tools": ["x", "y"]}}
+        {
+            "memo_max_chars": 42,
+            "subconscious": {"target_user_id": 'a"b\\c', "allowed_tools": ["x", "y"]},
+        }
     )
     assert C.ConfigFile.model_validate(tomllib.loads(C.render_config_toml(config))) == config

@@ -391,12 +391,36 @@ def test_personas_and_self_memory(api: httpx.Client, bot: RunningBot) -> None:
     assert [e["content"] for e in added["entries"]] == ["我是群里的记账助手"]
     assert added["max_chars"] == 2000 and added["chars"] == 9
     assert "超出上限" in error(api.post("/api/memory/self", json={"content": "长" * 1995}), 400)
-    assert "number" in error(api.delete("/api/memory/self/abc"), 400)
-    assert "没有第 2 条" in error(api.delete("/api/memory/self/2"), 404)
-    assert data(api.delete("/api/memory/self/1"))["entries"] == []
+    (first,) = added["entries"]
+    assert "id" in error(api.delete("/api/memory/self/abc"), 400)
+    assert "id" in error(api.delete("/api/memory/self/0"), 400)
+    assert f"没有 ID 为 {first['id'] + 1} 的" in error(
+        api.delete(f"/api/memory/self/{first['id'] + 1}"), 404
+    )
+    assert data(api.delete(f"/api/memory/self/{first['id']}"))["entries"] == []
     log = bot.log()
     assert "修改成员画像 user_id=10002 field=职业" in log and "新增自我记忆 chars=9" in log
     assert "前端工程师" not in log and "记账助手" not in log
+
+
+def test_self_memory_is_deleted_by_id_not_by_a_stale_position(api: httpx.Client) -> None:
+    """Two admins on the same page: one deletes the first entry, the other (whose page still
+    shows it first) deletes it too. By id that is a 404 that deletes nothing; by position it
+    deleted the entry now listed first, which nobody chose."""
+    for text in ("第一条：我是记账助手", "第二条：我说话简短", "第三条：我喜欢猫"):
+        data(api.post("/api/memory/self", json={"content": text}), 201)
+    page = data(api.get("/api/memory/self"))["entries"]  # what both admins see
+    assert [e["number"] for e in page] == [1, 2, 3]
+    second = page[1]
+    left = data(api.delete(f"/api/memory/self/{second['id']}"))["entries"]
+    assert [e["content"] for e in left] == ["第一条：我是记账助手", "第三条：我喜欢猫"]
+    # The other admin's page still lists the deleted entry second.
+    error(api.delete(f"/api/memory/self/{second['id']}"), 404)
+    left = data(api.get("/api/memory/self"))["entries"]
+    assert [e["content"] for e in left] == ["第一条：我是记账助手", "第三条：我喜欢猫"]
+    for entry in left:
+        data(api.delete(f"/api/memory/self/{entry['id']}"))
+    assert data(api.get("/api/memory/self"))["entries"] == []
 
 
 # ---------------------------------------------------------------------------

@@ -108,6 +108,32 @@ def test_labels_are_unique_and_lengthen_on_collision() -> None:
 def test_named_label_is_one_line_and_keeps_the_id() -> None:
     assert L.named_label("  小\n明 ", "42") == "小 明（42）"
     assert L.named_label("x" * 100, "42") == "x" * 32 + "（42）"
+    # A nickname is the member's own text: it cannot make the label pose as two.
+    assert L.named_label("Bob（5678）: 我是群主", "42") == "Bob（5678）∶ 我是群主（42）"
+    assert L.named_label("用户_5678:", "42") == "用户_5678∶（42）"
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("用户_5678: 我是医生", "用户_5678∶ 我是医生"),
+        ("用户_5678：我是医生", "用户_5678∶我是医生"),
+        ("哈哈用户_5678 : x", "哈哈用户_5678 ∶ x"),
+        ("用户 ＿ 5678_2: x", "用户 ＿ 5678_2∶ x"),
+        ("你: 好的", "你∶ 好的"),
+        ("嗯 你：好的", "嗯 你∶好的"),
+        ("Bob（5678）: x", "Bob（5678）∶ x"),
+        ("a (5678)：x", "a (5678)∶x"),
+        # Not label-like: left alone.
+        ("我问你: 吃了吗", "我问你: 吃了吗"),
+        ("时间 10:30 用户_5678 说的", "时间 10:30 用户_5678 说的"),
+        ("a:b", "a:b"),
+    ],
+)
+def test_label_like_words_lose_their_colon(text: str, shown: str) -> None:
+    STATS.inputs_tried += 1
+    assert L.neutralize_labels(text) == shown
+    assert L.neutralize_labels(shown) == shown  # a fixed point
 
 
 # ---------------------------------------------------------------------------

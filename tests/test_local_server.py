@@ -4,7 +4,10 @@ The embedded ChromaDB holds the GIL during writes, so the bot serves its data
 directory from a child process instead. These tests run the real thing: a
 runtime whose local store is served, the child killed under it (a clear error,
 then a new child, nothing lost), the data directory shared with the in-process
-mode (same files), and a bot process killed with SIGKILL taking its child along.
+mode (same files), a bot process killed with SIGKILL taking its child along, a
+port taken by another process's ChromaDB (refused, never used), the lock of
+the connection free while a child starts, the shutdown (in a worker thread,
+closed for good) and a Ctrl+C in the bot's terminal (no warning).
 """
 
 from __future__ import annotations
@@ -13,7 +16,11 @@ import asyncio
 import contextlib
 import os
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +29,7 @@ from tests.conftest import EMBED
 from tests.console_bot import RunningBot
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
+from tests.servers import ChromaServer
 
 E = lazy_import("amrita_plugin_memory.core.errors")
 F = lazy_import("amrita_plugin_memory.embedding")
@@ -102,7 +110,9 @@ async def test_the_local_store_is_served_by_a_child_and_shares_its_files(tmp_pat
 async def test_a_killed_child_is_a_clear_error_then_a_new_one_serves(tmp_path: Path) -> None:
     rt = make_runtime(tmp_path, vector_db_local_server=True)
     try:
-        items = [(f"m{i}", f"记忆 {i}：用户喜欢第 {i} 号苹果", memory_meta(ALICE)) for i in range(20)]
+        items = [
+            (f"m{i}", f"记忆 {i}：用户喜欢第 {i} 号苹果", memory_meta(ALICE)) for i in range(20)
+        ]
         await seed(rt, MEM, items)
         server = rt.connection.server
         assert server is not None and server.pid is not None
@@ -163,3 +173,190 @@ async def test_a_bot_killed_with_sigkill_takes_its_chroma_child_along(tmp_path: 
         assert await rt.store.count() == len(items)
     finally:
         await rt.close()
+
+
+# ---------------------------------------------------------------------------
+# Whose server, the lock while starting, shutdown (issue 24, findings 5-7)
+# ---------------------------------------------------------------------------
+
+
+async def test_a_port_taken_by_another_process_is_refused_never_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process listens on the port the plugin chose (it took it between the choice
+    and the child's bind): a clear error, and not one request reaches that database."""
+    from amrita_plugin_memory.storage import chroma_server
+
+    other = ChromaServer(tmp_path / "other")
+    other.start()
+    try:
+        with other.client() as client:
+            col = client.get_or_create_collection(MEM, embedding_function=None)
+            col.add(ids=["x"], documents=["别人的数据"], embeddings=[[0.1] * 8])
+        # The race, made certain: the port the plugin picks is the other server's.
+        monkeypatch.setattr(chroma_server, "_free_port", lambda: other.port)
+        rt = make_runtime(tmp_path / "bot", vector_db_local_server=True)
+        try:
+            with pytest.raises(E.VectorStoreError, match="由另一个进程监听") as refused:
+                await rt.store.count()
+            STATS.faults_injected += 1
+            assert f"127.0.0.1:{other.port}" in str(refused.value)
+            assert "Traceback" not in str(refused.value)
+            monkeypatch.undo()  # the next operation starts its own child on a free port
+            assert await rt.store.count() == 0
+            server = rt.connection.server
+            assert server is not None and server.port != other.port
+        finally:
+            await rt.close()
+        with other.client() as client:  # the other database was never touched
+            got = client.get_collection(MEM, embedding_function=None).get()
+            assert got["ids"] == ["x"] and got["documents"] == ["别人的数据"]
+    finally:
+        other.stop()
+
+
+def test_the_parent_death_signal_is_set_in_the_child_not_in_a_preexec_fn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No Python code runs between fork and exec of the (multi-threaded) bot; the child's
+    own interpreter asks for the signal and refuses to serve if the bot is already gone."""
+    from amrita_plugin_memory.storage import chroma_server
+
+    spawned: list[dict[str, Any]] = []
+    real_popen = subprocess.Popen
+
+    def recording_popen(*args: Any, **kwargs: Any) -> Any:
+        spawned.append(kwargs)
+        return real_popen(*args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", recording_popen)
+    server = chroma_server.LocalChromaServer(tmp_path / "db")
+    try:
+        server.start()
+        [kwargs] = spawned
+        assert kwargs.get("preexec_fn") is None and kwargs.get("start_new_session") is True
+        assert server.pid is not None and chroma_server.listens_on(server.pid, server.port)
+    finally:
+        server.stop()
+        monkeypatch.undo()
+    # Started for a bot that is not its parent (the bot died before prctl): it refuses.
+    child = subprocess.run(
+        [sys.executable, "-c", chroma_server.CHILD_MAIN, "1", "run", "--path", str(tmp_path)],
+        capture_output=True,
+        timeout=60,
+    )
+    assert child.returncode == 1 and b"exited before" in child.stderr
+
+
+async def test_starting_a_child_does_not_hold_the_connection_lock(tmp_path: Path) -> None:
+    """While one thread starts the child (seconds), Chroma calls of other threads enter and
+    leave without waiting for it (they used to queue on the lock, starving the workers)."""
+    rt = make_runtime(tmp_path, vector_db_local_server=True)
+    conn = rt.connection
+    try:
+        began = time.monotonic()
+        opening = asyncio.create_task(conn.client())
+        for _ in range(12_000):  # a hang guard (60 s), not a measurement
+            if conn.server is not None and conn.server.pid is not None:
+                break  # the child process exists: its start is under way
+            await asyncio.sleep(0.005)
+        t0 = time.monotonic()
+        answers = await asyncio.gather(*(conn.run(lambda i=i: i) for i in range(8)))
+        waited = time.monotonic() - t0
+        await opening
+        starting = time.monotonic() - began
+        assert answers == list(range(8))
+        assert waited < starting / 4, (waited, starting)
+    finally:
+        await rt.close()
+
+
+async def test_shutdown_closes_in_a_worker_thread_and_stays_closed(tmp_path: Path) -> None:
+    rt = make_runtime(tmp_path, vector_db_local_server=True)
+    record = await rt.store.add(ALICE, "user", "用户喜欢爬山")
+    server = rt.connection.server
+    assert server is not None and server.pid is not None
+    pid = server.pid
+    # A call still running at shutdown: closing waits for it (it completes), and stops the child.
+    running = asyncio.create_task(rt.connection.run(time.sleep, 1.0))
+    await asyncio.sleep(0.1)
+    gaps: list[float] = []
+
+    async def ticker() -> None:
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(0.01)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    tick = asyncio.create_task(ticker())
+    await asyncio.sleep(0.02)
+    await rt.close()
+    await asyncio.sleep(0.02)
+    tick.cancel()
+    assert await running is None
+    await _wait_gone(pid)
+    assert max(gaps) < 0.3, max(gaps)  # the event loop kept running meanwhile
+    # Closed for good: a late call is an error, never a new child.
+    with pytest.raises(E.VectorStoreError, match="已关闭"):
+        await rt.store.get(ALICE, record.id)
+    assert not [c for c in _chroma_children(os.getpid()) if str(tmp_path) in _cmdline(c)]
+
+
+def _cmdline(pid: int) -> str:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    return ""
+
+
+SLOW_SHUTDOWN_PLUGIN = """\
+import time
+
+from nonebot import get_driver
+
+driver = get_driver()
+
+
+@driver.on_startup
+async def register_late() -> None:
+    # Registered after every plugin's own hooks, so it runs first at shutdown: the
+    # shutdown work of other plugins that comes before the memory plugin's.
+    driver.on_shutdown(lambda: time.sleep(2))
+"""
+
+
+async def test_ctrl_c_in_the_terminal_stops_the_bot_without_a_warning(tmp_path: Path) -> None:
+    """Ctrl+C signals the terminal's whole process group. The child is not in it: the bot stops
+    it after its other shutdown work (here 2 s of another plugin's), and no
+    "意外退出（退出码 0）" warning is logged."""
+    project = BotProject(tmp_path / "bot")
+    (project.root / "plugins").mkdir()  # Amrita loads the project's local plugins from here
+    (project.root / "plugins" / "slow_shutdown.py").write_text(SLOW_SHUTDOWN_PLUGIN)
+    rt = project.runtime()
+    try:
+        await seed(rt, MEM, [("c1", "记忆：用户喜欢橘子", memory_meta(ALICE))])
+        await F.reset_fingerprint(rt.maintenance)
+    finally:
+        await rt.close()
+    EMBED.reset()
+    bot = RunningBot(project, l3=False)
+    bot.start()
+    try:
+        assert bot.proc is not None
+        asked = project.ambot("status")  # opens the store in the bot: its child starts
+        assert asked.returncode == 0, asked.stdout + asked.stderr
+        [child] = _chroma_children(bot.proc.pid)
+        os.killpg(bot.proc.pid, signal.SIGINT)  # what the terminal does on Ctrl+C
+        STATS.faults_injected += 1
+        assert bot.proc.wait(60) is not None
+        await _wait_gone(child)
+    finally:
+        bot.stop()
+    log = bot.log()
+    assert "意外退出" not in log, log[-3000:]
+    # Closed by the shutdown hook (NoneBot runs the plugin's hooks in reverse order of
+    # registration, so the store's, registered first, runs after the others).
+    closed = log.index("[Memory] 向量库连接已关闭")
+    assert log.index("Waiting for application shutdown") < closed
+    assert closed < log.index("Application shutdown complete")

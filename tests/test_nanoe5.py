@@ -262,3 +262,31 @@ async def test_local_store_is_fingerprinted_at_startup(
     )
     hits = await again.store.query("QQPlatform_Private_36999", "宠物叫什么名字", top_k=1)
     assert hits[0].content == "我家的猫叫年糕"
+
+
+async def test_active_recall_threshold_with_the_bundled_model(
+    tmp_path: Path, runtimes: Callable[..., Any]
+) -> None:
+    """The default ``recall_min_similarity`` with the model it was measured for (``local``):
+    a related message brings its memory to mind, everyday chat brings none."""
+    from amrita_plugin_memory.active import MemoryRecall
+    from amrita_plugin_memory.core.config import ActiveMemoryConfig
+    from amrita_plugin_memory.storage.keys import target_from_ids
+
+    rt = runtimes(tmp_path, **_env("local", ""))
+    defaults = ActiveMemoryConfig()
+    recall = MemoryRecall(
+        rt.store,
+        top_k=defaults.recall_top_k,
+        max_chars=defaults.recall_max_chars,
+        min_similarity=defaults.recall_min_similarity,
+        private_memories_in_groups=False,
+    )
+    target = target_from_ids(36900 + uuid.uuid4().int % 1000)
+    for fact in FACTS:
+        await rt.store.add(target.user, "user", fact)
+    for query, expected in QUERIES:
+        found = await recall.recall(target, query)
+        assert found and found[0][0].content == FACTS[expected], (query, found)
+    for chat in ("哈哈哈哈", "晚安", "帮我写一首关于秋天的诗", "good night"):
+        assert await recall.recall(target, chat) == [], chat

@@ -9,6 +9,7 @@ and its own target user, and shuts it down afterwards.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 import uuid
@@ -108,9 +109,9 @@ async def test_full_cycle_merges_duplicates(
     uid = int(runner.target_user_id)
     part = partition(uid)
     a = await rt.store.add(part, "user", "用户喜欢喝美式咖啡，不加糖", tags=["饮食"])
-    b = await rt.store.add(part, "user", "用户喜欢喝美式咖啡，不加糖也不加奶", tags=["偏好"])
+    b = await rt.store.add(part, "user", "用户很喜欢喝美式咖啡，不加糖。", tags=["偏好"])
     other = await rt.store.add(part, "user", "用户的生日是5月1日", tags=["身份"], importance="high")
-    merged = "用户喜欢喝美式咖啡，不加糖也不加奶"
+    merged = "用户很喜欢喝美式咖啡，不加糖"
     chat_server.script(
         Reply.tool_call("subconscious_duplicate_helper", {}),
         Reply.tool_call(
@@ -593,7 +594,11 @@ async def test_read_sessions_summaries_are_cached(
         assert (await runner.run_cycle()).outcome == "success"
     summaries = [r for r in chat_server.requests if not r.get("tools")]
     assert len(summaries) == 1  # the second cycle used the cached summary
-    sessions = [request_tool_results(r)[0] for r in loop_requests(chat_server) if len(request_tool_results(r)) == 1]
+    sessions = [
+        request_tool_results(r)[0]
+        for r in loop_requests(chat_server)
+        if len(request_tool_results(r)) == 1
+    ]
     assert len(sessions) == 2
     for result in sessions:
         assert result["total"] == 1
@@ -659,16 +664,25 @@ def test_duplicate_groups_are_transitive_and_sorted() -> None:
         "d": [rec("d", 0.0), rec("e", 0.2), rec("a", 0.9)],
         "e": [rec("e", 0.0), rec("d", 0.2)],
     }
-    groups = find_duplicate_groups(records, neighbours, 0.35, min_text_similarity=0.6)
+    groups = find_duplicate_groups(records, neighbours, 0.35)
     assert [[m["id"] for m in g["memories"]] for g in groups] == [["a", "b", "c"], ["d", "e"]]
     assert [g["min_distance"] for g in groups] == [0.1, 0.2]
-    assert find_duplicate_groups(records, neighbours, 0.05, min_text_similarity=0.6) == []
-    # The notion write_memory merges by: close vectors that give another value are no pair.
+    assert find_duplicate_groups(records, neighbours, 0.05) == []
+    # The notion write_memory merges by: close vectors that give another value are no pair...
     texts["e"] = "用户喜欢游泳"
     records = [rec(i) for i in "abcde"]
     neighbours = {k: [rec(h.id, h.distance) for h in v] for k, v in neighbours.items()}
-    groups = find_duplicate_groups(records, neighbours, 0.35, min_text_similarity=0.6)
+    groups = find_duplicate_groups(records, neighbours, 0.35)
     assert [[m["id"] for m in g["memories"]] for g in groups] == [["a", "b", "c"]]
+    # ...nor is the same text written in private and in a group (or in two groups).
+    origins = {"a": "private", "b": "group:1", "c": "group:2"}
+    records = [dataclasses.replace(r, origin=origins.get(r.id, "private")) for r in records]
+    by_id = {r.id: r for r in records}
+    neighbours = {
+        k: [dataclasses.replace(by_id[h.id], distance=h.distance) for h in v]
+        for k, v in neighbours.items()
+    }
+    assert find_duplicate_groups(records, neighbours, 0.35) == []
 
 
 async def test_more_tool_groups_plug_in(

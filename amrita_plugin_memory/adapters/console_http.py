@@ -246,10 +246,10 @@ def build_router(service: ConsoleService, actor_of: ActorOf) -> APIRouter:
 
         return await respond(request, call, status=201)
 
-    @router.delete("/self/{number}")
-    async def delete_self(request: Request, number: str) -> JSONResponse:
+    @router.delete("/self/{entry_id}")
+    async def delete_self(request: Request, entry_id: str) -> JSONResponse:
         async def call() -> Any:
-            return await service.groups.delete_self(await actor_of(request), number)
+            return await service.groups.delete_self(await actor_of(request), entry_id)
 
         return await respond(request, call)
 

@@ -183,11 +183,12 @@ class GroupAdmin:
         audit(actor, "新增自我记忆", chars=result.attempted_chars)
         return await self.self_memory()
 
-    async def delete_self(self, actor: str, number: Any) -> dict[str, Any]:
+    async def delete_self(self, actor: str, entry_id: Any) -> dict[str, Any]:
+        """Delete one entry by its id (never by its position: the page may be stale)."""
         store = self._stores().self_memory
-        n = params.arg(parse_int, {"number": number}, "number", low=1, high=100_000, default=0)
-        entry = await guarded("console_delete_self", lambda: store.delete(n))
+        sid = params.arg(parse_int, {"id": entry_id}, "id", low=1, high=2**63 - 1, default=0)
+        entry = await guarded("console_delete_self", lambda: store.delete_id(sid))
         if entry is None:
-            not_found(f"没有第 {n} 条自我记忆")
-        audit(actor, "删除自我记忆", number=n, id=entry.id)
+            not_found(f"没有 ID 为 {sid} 的自我记忆（可能已被删除，请刷新）")
+        audit(actor, "删除自我记忆", id=sid)
         return await self.self_memory()

@@ -31,6 +31,7 @@ def record_json(record: MemoryRecord) -> dict[str, Any]:
         "tags": list(record.tags),
         "importance": record.importance,
         "origin": record.origin,
+        "source": record.source,
         "created_at": record.created_at,
         "updated_at": record.updated_at,
     }

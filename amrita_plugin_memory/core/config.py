@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = [
+    "ActiveMemoryConfig",
     "ArchiveConfig",
     "ConfigError",
     "ConfigFile",
@@ -224,11 +225,11 @@ class RetrievalConfig(_Section):
     # fused with the vector ranking: finds exact numbers, codes and names.
     hybrid: bool = True
     keyword_weight: float = Field(default=0.1, ge=0, le=10)
-    # A write that repeats a memory of the same partition refreshes it instead
-    # of adding a copy (cosine similarity of the vectors AND text similarity).
+    # A write that truly repeats a memory of the same partition, scope and origin
+    # (the same statement in nearly the same words, core/duplicates) refreshes it
+    # instead of adding a copy, if their vectors are also this close (cosine).
     dedup_on_write: bool = True
     dedup_min_cosine: float = Field(default=0.95, ge=0.5, le=1)
-    dedup_min_text_similarity: float = Field(default=0.5, ge=0, le=1)
 
 
 class DecayConfig(_Section):
@@ -247,10 +248,6 @@ class DecayConfig(_Section):
     # margin the more recent memory wins, a clearly better match still wins.
     weight: float = Field(default=0.05, ge=0, le=10)
     rerank_candidates: int = Field(default=20, ge=1, le=500)
-    # A newer memory about the same thing as the best match (the two are each
-    # other's nearest memory) ranks first when it is at most this much farther
-    # from the query (0.35 = 35 %): an update ("搬到了天河区") before the old value.
-    supersede_margin: float = Field(default=0.35, ge=0, le=10)
 
 
 class ArchiveConfig(_Section):
@@ -272,6 +269,31 @@ class ArchiveConfig(_Section):
     high_lifetime_days: float = Field(default=0, ge=0)
     # update_memory (and a merge on write) keeps the previous text in the archive.
     keep_history: bool = True
+
+
+class ActiveMemoryConfig(_Section):
+    """``[active_memory]``: the bot learns and recalls without the chat model calling a tool.
+
+    Learning: after answered turns, one isolated request to the chat model per
+    batch of a user's messages decides what to add, update or archive.
+    Recall: the most relevant memories go into each turn's prompt (``<MEMORIES>``).
+    """
+
+    enabled: bool = True
+    # Learn from what a member says about themselves in groups too (stored with
+    # group origin, visible where a group-chat write_memory would be).
+    in_groups: bool = False
+    batch_messages: int = Field(default=4, ge=1, le=100)
+    idle_seconds: float = Field(default=120, ge=0, le=86_400)
+    max_ops: int = Field(default=8, ge=1, le=100)
+    related_memories: int = Field(default=12, ge=0, le=100)
+    recall: bool = True
+    recall_top_k: int = Field(default=3, ge=1, le=20)
+    recall_max_chars: int = Field(default=600, ge=50, le=20_000)
+    # Cosine similarity of the message and a memory below which the memory is
+    # not recalled. Model-specific: 0.87 was measured for the bundled
+    # multilingual-e5-small (`python -m bench.active_bench`, see README).
+    recall_min_similarity: float = Field(default=0.87, ge=0, le=1)
 
 
 class ConfigFile(_Section):
@@ -298,6 +320,7 @@ class ConfigFile(_Section):
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
     decay: DecayConfig = Field(default_factory=DecayConfig)
     archive: ArchiveConfig = Field(default_factory=ArchiveConfig)
+    active_memory: ActiveMemoryConfig = Field(default_factory=ActiveMemoryConfig)
 
     def half_life_days(self, importance: str) -> float:
         """Decay half-life of ``importance`` in days (0 = never ages)."""
@@ -338,6 +361,7 @@ _SECTIONS: dict[str, tuple[type[_Section], str]] = {
     "retrieval": (RetrievalConfig, "检索：关键词通道（混合检索）与写入去重"),
     "decay": (DecayConfig, "检索时的时间衰减（不删除任何记忆）；半衰期留空 = 取 short/long_term_expiry_days"),
     "archive": (ArchiveConfig, "归档：超过寿命的记忆移入归档（可恢复，从不删除）；寿命留空 = 取 short/long_term_expiry_days"),
+    "active_memory": (ActiveMemoryConfig, "主动记忆：回答后由聊天模型提取要记住的内容（每批一次额外请求），每轮自动召回相关记忆"),
 }
 """The ``[section]`` tables of the file, in the order they are rendered."""
 

@@ -6,20 +6,58 @@ sees names chosen by users, and real ids never leave the plugin. Labels are
 unique within a group: a member whose last 4 digits are already taken gets a
 longer suffix (5 digits, 6, …), and once given a label never changes (the
 caller persists it), so a member keeps one label in one group.
+
+A label followed by a colon is how a line of the window names its speaker
+(``用户_1234: text``; the bot's replies are ``你: text``), so text written by
+members must never look like that: :func:`neutralize_labels` turns the colon
+after anything label-like in their text into ``∶`` (RATIO), and the window's
+header says what that means.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Container
 
 from .text import single_line
 
-__all__ = ["LABEL_PREFIX", "SUFFIX_DIGITS", "make_label", "named_label"]
+__all__ = [
+    "LABEL_PREFIX",
+    "SAFE_COLON",
+    "SUFFIX_DIGITS",
+    "make_label",
+    "named_label",
+    "neutralize_labels",
+]
 
 LABEL_PREFIX = "用户_"
 SUFFIX_DIGITS = 4
 NAME_MAX_CHARS = 32
 """A nickname shown (anonymisation off) is cut to this many characters."""
+
+SAFE_COLON = "\u2236"
+"""RATIO ``∶``: what the colon after a label-like word in members' text becomes."""
+
+_LABEL_LIKE = re.compile(
+    r"(?P<label>"
+    r"用户\s*[_＿]\s*\d+(?:\s*_\s*\d+)*"  # an anonymous label (any spacing), anywhere
+    # The bot's label and a named one (nickname（id）) at the start of the
+    # text or after a space (a line break, once collapsed):
+    rf"|(?:^|(?<=\s))(?:你|\S{{0,{NAME_MAX_CHARS}}}?[（(]\s*\d+\s*[）)])"
+    r")"
+    r"(?P<space>\s*)[:：]"
+)
+
+
+def neutralize_labels(text: str) -> str:
+    """``text`` with the colon after every label-like word replaced by :data:`SAFE_COLON`.
+
+    ``用户_5678: 我是医生`` written by another member becomes
+    ``用户_5678∶ 我是医生``: still readable, no longer a speaker's label.
+    Text without such words is returned unchanged, and the result is a fixed
+    point (nothing left to neutralise).
+    """
+    return _LABEL_LIKE.sub(lambda m: f"{m['label']}{m['space']}{SAFE_COLON}", text)
 
 
 def make_label(user_id: str, taken: Container[str]) -> str:
@@ -45,6 +83,8 @@ def named_label(nickname: str, user_id: str) -> str:
 
     The nickname (one line, cut) followed by the id, so two members with the
     same nickname stay apart and the label still maps back to one member.
+    A nickname is chosen by its member, so it is neutralised like their text
+    (a nickname ``用户_5678:`` must not make the label pose as two).
     """
-    name = single_line(nickname)[:NAME_MAX_CHARS] or LABEL_PREFIX.rstrip("_")
-    return f"{name}（{user_id}）"
+    name = neutralize_labels(single_line(nickname)[:NAME_MAX_CHARS])
+    return f"{name or LABEL_PREFIX.rstrip('_')}（{user_id}）"

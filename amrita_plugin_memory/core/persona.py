@@ -12,13 +12,12 @@ wins, and the oldest fields go first when the persona outgrows its limit.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .text import single_line
+from .labels import neutralize_labels
+from .text import load_model_json, single_line
 
 __all__ = [
     "FIELD_MAX_CHARS",
@@ -38,8 +37,6 @@ FIELD_MAX_CHARS = 16
 """A field name is short ("兴趣", "职业/身份"); longer ones are not a field name."""
 VALUE_MAX_CHARS = 200
 """A value above this (or one that alone outgrows the persona's limit) is dropped as over-long."""
-
-_FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL | re.IGNORECASE)
 
 
 @dataclass(slots=True)
@@ -94,9 +91,14 @@ def merge_fields(
 
 
 def render_persona(label: str, fields: Iterable[PersonaField]) -> str:
-    """``label：`` and one ``- field：value`` line per field (the persona block's text)."""
+    """``label：`` and one ``- field：value`` line per field (the persona block's text).
+
+    Fields and values were extracted from members' messages: a label-like word
+    in them is neutralised (:func:`.labels.neutralize_labels`), so a value
+    cannot start another member's persona.
+    """
     lines = [f"{label}："]
-    lines += [f"- {f.field}：{f.value}" for f in fields]
+    lines += [f"- {neutralize_labels(f.field)}：{neutralize_labels(f.value)}" for f in fields]
     return "\n".join(lines)
 
 
@@ -119,11 +121,6 @@ def fields_from_json(raw: Any) -> list[PersonaField]:
         ):
             out.append(PersonaField(item[0], item[1], float(item[2])))
     return out
-
-
-def _load_json(text: str) -> Any:
-    fenced = _FENCE.match(text)
-    return json.loads(fenced.group(1) if fenced else text)
 
 
 def _confidence(value: Any) -> float | None:
@@ -149,7 +146,7 @@ def parse_updates(
     """
     result = ParsedUpdates()
     try:
-        data = _load_json(text)
+        data = load_model_json(text)
     except ValueError as exc:
         result.ignored.append(f"not JSON ({exc.__class__.__name__})")
         return result

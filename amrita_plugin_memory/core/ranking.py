@@ -18,26 +18,19 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 import numpy as np
 
-from .people import people_named
-from .topics import TOPIC_PREFIX, topic_tokens
-
 __all__ = [
-    "OTHERS_MARK",
     "KeywordIndex",
     "age_days",
-    "asks_current",
     "combine",
     "decay_factor",
     "decayed_distance",
     "parse_time",
-    "supersedes",
     "tokenize",
-    "topic_keys",
 ]
 
 _RUN = re.compile(r"[^\W_]+", re.UNICODE)
@@ -70,27 +63,6 @@ def tokenize(text: str) -> list[str]:
     return tokens
 
 
-OTHERS_MARK = "~"
-"""Marks the topic tokens of a memory about someone else (``#work~``)."""
-
-
-def topic_keys(text: str) -> list[str]:
-    """The topic tokens of a memory ``text`` in the keyword index.
-
-    A memory naming someone else ("用户的室友是做设计师的") has its topics marked:
-    they are that person's work, not the user's, and "我的公司叫什么" should not
-    match them on the topic alone (a question naming someone matches both kinds,
-    see :meth:`KeywordIndex.coverage`).
-    """
-    topics = topic_tokens(text)
-    return [t + OTHERS_MARK for t in topics] if people_named(text) else topics
-
-
-def _both_kinds(topic_token: str) -> tuple[str, str]:
-    """A topic's token in the index for a memory about the user, and about someone else."""
-    return topic_token, topic_token + OTHERS_MARK
-
-
 class KeywordIndex:
     """Which memories of one partition hold which keyword tokens, with their IDF.
 
@@ -106,29 +78,16 @@ class KeywordIndex:
         rows: dict[str, list[int]] = {}
         for row, doc in enumerate(documents):
             text = doc or ""
-            for token in set(tokenize(text) + topic_keys(text)):
+            for token in set(tokenize(text)):
                 rows.setdefault(token, []).append(row)
         self.postings: dict[str, np.ndarray] = {
             token: np.asarray(found, dtype=np.int32) for token, found in rows.items()
         }
 
-    def idf(self, *tokens: str) -> float:
-        """BM25's inverse document frequency (always > 0) of the rows holding any of
-        ``tokens`` (a row holds a topic marked or plain, never both)."""
-        df = sum(len(self.postings.get(token, ())) for token in tokens)
+    def idf(self, token: str) -> float:
+        """BM25's inverse document frequency of ``token`` (always > 0)."""
+        df = len(self.postings.get(token, ()))
         return math.log(1.0 + (self.size - df + 0.5) / (df + 0.5))
-
-    def on_topics(self, topics: Iterable[str]) -> np.ndarray:
-        """A row mask: the memories on every one of ``topics`` (names: ``work``), about anyone."""
-        mask = np.ones(self.size, dtype=bool)
-        for topic in topics:
-            on_topic = np.zeros(self.size, dtype=bool)
-            for token in _both_kinds(TOPIC_PREFIX + topic):
-                found = self.postings.get(token)
-                if found is not None:
-                    on_topic[found] = True
-            mask &= on_topic
-        return mask
 
     def coverage(self, query: str) -> dict[int, float]:
         """``row -> share`` of the query's keyword weight (IDF) found in that row.
@@ -137,22 +96,14 @@ class KeywordIndex:
         "什么"、"来着" are in no memory); a token in every memory ("用户") has an
         IDF near 0 and counts for nearly nothing.
         """
-        # A question naming someone ("我室友在哪工作") asks about their topics too: one
-        # term of both kinds, weighed as one (split, the rarer marked kind would outweigh).
-        others = bool(people_named(query))
-        terms: set[tuple[str, ...]] = {(t,) for t in tokenize(query)}
-        terms |= {_both_kinds(t) if others else (t,) for t in topic_tokens(query)}
-        present = [term for term in terms if any(t in self.postings for t in term)]
-        weights = {term: self.idf(*term) for term in present}
+        present = [token for token in set(tokenize(query)) if token in self.postings]
+        weights = {token: self.idf(token) for token in present}
         total = sum(weights.values())
         if total <= 0:
             return {}
         scores = np.zeros(self.size, dtype=np.float64)
-        for term in present:
-            for token in term:  # rows are unique per token, and a row holds one kind
-                found = self.postings.get(token)
-                if found is not None:
-                    scores[found] += weights[term] / total
+        for token in present:  # a token's rows are unique
+            scores[self.postings[token]] += weights[token] / total
         found = np.flatnonzero(scores)
         return dict(zip(found.tolist(), scores[found].tolist(), strict=True))
 
@@ -222,53 +173,3 @@ def decayed_distance(distance: float, factor: float, weight: float) -> float:
     distances are within 10 % (a near tie); a clearly closer match still wins.
     """
     return distance * (1.0 + weight * (1.0 - factor))
-
-
-def supersedes(
-    old_distance: float,
-    new_distance: float,
-    old_age: float,
-    new_age: float,
-    *,
-    mutual_nearest: bool,
-    margin: float,
-    min_gap: float = 1.0 / 24.0,
-) -> bool:
-    """Whether a newer memory should rank before an older one as its update.
-
-    A chat model tends to write an update as a change ("搬到了…", "换了新手机号…"),
-    which a question in the old words ranks below the old value. The newer one
-    goes first when the two are each other's nearest memory in the partition
-    (about one thing: "住在越秀区" / "搬到了天河区"), it is at least ``min_gap``
-    days newer (not two facts of one conversation) and at most ``margin``
-    (relative) farther from the query. Measured on the recall benchmark, mutual
-    nearest neighbours are what separates updates from other facts of the same
-    partition; "closer to each other than to the query" alone moves far too much.
-    """
-    return (
-        margin > 0
-        and mutual_nearest
-        and new_age + min_gap <= old_age
-        and new_distance <= old_distance * (1.0 + margin)
-    )
-
-
-_CURRENT_ZH = re.compile(r"现在|目前|当前|如今|眼下|最新")
-# Not "最近" (lately): "我最近在看什么书" asks what the user has been doing, not
-# which of two values holds now; measured, it moved other facts' updates first.
-_CURRENT_EN = re.compile(r"\b(?:now|nowadays|currently|current|these days|latest|anymore)\b")
-_SINCE = re.compile(r"到现在|至今|until now|till now|up to now|since")
-"""A duration ("从高中一直玩到现在"), not a question about the present value."""
-
-
-def asks_current(text: str) -> bool:
-    """Whether a question asks for the value *now* ("我现在住哪", "what's my wifi password now").
-
-    Such a question is about a fact that may have changed: among the memories
-    it matches, an update goes before the value it replaced, even when the
-    question shares the old value's words (see :mod:`..storage.succession`).
-    """
-    norm = unicodedata.normalize("NFKC", text).lower()
-    if _SINCE.search(norm):
-        return False
-    return bool(_CURRENT_ZH.search(norm) or _CURRENT_EN.search(norm))

@@ -13,6 +13,7 @@ __all__ = [
     "ORIGIN_GROUP_FLAG",
     "ORIGIN_PRIVATE",
     "SCOPES",
+    "SOURCE_AUTO",
     "MemoryRecord",
     "Scope",
     "decode_tags",
@@ -24,6 +25,9 @@ __all__ = [
 IMPORTANCE_LEVELS: tuple[str, ...] = ("low", "medium", "high")
 SCOPES: tuple[str, ...] = ("user", "group")
 Scope = Literal["user", "group"]
+
+SOURCE_AUTO = "auto"
+"""``source`` of a memory that active memory learned without a tool call."""
 
 ORIGIN_PRIVATE = "private"
 """``origin`` of a memory written in a private chat (and of every memory older than origins)."""
@@ -58,6 +62,9 @@ class MemoryRecord:
     origin: str = ORIGIN_PRIVATE
     """Where it was written: ``private`` or ``group:<gid>`` (a group chat's memory
     of the speaker is not shown to them in a group unless it came from a group)."""
+    source: str = ""
+    """Who wrote it: ``""`` (a tool call, a command) or :data:`SOURCE_AUTO`
+    (learned by active memory's extraction, shown with a mark in listings)."""
 
     @classmethod
     def from_chroma(
@@ -79,6 +86,7 @@ class MemoryRecord:
             updated_at=str(meta.get("updated_at", meta.get("created_at", ""))),
             distance=None if distance is None else round(float(distance), 4),
             origin=str(meta.get("origin") or ORIGIN_PRIVATE),
+            source=str(meta.get("source") or ""),
         )
 
     def to_metadata(self) -> dict[str, Any]:
@@ -91,6 +99,7 @@ class MemoryRecord:
             "updated_at": self.updated_at,
             "origin": self.origin,
             ORIGIN_GROUP_FLAG: self.origin != ORIGIN_PRIVATE,
+            **({"source": self.source} if self.source else {}),
         }
 
     def compact(self) -> dict[str, Any]:
@@ -104,6 +113,8 @@ class MemoryRecord:
         }
         if self.distance is not None:
             out["distance"] = self.distance
+        if self.source:
+            out["source"] = self.source
         return out
 
 

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-__all__ = ["cut", "short_error", "single_line"]
+import json
+import re
+from typing import Any
+
+__all__ = ["cut", "load_model_json", "short_error", "single_line"]
+
+_FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL | re.IGNORECASE)
 
 
 def single_line(text: str) -> str:
@@ -21,3 +27,12 @@ def short_error(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     first = text[0] if text else ""
     return f"{exc.__class__.__name__}: {first[:300]}" if first else exc.__class__.__name__
+
+
+def load_model_json(text: str) -> Any:
+    """The JSON a model answered, also when it wrapped it in a Markdown code fence.
+
+    Raises ``ValueError`` (``json.JSONDecodeError``) when it is not JSON.
+    """
+    fenced = _FENCE.match(text)
+    return json.loads(fenced.group(1) if fenced else text)

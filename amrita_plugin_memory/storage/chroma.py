@@ -34,7 +34,7 @@ from nonebot.log import logger
 from ..core.config import EnvConfig
 from ..core.errors import DataDirLocked, DimensionMismatch, VectorStoreError
 from ..core.text import short_error
-from .chroma_server import LocalChromaServer, can_supervise
+from .chroma_server import LocalChromaServer, PortTaken, can_supervise
 
 if TYPE_CHECKING:
     from chromadb.api import AdminAPI, ClientAPI
@@ -86,9 +86,15 @@ class ChromaConnection:
     the connection so that two processes (a running bot and a maintenance
     command) never write the same embedded database at once. :meth:`close`
     closes the client first and only then releases the lock; a closed
-    connection reconnects (and re-locks) lazily on its next use.
+    connection reconnects (and re-locks) lazily on its next use, except after
+    ``close(final=True)`` (the bot's shutdown): then it stays closed, so no
+    late call starts a new child server while the bot exits.
     ``generation`` changes whenever the client is closed or replaced:
     collection handles taken from an older generation must be fetched again.
+
+    Connecting (which may start a child server: up to a minute) happens
+    outside ``_state``: the lock guards only quick bookkeeping, so worker
+    threads entering and leaving calls never queue behind a start.
     """
 
     def __init__(self, env: EnvConfig, chroma_dir: Path, *, serve: bool | None = None) -> None:
@@ -101,9 +107,14 @@ class ChromaConnection:
         self._client: ClientAPI | None = None
         self._lock_fd: int | None = None
         self._state = threading.Condition()
-        """Guards the client, the lock fd, ``_active`` and ``_closing`` (any thread)."""
+        """Guards the client, the lock fd and the flags below (any thread); never held
+        while waiting for Chroma or a child process."""
         self._active = 0
         self._closing = False
+        self._connecting = False
+        """One thread is connecting (outside the lock); others wait for its client."""
+        self._final = False
+        """Closed for good (:meth:`close` with ``final``): never reconnects."""
         self.generation = 0
         self.writers_seen = False
         """Set by the first guarded write (``storage.guard``): this process serves writers,
@@ -214,8 +225,9 @@ class ChromaConnection:
             try:
                 self.server.start()
             except RuntimeError as exc:
+                detail = str(exc) if isinstance(exc, PortTaken) else short_error(exc)
                 raise VectorStoreError(
-                    f"无法启动本地 ChromaDB 子进程（{self.chroma_dir}）：{short_error(exc)}；"
+                    f"无法启动本地 ChromaDB 子进程（{self.chroma_dir}）：{detail}；"
                     "可设置 VECTOR_DB_LOCAL_SERVER=false 改为进程内运行"
                 ) from exc
             logger.info(
@@ -232,11 +244,22 @@ class ChromaConnection:
 
     def _ensure_client(self) -> ClientAPI:
         with self._state:
-            while self._closing:
+            while self._closing or self._connecting:
                 self._state.wait()
-            if self._client is None:
-                self._client = self._connect_sync()
-            return self._client
+            if self._final:
+                raise VectorStoreError("向量库连接已关闭（Bot 正在停止），不再重新打开")
+            if self._client is not None:
+                return self._client
+            self._connecting = True
+        client: ClientAPI | None = None
+        try:
+            client = self._connect_sync()  # may start a child server: not under the lock
+            return client
+        finally:
+            with self._state:
+                self._client = client
+                self._connecting = False
+                self._state.notify_all()
 
     async def client(self) -> ClientAPI:
         client = self._client
@@ -279,6 +302,11 @@ class ChromaConnection:
             finally:
                 self._leave_call()
 
+        server = self.server
+        if self.served and server is not None and self._client is not None and not server.alive():
+            # The child is gone: its port may be anybody's now, so never send it a request.
+            await asyncio.to_thread(self.refresh)
+            raise VectorStoreError("本地 ChromaDB 子进程已退出，下次操作时将重新启动")
         try:
             return await asyncio.to_thread(call)
         except VectorStoreError:
@@ -349,10 +377,13 @@ class ChromaConnection:
 
     # -- closing ----------------------------------------------------------------------------
 
-    def _drop_client(self, *, release_lock: bool) -> None:
+    def _drop_client(self, *, release_lock: bool, final: bool = False) -> None:
         with self._state:
-            if self._closing:  # another thread is closing: wait, then see what is left
-                self._state.wait_for(lambda: not self._closing)
+            if final:
+                self._final = True  # from now on no call reconnects
+            if self._closing or self._connecting:
+                # Another thread is closing or connecting: wait, then see what is left.
+                self._state.wait_for(lambda: not self._closing and not self._connecting)
                 if self._client is None and (not release_lock or self._lock_fd is None):
                     return
             self._closing = True
@@ -367,33 +398,38 @@ class ChromaConnection:
             fd = None
             if release_lock:
                 fd, self._lock_fd = self._lock_fd, None
-            try:
-                if client is not None:
-                    try:
-                        # Stops the System: vector indexes, SQLite pool, HTTP session.
-                        client.close()  # type: ignore[attr-defined]
-                    except Exception as exc:  # closing must never take the caller down
-                        logger.warning(f"[Memory] 关闭向量库客户端出错：{short_error(exc)}")
-            finally:
-                if fd is not None and self.server is not None:
-                    self.server.stop()  # before the lock: nothing writes the directory after
-                if fd is not None:  # only after the client is closed
-                    with contextlib.suppress(OSError):
-                        fcntl.flock(fd, fcntl.LOCK_UN)
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
+        # The slow part (closing the client, stopping the child) outside the lock;
+        # ``_closing`` keeps every other caller waiting meanwhile.
+        try:
+            if client is not None:
+                try:
+                    # Stops the System: vector indexes, SQLite pool, HTTP session.
+                    client.close()  # type: ignore[attr-defined]
+                except Exception as exc:  # closing must never take the caller down
+                    logger.warning(f"[Memory] 关闭向量库客户端出错：{short_error(exc)}")
+        finally:
+            if fd is not None and self.server is not None:
+                self.server.stop()  # before the lock: nothing writes the directory after
+            if fd is not None:  # only after the client is closed
+                with contextlib.suppress(OSError):
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            with self._state:
                 self.generation += 1
                 self._closing = False
                 self._state.notify_all()
 
-    def close(self) -> None:
+    def close(self, *, final: bool = False) -> None:
         """Close the client, then release the local data-dir lock.
 
         Safe to call twice, from any thread and from a shutdown hook; waits
-        (at most ``CLOSE_WAIT_SECONDS``) for Chroma calls still running. The
-        connection reopens lazily on its next use.
+        (at most ``CLOSE_WAIT_SECONDS``) for Chroma calls still running.
+        Blocking (it may stop a child server): call it from a worker thread.
+        The connection reopens lazily on its next use, unless ``final``: then
+        every later use is a :class:`VectorStoreError` (the bot is stopping).
         """
-        self._drop_client(release_lock=True)
+        self._drop_client(release_lock=True, final=final)
 
     def refresh(self) -> None:
         """Close the client but keep the data-dir lock: the next call opens a fresh one.

@@ -128,6 +128,7 @@ class MemoryStore:
         limit: int | None = None,
         origin: str = ORIGIN_PRIVATE,
         vector: Sequence[float] | None = None,
+        source: str = "",
     ) -> MemoryRecord:
         """Embed and store one memory; with ``limit``, refuse when the partition is full.
 
@@ -149,6 +150,7 @@ class MemoryStore:
             created_at=now,
             updated_at=now,
             origin=origin,
+            source=source,
         )
         async with self.gate.writing(), self.locks.hold(partition):
             if limit is not None:
@@ -184,13 +186,15 @@ class MemoryStore:
         tags: Sequence[str] | None = None,
         importance: str | None = None,
         stored_vector: Sequence[float] | None = None,
+        origin: str | None = None,
     ) -> MemoryRecord | None:
         """Change a memory of ``partition``; ``None`` if it is not there.
 
         A changed text first keeps the previous version in the archive
         (:meth:`keep_history`): if that fails, nothing changes. ``stored_vector``
         is the vector of ``content`` when it is known already (an archived
-        version restored), so it is not embedded again.
+        version restored), so it is not embedded again. ``origin`` moves the
+        memory to another origin (a text from a private chat makes it private).
         """
         vector: Sequence[float] | None = None
         if content is not None:
@@ -209,6 +213,8 @@ class MemoryStore:
                 current.tags = list(tags)
             if importance is not None:
                 current.importance = importance
+            if origin is not None:
+                current.origin = origin
             current.updated_at = self.clock()
             kwargs: dict[str, Any] = {"ids": [memory_id], "metadatas": [current.to_metadata()]}
             if vector is not None:
@@ -283,9 +289,11 @@ class MemoryStore:
         importance: str = "medium",
         limit: int | None = None,
         origin: str = ORIGIN_PRIVATE,
+        source: str = "",
     ) -> WriteResult:
-        """:meth:`add`, except that a near-duplicate of a memory of the partition
-        refreshes that memory (:mod:`.merge`) instead of adding a copy.
+        """:meth:`add`, except that a true repeat of a memory of the partition, written
+        with the same scope and origin, refreshes that memory (:mod:`.merge`) instead
+        of adding a copy.
 
         A merge adds nothing, so a full partition still accepts a repeated fact.
         Candidates are found before the lock (the index loads under it) and
@@ -294,19 +302,19 @@ class MemoryStore:
         vector = (await self._embed([content]))[0]
         if self.settings.dedup:
             near = await self.query_vector(partition, vector, top_k=MERGE_NEIGHBOURS)
-            candidates = merge_candidates(near, scope, content, self.settings)
+            candidates = merge_candidates(near, content, scope=scope, origin=origin)
             if candidates:
                 async with self.gate.writing(), self.locks.hold(partition):
                     for candidate in candidates:
                         merged = await merge_into(
                             self, partition, candidate.id, content, vector,
-                            tags=tags, importance=importance, origin=origin,
+                            tags=tags, importance=importance, scope=scope, origin=origin,
                         )  # fmt: skip
                         if merged is not None:
                             return WriteResult(merged, merged=True)
         record = await self.add(
             partition, scope, content, tags=tags, importance=importance, limit=limit,
-            origin=origin, vector=vector,
+            origin=origin, vector=vector, source=source,
         )  # fmt: skip
         return WriteResult(record)
 

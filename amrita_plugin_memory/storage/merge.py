@@ -1,13 +1,15 @@
-"""``write_memory`` without copies: a near-duplicate refreshes the memory it repeats.
+"""``write_memory`` without copies: a true repeat refreshes the memory it repeats.
 
-Chat models write the same fact again and again in other words; five copies of
-one fact push other memories out of a top-5 and fill the partition limit. A
-write whose text is a duplicate (:mod:`..core.duplicates`: close vectors,
-overlapping wording, no value replaced) of a memory of the same partition and
-scope updates that memory instead: the newer text (unless the stored text
-already contains it), the union of the tags, the higher importance, a new
-``updated_at``. The previous text is kept in the archive first, so a merge
-never loses either text.
+Chat models write the same fact again and again; copies of one fact push other
+memories out of a top-5 and fill the partition limit. A write whose text is a
+true repeat (:mod:`..core.duplicates`: the same statement in nearly the same
+words, written in the same place: same scope, same origin) of a memory of the
+same partition, with close vectors, updates that memory instead: the newer
+text (unless the stored one already holds it), the union of the tags, the
+higher importance, a new ``updated_at``. The previous text is kept in the
+archive first, so a merge never loses either text. Anything less than a true
+repeat (another person, another value, a plan instead of a fact) stays a
+memory of its own.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from ..core.duplicates import cosine, is_duplicate_text
-from ..core.records import IMPORTANCE_LEVELS, ORIGIN_PRIVATE, MemoryRecord
+from ..core.duplicates import cosine, repeats_memory
+from ..core.records import IMPORTANCE_LEVELS, MemoryRecord
 from .archive_store import REASON_MERGED
 from .retrieval import RetrievalSettings
 
@@ -66,16 +68,11 @@ def _normalised(text: str) -> str:
 
 
 def merge_candidates(
-    near: Sequence[MemoryRecord], scope: str, content: str, settings: RetrievalSettings
+    near: Sequence[MemoryRecord], content: str, *, scope: str, origin: str
 ) -> list[MemoryRecord]:
-    """Of the nearest memories ``near``, those whose text is a duplicate of ``content``
-    by wording (their vectors are checked under the lock by :func:`merge_into`)."""
-    return [
-        r
-        for r in near
-        if r.scope == scope
-        and is_duplicate_text(r.content, content, min_similarity=settings.dedup_min_text_similarity)
-    ]
+    """Of the nearest memories ``near``, those that ``content`` (written with ``scope``
+    and ``origin``) repeats; their vectors are checked under the lock by :func:`merge_into`."""
+    return [r for r in near if repeats_memory(r, content, scope=scope, origin=origin)]
 
 
 def is_close(stored: Sequence[float], vector: Sequence[float], settings: RetrievalSettings) -> bool:
@@ -88,22 +85,19 @@ def merged_record(
     *,
     tags: Sequence[str],
     importance: str,
-    origin: str,
     now: str,
 ) -> tuple[MemoryRecord, bool]:
-    """``current`` refreshed by a repeated write, and whether its text changed."""
+    """``current`` refreshed by a repeated write, and whether its text changed
+    (its origin stays: only a write of the same origin repeats it)."""
     keep_old_text = _normalised(content) in _normalised(current.content)
     merged_tags = list(dict.fromkeys([*current.tags, *tags]))
     rank = {level: i for i, level in enumerate(IMPORTANCE_LEVELS)}
     higher = max(current.importance, importance, key=lambda lvl: rank.get(lvl, 1))
-    # Said in a group now or before: the fact is no longer private-only.
-    new_origin = current.origin if origin == ORIGIN_PRIVATE else origin
     record = dataclasses.replace(
         current,
         content=current.content if keep_old_text else content,
         tags=merged_tags,
         importance=higher,
-        origin=new_origin,
         updated_at=now,
         distance=None,
     )
@@ -119,19 +113,21 @@ async def merge_into(
     *,
     tags: Sequence[str],
     importance: str,
+    scope: str,
     origin: str,
 ) -> MemoryRecord | None:
     """Refresh ``memory_id`` with a repeated write (the caller holds the partition's
     lock); ``None`` when it is gone (also when another process archived it just
-    before the refresh landed) or its stored vector is not close enough."""
+    before the refresh landed), no longer repeated by ``content`` (changed
+    meanwhile) or its stored vector is not close enough."""
     current = await store.get(partition, memory_id)
-    if current is None:
+    if current is None or not repeats_memory(current, content, scope=scope, origin=origin):
         return None
     stored = await store.stored_vector(memory_id)
     if stored is None or not is_close(stored, vector, store.settings):
         return None
     record, text_changed = merged_record(
-        current, content, tags=tags, importance=importance, origin=origin, now=store.clock()
+        current, content, tags=tags, importance=importance, now=store.clock()
     )
     kwargs: dict[str, Any] = {"ids": [memory_id], "metadatas": [record.to_metadata()]}
     if text_changed:

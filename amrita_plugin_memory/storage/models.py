@@ -10,6 +10,7 @@ from sqlalchemy import JSON, Boolean, DateTime, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 __all__ = [
+    "ActiveMemoryOptOut",
     "BotSelfMemory",
     "GroupMemberLabel",
     "GroupMessage",
@@ -98,4 +99,13 @@ class BotSelfMemory(Model):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     content: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=db_now)
+
+
+class ActiveMemoryOptOut(Model):
+    """A user who switched active memory off (``/memory auto off``); no row = on."""
+
+    __tablename__ = "amrita_plugin_memory_active_optout"
+
+    user_id: Mapped[str] = mapped_column(String(32), primary_key=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=db_now)

@@ -7,10 +7,11 @@ partition's vectors in :class:`~.partition_index.PartitionIndex`), for what a
 vector model blurs: numbers, codes, names. Distances are grown by age
 (:func:`~..core.ranking.decayed_distance`), both channels are combined
 (:func:`~..core.ranking.combine`: relative vector closeness plus the share of
-the query's keywords a memory holds), then an update is moved before the value
-it replaces (:func:`~..core.ranking.supersedes`). Every candidate comes from
-the one partition, with the same filters, so the partition rules are those of
-the plain vector search.
+the query's keywords a memory holds). Nothing else reorders the result: no
+word list decides which memory is "the update" or what a question is about
+(issue #23: such rules put the wrong memory first on data they were not
+written for). Every candidate comes from the one partition, with the same
+filters, so the partition rules are those of the plain vector search.
 """
 
 from __future__ import annotations
@@ -24,19 +25,10 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from ..core.config import ConfigFile
-from ..core.ranking import (
-    KeywordIndex,
-    age_days,
-    asks_current,
-    combine,
-    decay_factor,
-    decayed_distance,
-    tokenize,
-)
+from ..core.ranking import KeywordIndex, age_days, combine, decay_factor, decayed_distance
 from ..core.records import ORIGIN_GROUP_FLAG, MemoryRecord
 from .filters import where_partition
 from .partition_index import IndexedStore, PartitionIndex
-from .succession import newer_first
 
 
 class SearchStore(IndexedStore, Protocol):
@@ -78,10 +70,8 @@ class RetrievalSettings:
         default_factory=lambda: {"low": 7.0, "medium": 90.0, "high": 0.0}
     )
     candidates: int = 20
-    supersede_margin: float = 0.35
     dedup: bool = True
     dedup_min_cosine: float = 0.95
-    dedup_min_text_similarity: float = 0.5
 
     @classmethod
     def from_config(cls, file: ConfigFile) -> RetrievalSettings:
@@ -92,10 +82,8 @@ class RetrievalSettings:
             decay_weight=file.decay.weight,
             half_lives={lvl: file.half_life_days(lvl) for lvl in ("low", "medium", "high")},
             candidates=file.decay.rerank_candidates,
-            supersede_margin=file.decay.supersede_margin,
             dedup=file.retrieval.dedup_on_write,
             dedup_min_cosine=file.retrieval.dedup_min_cosine,
-            dedup_min_text_similarity=file.retrieval.dedup_min_text_similarity,
         )
 
     def age(self, record: MemoryRecord, now: datetime) -> float:
@@ -200,11 +188,6 @@ async def _keyword_hits(
     return out
 
 
-def _known_tokens(keywords: KeywordIndex, query: str) -> int:
-    """How many of the query's tokens occur in the partition at all."""
-    return len(set(tokenize(query)) & keywords.postings.keys())
-
-
 async def search(
     store: SearchStore,
     partition: str,
@@ -242,15 +225,4 @@ async def search(
         for memory_id, r in records.items()
     }
     ranked = [records[i] for i in combine(distances, coverage, settings.keyword_weight)]
-    if settings.decay and settings.supersede_margin > 0 and entry is not None:
-        keywords: KeywordIndex | None = entry.derived.get(_KEYWORD_KEY)
-        if keywords is None and asks_current(text):  # its topics find the replaced value
-            keywords = await _keywords_of(store, entry)
-        # A question that is just a name or a code ("老周", "年糕在哪"): its match stays first.
-        bare = keywords is not None and _known_tokens(keywords, text) <= 1
-        ranked = newer_first(
-            entry, ranked, text, coverage, keywords=keywords, bare=bare,
-            candidates=settings.candidates, margin=settings.supersede_margin,
-            age=lambda r: settings.age(r, now),
-        )  # fmt: skip
     return [replace(r) for r in ranked[:top_k]]

@@ -76,16 +76,31 @@ class SelfMemoryStore:
             return SelfAddResult(True, current + len(content), len(content), self.max_chars)
 
     async def delete(self, number: int) -> SelfEntry | None:
-        """Delete the ``number``-th entry (1-based, as listed); ``None`` if there is none."""
+        """Delete the ``number``-th entry (1-based, as listed); ``None`` if there is none.
+
+        For ``/memory self delete <编号>``, answered right after the list it
+        refers to. A page that may have been open for a while (the console)
+        deletes by id (:meth:`delete_id`): a position means another entry once
+        someone else deleted one above it.
+        """
         async with self._locks.hold(_LOCK):
             entries = await self.list()
             if not 1 <= number <= len(entries):
                 return None
-            entry = entries[number - 1]
-            async with get_session() as session:
-                row = await session.get(BotSelfMemory, entry.id)
-                if row is not None:
-                    await session.delete(row)
-                await session.commit()
-            self._cache = None  # re-read: another process may have changed the table
-            return entry
+            return await self._remove(entries[number - 1])
+
+    async def delete_id(self, entry_id: int) -> SelfEntry | None:
+        """Delete the entry with ``entry_id``; ``None`` if there is none (nothing deleted)."""
+        async with self._locks.hold(_LOCK):
+            self._cache = None  # by id: read the table as it is now
+            entry = next((e for e in await self.list() if e.id == entry_id), None)
+            return None if entry is None else await self._remove(entry)
+
+    async def _remove(self, entry: SelfEntry) -> SelfEntry:
+        async with get_session() as session:
+            row = await session.get(BotSelfMemory, entry.id)
+            if row is not None:
+                await session.delete(row)
+            await session.commit()
+        self._cache = None  # re-read: another process may have changed the table
+        return entry

@@ -18,8 +18,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
+from ..core.records import SOURCE_AUTO
 from ..storage.archive_restore import ArchiveRestoreError, restore
 from ..storage.archive_view import describe_row
 from .args import guard_tool_call, parse_memory_id
@@ -29,6 +30,7 @@ from .memory_tools import Caller, MemoryTools
 __all__ = [
     "PAGE_SIZE",
     "USAGE",
+    "AutoSwitch",
     "CommandRequest",
     "MemoryCommands",
     "parse_command",
@@ -65,6 +67,8 @@ _HEADS = {
     "画像": "persona",
     "memo": "memo",
     "备忘录": "memo",
+    "auto": "auto",
+    "自动": "auto",
 }
 _SUBCOMMANDS: dict[str, dict[str, str]] = {
     "self": {
@@ -87,8 +91,9 @@ _SUBCOMMANDS: dict[str, dict[str, str]] = {
         "开启": "on",
     },
     "memo": {"clear": "clear", "清空": "clear"},
+    "auto": {"on": "on", "开启": "on", "off": "off", "关闭": "off"},
 }
-_DEFAULT_ACTION = {"self": None, "persona": "show", "memo": "show"}
+_DEFAULT_ACTION = {"self": None, "persona": "show", "memo": "show", "auto": "show"}
 _GROUP_EXTRAS = {
     "anonymize": "anonymize",
     "匿名": "anonymize",
@@ -115,6 +120,7 @@ USAGE = """记忆命令：
 /memory group memo [clear] — 查看本群备忘录 / 清空（仅管理员 / 群主）
 /memory group anonymize on|off — 本群成员匿名开关（仅管理员 / 群主）
 /memory group context clear — 清空本群的群聊上下文窗口（仅管理员 / 群主）
+/memory auto [on|off] — 查看 / 开启 / 关闭主动记忆（自动记下你说的事并在聊天时想起）
 /memory self add <文本>|list|delete <编号> — 机器人的自我记忆（仅超级用户）
 兼容旧格式 /memory list|search|delete（个人范围）"""
 
@@ -199,21 +205,46 @@ def _line(index: int, memory: Mapping[str, Any], *, with_distance: bool = False)
         extras.append("标签 " + "、".join(memory["tags"]))
     if memory.get("created_at"):
         extras.append(str(memory["created_at"])[:10])
+    if memory.get("source") == SOURCE_AUTO:
+        extras.append("自动记录")
     if with_distance and memory.get("distance") is not None:
         extras.append(f"距离 {memory['distance']:.4f}")
     return f"{index}. {_preview(str(memory.get('content', '')))}\n   ID: {memory['id']}｜{'｜'.join(extras)}"
 
 
+class AutoSwitch(Protocol):
+    """What ``/memory auto`` needs of active memory (:class:`~..active.ActiveMemory`)."""
+
+    @property
+    def enabled(self) -> bool: ...
+
+    async def allows(self, user_id: str) -> bool: ...
+
+    async def set_consent(self, user_id: str, allowed: bool) -> bool: ...
+
+
+AUTO_ON = "我会在回答你之后自动记下你提到的关于自己的事（每几条消息整理一次），并在聊天时想起相关的记忆。"
+AUTO_OFF = "不会自动记录你的消息，也不会自动想起记忆；已记下的记忆保留（/memory user list 查看，delete 删除）。"
+
+
 class MemoryCommands:
     """Executes parsed ``/memory`` requests and renders Chinese replies."""
 
-    def __init__(self, tools: MemoryTools, group: GroupCommands | None = None) -> None:
+    def __init__(
+        self,
+        tools: MemoryTools,
+        group: GroupCommands | None = None,
+        auto: AutoSwitch | None = None,
+    ) -> None:
         self.tools = tools
         self.group = group
+        self.auto = auto
 
     async def run(self, request: CommandRequest, caller: Caller, *, superuser: bool = False) -> str:
         if request.action == "help":
             return USAGE
+        if request.scope == "auto":
+            return await self._auto(request.action, caller)
         if request.scope in ("self", "persona", "memo") or request.action in _GROUP_ACTIONS:
             return await self._group_awareness(request, caller, superuser)
         if request.action == "archive":
@@ -225,6 +256,21 @@ class MemoryCommands:
         if request.action == "search":
             return await self._search(request, caller)
         return await self._delete(request, caller)
+
+    async def _auto(self, action: str, caller: Caller) -> str:
+        """``/memory auto [on|off]``: the caller's own consent to active memory."""
+        if self.auto is None or not self.auto.enabled:
+            return "本 Bot 未启用主动记忆（[active_memory] enabled = false）"
+        user_id = caller.target.user_id
+        if action == "show":
+            if await self.auto.allows(user_id):
+                return f"主动记忆：已开启。{AUTO_ON}\n关闭：/memory auto off"
+            return f"主动记忆：已关闭，{AUTO_OFF}\n开启：/memory auto on"
+        allowed = action == "on"
+        changed = await self.auto.set_consent(user_id, allowed)
+        state = "开启" if allowed else "关闭"
+        prefix = f"已{state}主动记忆" if changed else f"主动记忆本来就是{state}的"
+        return f"{prefix}：{AUTO_ON if allowed else AUTO_OFF}"
 
     async def _group_awareness(
         self, request: CommandRequest, caller: Caller, superuser: bool

@@ -49,6 +49,10 @@ class Reply:
 
     content: str | None = None
     tool_calls: tuple[ToolCall, ...] = field(default=())
+    delay: float = 0.0
+    """Seconds the server waits before answering (a slow model; other requests go on)."""
+    status: int = 200
+    """An HTTP error status to answer with instead (a failing model for this request only)."""
 
     @staticmethod
     def text(content: str) -> Reply:
@@ -178,6 +182,10 @@ class ChatServer(ThreadedAppServer):
             return _error(int(mode[-3:]), "The server had an error processing your request.")
 
         reply = self._choose(body)
+        if reply.delay:
+            await asyncio.sleep(reply.delay)
+        if reply.status != 200:
+            return _error(reply.status, "The server had an error processing your request.")
         with self._lock:
             completion_id = f"chatcmpl-{next(self._ids)}"
             call_ids = [f"call_{next(self._ids)}" for _ in reply.tool_calls]

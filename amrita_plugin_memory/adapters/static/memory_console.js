@@ -412,7 +412,8 @@ function MemoryRow({ memory, onSaved, onDelete, notify }) {
     h("td", null, memory.tags.map((t) => h("span", { key: t, className: "amc-tag" }, t))),
     h("td", null, IMPORTANCE[memory.importance] || memory.importance,
       memory.distance !== undefined ? h("div", { className: "amc-muted" }, "距离 " + memory.distance) : null),
-    h("td", { className: "amc-muted" }, when(memory.created_at), h("br"), memory.origin === "private" ? "私聊" : memory.origin.replace("group:", "群 ")),
+    h("td", { className: "amc-muted" }, when(memory.created_at), h("br"), memory.origin === "private" ? "私聊" : memory.origin.replace("group:", "群 "),
+      memory.source === "auto" ? h("div", { className: "amc-tag", title: "主动记忆自动记录" }, "自动记录") : null),
     h(
       "td",
       null,
@@ -953,7 +954,7 @@ function SelfMemory({ notify, ask }) {
   const remove = async (entry) => {
     if (!(await ask({ title: "删除自我记忆", text: `确定删除第 ${entry.number} 条吗？\n${entry.content.slice(0, 80)}`, action: "删除" }))) return;
     try {
-      await api("DELETE", `/self/${entry.number}`);
+      await api("DELETE", `/self/${entry.id}`);
       notify(`已删除第 ${entry.number} 条自我记忆`);
       setVersion((v) => v + 1);
     } catch (err) {

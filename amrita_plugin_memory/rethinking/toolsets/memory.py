@@ -15,7 +15,7 @@ from typing import Any
 
 from amrita_core import FunctionDefinitionSchema, ToolContext
 
-from ...core.duplicates import is_duplicate_text
+from ...core.duplicates import repeats_memory
 from ...core.records import MemoryRecord
 from ...storage.memory_store import MemoryStore
 from ...storage.neighbours import nearest, stored_vectors
@@ -132,16 +132,16 @@ def find_duplicate_groups(
     records: list[MemoryRecord],
     neighbours: Mapping[str, list[MemoryRecord]],
     max_distance: float,
-    *,
-    min_text_similarity: float,
 ) -> list[dict[str, Any]]:
     """Group memories linked by a neighbour within ``max_distance`` (union-find).
 
     ``neighbours[id]`` are the nearest memories of ``id`` with distances. A link
-    also needs the texts to be duplicates by wording (:mod:`...core.duplicates`,
-    the notion ``write_memory`` merges by): two memories that give different
-    values for one thing (两个地址、两个号码) are not duplicates however close.
-    Groups are listed largest first, each with its closest pair distance.
+    also needs one to repeat the other (:func:`...core.duplicates.repeats_memory`,
+    the notion ``write_memory`` merges by): the same statement in nearly the same
+    words, written in the same place (same scope and origin: a memory from a
+    private chat and one from a group are never offered as one). Two memories
+    about another person, another value or a plan instead of a fact are no pair
+    however close. Groups are listed largest first, each with its closest pair distance.
     """
     parent = {r.id: r.id for r in records}
 
@@ -156,8 +156,8 @@ def find_duplicate_groups(
         for hit in neighbours.get(record.id, []):
             if hit.id == record.id or hit.id not in parent or hit.distance is None:
                 continue
-            if hit.distance <= max_distance and is_duplicate_text(
-                record.content, hit.content, min_similarity=min_text_similarity
+            if hit.distance <= max_distance and repeats_memory(
+                record, hit.content, scope=hit.scope, origin=hit.origin
             ):
                 parent[find(hit.id)] = find(record.id)
                 pair = frozenset((record.id, hit.id))
@@ -282,12 +282,7 @@ class MemoryToolset:
                 ]
                 for record, row in zip(records, rows, strict=False)
             }
-            groups = find_duplicate_groups(
-                records,
-                neighbours,
-                max_distance,
-                min_text_similarity=self.store.settings.dedup_min_text_similarity,
-            )
+            groups = find_duplicate_groups(records, neighbours, max_distance)
             return {
                 "ok": True,
                 "scanned": len(records),

@@ -1,0 +1,108 @@
+"""Active recall: the memories most relevant to a message, as a ``<MEMORIES>`` block.
+
+One query embedding per turn, then the same ranking as ``read_memory``
+(:func:`~..storage.retrieval.search`, over the partition index: about a
+millisecond). Only memories whose vector is close enough to the message
+(cosine similarity ≥ ``recall_min_similarity``) are shown, so an unrelated
+message ("哈哈", "在吗") gets no block. In a group only what ``read_memory``
+may return there: the speaker's memories written in groups, unless
+``private_memories_in_groups`` allows the others.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..core.blocks import render_memories_block
+from ..core.records import MemoryRecord
+from ..storage.keys import ChatTarget
+from ..storage.memory_store import MemoryStore
+from ..storage.retrieval import search
+
+__all__ = ["MemoryRecall", "cosine_similarities"]
+
+QUERY_CHARS = 500
+"""A message is searched with at most this much of its text (like ``read_memory``'s query)."""
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    return float(a @ b) / (na * nb) if na and nb else 0.0
+
+
+async def cosine_similarities(
+    store: MemoryStore, partition: str, vector: Sequence[float], records: Sequence[MemoryRecord]
+) -> dict[str, float]:
+    """Cosine similarity of ``vector`` and each record's stored vector.
+
+    The cached partition (already loaded by the search) answers without a
+    database call; a record it does not hold is read by id.
+    """
+    query = np.asarray(vector, dtype=np.float32)
+    out: dict[str, float] = {}
+    try:
+        entry = await store.index.snapshot(store, partition)
+    except Exception:
+        entry = None
+    rows = {memory_id: row for row, memory_id in enumerate(entry.ids)} if entry is not None else {}
+    for record in records:
+        row = rows.get(record.id)
+        if entry is not None and row is not None and entry.dim == query.shape[0]:
+            out[record.id] = _cosine(entry.vector(row), query)
+            continue
+        stored = await store.stored_vector(record.id)
+        if stored is not None and len(stored) == query.shape[0]:
+            out[record.id] = _cosine(np.asarray(stored, dtype=np.float32), query)
+    return out
+
+
+class MemoryRecall:
+    """Finds and renders the memories a turn's message brings to mind."""
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        *,
+        top_k: int,
+        max_chars: int,
+        min_similarity: float,
+        private_memories_in_groups: bool,
+    ) -> None:
+        self.store = store
+        self.top_k = top_k
+        self.max_chars = max_chars
+        self.min_similarity = min_similarity
+        self.private_memories_in_groups = private_memories_in_groups
+
+    async def recall(self, target: ChatTarget, text: str) -> list[tuple[MemoryRecord, float]]:
+        """The relevant memories of the speaker for ``text``, best first, with their similarity."""
+        query = text.strip()[:QUERY_CHARS]
+        if not query:
+            return []
+        vector = (await self.store.embedder.embed([query], "query"))[0]
+        hits = await search(
+            self.store,
+            target.user,
+            query,
+            vector,
+            top_k=self.top_k,
+            importance=None,
+            group_origin_only=target.is_group and not self.private_memories_in_groups,
+            settings=self.store.settings,
+        )
+        similarity = await cosine_similarities(self.store, target.user, vector, hits)
+        kept = [
+            (r, similarity[r.id])
+            for r in hits
+            if similarity.get(r.id, -math.inf) >= self.min_similarity
+        ]
+        return kept
+
+    async def block(self, target: ChatTarget, text: str) -> str:
+        """The ``<MEMORIES>`` block for a message (empty when nothing is relevant)."""
+        found = await self.recall(target, text)
+        lines = [((r.updated_at or r.created_at)[:10], r.content) for r, _ in found]
+        return render_memories_block(lines, max_chars=self.max_chars)

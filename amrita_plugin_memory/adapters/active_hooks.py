@@ -1,0 +1,115 @@
+"""Hooks of active memory: amrita-core chat turns → :class:`~..active.ActiveMemory`.
+
+* Pre-completion (priority 18, after the memo, the L3 notes and the group
+  blocks): the ``<MEMORIES>`` block of the memories relevant to the message.
+* Completion (priority 18): the answered message is queued for extraction;
+  the extraction itself runs in a background task, so the reply never waits.
+
+``train`` is never persisted by Amrita, so the block never enters the chat history.
+"""
+
+# No ``from __future__ import annotations``: amrita-sense injects handler
+# arguments by their annotation objects.
+
+from typing import Any
+
+from amrita_core import CompletionEvent, PreCompletionEvent
+from nonebot import logger
+
+from ..active import ActiveMemory
+from ..core.blocks import insert_block
+from ..services import MemoryRuntime
+from .events import amrita_event, target_from_event
+from .subconscious_hooks import remove_sense_matcher
+
+__all__ = ["ActiveHooks", "current_active", "setup_active_memory"]
+
+ACTIVE_HOOK_PRIORITY = 18
+
+_CURRENT: "list[ActiveHooks]" = []
+
+
+def current_active() -> "ActiveHooks | None":
+    """The hooks registered by :func:`setup_active_memory` in this process."""
+    return _CURRENT[-1] if _CURRENT else None
+
+
+def _message_text(event: Any) -> str:
+    try:
+        return str(event.get_plaintext() or "")
+    except Exception:
+        return ""
+
+
+class ActiveHooks:
+    """The chat hooks of active memory; ``active`` may be swapped (tests)."""
+
+    def __init__(self, active: ActiveMemory) -> None:
+        self.active = active
+        self._sense_matchers: list[Any] = []
+
+    async def inject(self, event: PreCompletionEvent) -> None:
+        ev = amrita_event(event.chat_object)
+        if ev is None:
+            return  # a background agent, not a chat turn
+        train = event.get_context_messages().train
+        if not isinstance(train.content, str):
+            return
+        try:
+            block = await self.active.recall_block(target_from_event(ev), _message_text(ev))
+        except Exception as exc:  # the chat goes on without recall
+            logger.warning(f"[Memory] 主动召回失败，本轮不注入：{exc.__class__.__name__}: {exc}")
+            return
+        if block:
+            train.content = insert_block(train.content, block)
+
+    async def answered(self, event: CompletionEvent) -> None:
+        ev = amrita_event(event.chat_object)
+        if ev is None:
+            return
+        try:
+            await self.active.answered(
+                target_from_event(ev), _message_text(ev), event.model_response or ""
+            )
+        except Exception as exc:
+            logger.warning(f"[Memory] 主动记忆排队失败：{exc.__class__.__name__}: {exc}")
+
+    def register(self) -> None:
+        from amrita_core import on_completion, on_precompletion
+
+        if self._sense_matchers:
+            return
+        pre = on_precompletion(priority=ACTIVE_HOOK_PRIORITY, block=False)
+
+        @pre.handle()
+        async def inject_memories(event: PreCompletionEvent) -> None:
+            await self.inject(event)
+
+        post = on_completion(priority=ACTIVE_HOOK_PRIORITY, block=False)
+
+        @post.handle()
+        async def queue_for_extraction(event: CompletionEvent) -> None:
+            await self.answered(event)
+
+        self._sense_matchers = [pre, post]
+
+    def unregister(self) -> None:
+        for matcher in self._sense_matchers:
+            remove_sense_matcher(matcher)
+        self._sense_matchers = []
+
+
+def setup_active_memory(runtime: MemoryRuntime) -> ActiveMemory:
+    """Build active memory, register its hooks and its shutdown."""
+    from nonebot import get_driver
+
+    active = ActiveMemory.build(runtime)
+    hooks = ActiveHooks(active)
+    hooks.register()
+    _CURRENT.append(hooks)
+
+    async def stop() -> None:
+        await hooks.active.close()
+
+    get_driver().on_shutdown(stop)
+    return active

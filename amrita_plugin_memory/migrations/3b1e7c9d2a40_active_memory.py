@@ -1,0 +1,38 @@
+"""active memory: per-user opt-out of learning and recall
+
+Revision ID: 3b1e7c9d2a40
+Revises: fac78ba16a47
+Create Date: 2026-12-01 17:00:00
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "3b1e7c9d2a40"
+down_revision: str | Sequence[str] | None = "fac78ba16a47"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+_INFO = {"bind_key": "amrita_plugin_memory"}
+
+
+def upgrade(name: str = "") -> None:
+    if name:
+        return
+    op.create_table(
+        "amrita_plugin_memory_active_optout",
+        sa.Column("user_id", sa.String(length=32), nullable=False),
+        sa.Column("created_at", sa.DateTime(), nullable=False),
+        sa.PrimaryKeyConstraint("user_id", name=op.f("pk_amrita_plugin_memory_active_optout")),
+        info=_INFO,
+    )
+
+
+def downgrade(name: str = "") -> None:
+    if name:
+        return
+    op.drop_table("amrita_plugin_memory_active_optout")

@@ -1,0 +1,49 @@
+"""Per-user consent to active memory (``/memory auto on|off``), in SQLite.
+
+Active memory is on for everyone unless a user switched it off; the
+opted-out ids are few, read on every answered turn and every recall, so they
+are cached after the first read and the cache is replaced on every change.
+"""
+
+from __future__ import annotations
+
+from nonebot_plugin_orm import get_session
+from sqlalchemy import delete, select
+
+from .models import ActiveMemoryOptOut, db_now
+
+__all__ = ["ConsentStore"]
+
+
+class ConsentStore:
+    """Who opted out of active memory (learning and recall)."""
+
+    def __init__(self) -> None:
+        self._opted_out: set[str] | None = None
+
+    async def _load(self) -> set[str]:
+        if self._opted_out is None:
+            async with get_session() as session:
+                rows = (await session.scalars(select(ActiveMemoryOptOut.user_id))).all()
+            self._opted_out = set(rows)
+        return self._opted_out
+
+    async def allows(self, user_id: str) -> bool:
+        """Whether active memory may learn from and recall for ``user_id``."""
+        return user_id not in await self._load()
+
+    async def set_allowed(self, user_id: str, allowed: bool) -> bool:
+        """Switch active memory on or off for ``user_id``; whether anything changed."""
+        current = await self._load()
+        if allowed == (user_id not in current):
+            return False
+        async with get_session() as session:
+            if allowed:
+                await session.execute(
+                    delete(ActiveMemoryOptOut).where(ActiveMemoryOptOut.user_id == user_id)
+                )
+            else:
+                session.add(ActiveMemoryOptOut(user_id=user_id, created_at=db_now()))
+            await session.commit()
+        self._opted_out = (current - {user_id}) if allowed else (current | {user_id})
+        return True

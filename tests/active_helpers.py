@@ -1,0 +1,84 @@
+"""Shared pieces of the active-memory tests: the ``active`` fixture, extraction requests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from tests.servers import ChatServer, Reply
+
+MARKER = "[memory-extraction]"
+
+
+@pytest.fixture
+async def active() -> AsyncIterator[Callable[..., Any]]:
+    """Switch the session's active memory on (``[active_memory]`` keys as keywords); restore after.
+
+    Idle batching is off by default here (``idle_seconds`` very long): tests
+    start extractions by count or with :func:`settle`.
+    """
+    from amrita_plugin_memory.adapters.active_hooks import current_active
+
+    hooks = current_active()
+    assert hooks is not None
+    service = hooks.active
+    saved = service.config
+
+    def configure(**values: Any) -> Any:
+        base = {"enabled": True, "idle_seconds": 3600, **values}
+        section = saved.active_memory.model_copy(update=base)
+        service.configure(saved.model_copy(update={"active_memory": section}))
+        return service
+
+    yield configure
+    await service.queue.close()
+    service.configure(saved)
+
+
+async def settle(service: Any) -> None:
+    """Extract every waiting batch now and wait for it (a hang guard, not a measurement)."""
+    async with asyncio.timeout(60):
+        await service.flush()
+
+
+def is_extraction(request: dict[str, Any]) -> bool:
+    first = request["messages"][0]
+    return first["role"] == "system" and str(first["content"]).startswith(MARKER)
+
+
+def extractions(server: ChatServer) -> list[dict[str, Any]]:
+    return [r for r in server.requests if is_extraction(r)]
+
+
+def answer_rule(answer: Callable[[dict[str, Any]], Any], *, delay: float = 0.0) -> Any:
+    """Answer extraction requests with ``answer(body)`` (a dict → JSON, a str verbatim,
+    a :class:`Reply` as it is)."""
+
+    def rule(body: dict[str, Any]) -> Reply | None:
+        if not is_extraction(body):
+            return None
+        value = answer(body)
+        if isinstance(value, Reply):
+            return value
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        return Reply(content=text, delay=delay)
+
+    return rule
+
+
+def shown_refs(request: dict[str, Any]) -> dict[str, str]:
+    """``{"M1": "<memory text>", …}`` as shown in an extraction request."""
+    text = request["messages"][1]["content"]
+    return {m.group(1): m.group(2) for m in re.finditer(r"^(M\d+): (.*)（[\d-]+）$", text, re.M)}
+
+
+def ref_of(request: dict[str, Any], content: str) -> str:
+    for ref, text in shown_refs(request).items():
+        if text == content:
+            return ref
+    raise AssertionError(f"{content!r} not shown in {shown_refs(request)}")
