@@ -14,7 +14,7 @@ import contextlib
 import re
 import subprocess
 import time
-from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -181,9 +181,11 @@ def seeded_bot(
     items: Sequence[tuple[str, str | None, Mapping[str, Any] | None]],
     *,
     l3: bool = True,
+    then: Callable[[Any], Awaitable[None]] | None = None,
 ) -> RunningBot:
     """A started bot whose memory collection holds ``items`` (fingerprint written, keys
-    migrated first, so it starts without a remap); stop it with :meth:`RunningBot.stop`."""
+    migrated first, so it starts without a remap); stop it with :meth:`RunningBot.stop`.
+    ``then(runtime)`` adds more (archive rows, versions) after the items."""
 
     async def prepare() -> None:
         from amrita_plugin_memory.embedding import reset_fingerprint
@@ -192,6 +194,8 @@ def seeded_bot(
         rt = project.runtime()
         try:
             await seed(rt, rt.store.name, items)
+            if then is not None:
+                await then(rt)
             await reset_fingerprint(rt.maintenance)
             await migrate_partition_keys(rt.store)
         finally:
