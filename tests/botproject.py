@@ -54,8 +54,11 @@ def make_runtime(
         data_dir=data_dir,
     )
     rt = MemoryRuntime(config)
-    if memory_name:
+    if memory_name:  # and its own archive (deletes and updates write into it)
+        from amrita_plugin_memory.storage.archive_store import ArchiveStore, archive_name
+
         rt.store.name = memory_name
+        rt.store.archive = ArchiveStore(rt.connection, archive_name(memory_name))
     rt.embedder.max_retries = 0
     rt.embedder.backoff = 0.01
     return rt

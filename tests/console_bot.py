@@ -14,18 +14,29 @@ import contextlib
 import re
 import subprocess
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
 
-from tests.botproject import VENV_BIN, BotProject
+from tests.botproject import VENV_BIN, BotProject, seed, snapshot
+from tests.conftest import EMBED
 from tests.reliability_stats import STATS
 from tests.servers import free_port
 
-__all__ = ["PASSWORD", "USER", "RunningBot", "login", "run_async"]
+__all__ = [
+    "PASSWORD",
+    "USER",
+    "RunningBot",
+    "assert_nothing_lost",
+    "command_ok",
+    "command_refused",
+    "login",
+    "run_async",
+    "seeded_bot",
+]
 
 T = TypeVar("T")
 
@@ -163,3 +174,71 @@ def api_error(resp: httpx.Response, status: int) -> str:
     assert "Traceback" not in resp.text
     STATS.inputs_tried += 1
     return body["message"]
+
+
+def seeded_bot(
+    project: BotProject,
+    items: Sequence[tuple[str, str | None, Mapping[str, Any] | None]],
+    *,
+    l3: bool = True,
+    then: Callable[[Any], Awaitable[None]] | None = None,
+) -> RunningBot:
+    """A started bot whose memory collection holds ``items`` (fingerprint written, keys
+    migrated first, so it starts without a remap); stop it with :meth:`RunningBot.stop`.
+    ``then(runtime)`` adds more (archive rows, versions) after the items."""
+
+    async def prepare() -> None:
+        from amrita_plugin_memory.embedding import reset_fingerprint
+        from amrita_plugin_memory.storage.keys import migrate_partition_keys
+
+        rt = project.runtime()
+        try:
+            await seed(rt, rt.store.name, items)
+            if then is not None:
+                await then(rt)
+            await reset_fingerprint(rt.maintenance)
+            await migrate_partition_keys(rt.store)
+        finally:
+            await rt.close()
+
+    EMBED.reset()
+    run_async(prepare())
+    running = RunningBot(project, l3=l3)
+    running.start()
+    return running
+
+
+def command_ok(proc: subprocess.CompletedProcess[str]) -> str:
+    """The output of an ``ambot`` command that must succeed without a traceback."""
+    assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert "Traceback" not in proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def command_refused(proc: subprocess.CompletedProcess[str]) -> str:
+    """The one ``错误：…`` line of an ``ambot`` command that must fail (exit 1, no traceback)."""
+    assert proc.returncode == 1, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert "Traceback" not in proc.stdout + proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("错误：")]
+    return line
+
+
+def assert_nothing_lost(
+    project: BotProject, items: Sequence[tuple[str, str | None, Any]]
+) -> dict[str, tuple[str | None, dict[str, Any] | None]]:
+    """Every text of ``items`` is still in the project's store, live or archived (the
+    bot stopped; losses are counted); the live memories ``{id: (text, metadata)}``."""
+
+    async def read() -> tuple[dict[str, Any], dict[str, Any]]:
+        rt = project.runtime()
+        try:
+            return await snapshot(rt, rt.store.name), await snapshot(rt, rt.store.archive.name)
+        finally:
+            await rt.close()
+
+    live, archived = run_async(read())
+    texts = {doc for doc, _ in live.values()} | {doc for doc, _ in archived.values()}
+    lost = [i for i, doc, _ in items if doc not in texts]
+    STATS.items_lost += len(lost)
+    assert lost == []
+    return live

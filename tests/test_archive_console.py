@@ -19,15 +19,18 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.botproject import ALICE, BOB, BotProject, memory_meta, seed, snapshot
-from tests.conftest import EMBED
-from tests.console_bot import RunningBot, api_data, api_error, login, run_async, webui_session
-from tests.lazy import lazy_import
+from tests.botproject import ALICE, BOB, BotProject, memory_meta
+from tests.console_bot import (
+    RunningBot,
+    api_data,
+    api_error,
+    assert_nothing_lost,
+    login,
+    seeded_bot,
+    webui_session,
+)
 from tests.reliability_stats import STATS
 
-E = lazy_import("amrita_plugin_memory.embedding", "amrita_plugin_memory.storage.keys")
-MEM = "amrita_user_memory"
-ARCHIVE = MEM + "_archive"
 CAROL = "QQPlatform_Private_10003"
 DAVE = "QQPlatform_Private_10004"
 LIMIT = 4
@@ -54,27 +57,17 @@ def bot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningBot]:
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(f"per_session_memory_limit = {LIMIT}\n", encoding="utf-8")
 
-    async def prepare() -> None:
-        rt = project.runtime()
-        try:
-            await seed(rt, MEM, SEEDED)
-            # A previous version of a live memory (reason "updated").
-            coffee = await rt.store.add(BOB, "user", "鲍勃喜欢喝咖啡")
-            await rt.store.update(BOB, coffee.id, content="鲍勃改喝茶了")
-            # A version of a memory that the first sweep will archive itself.
-            carol = await rt.store.get(CAROL, "carol-old")
-            assert carol is not None
-            carol.content, carol.updated_at = "卡罗尔以前住在苏州", "2024-06-01T00:00:00+00:00"
-            await rt.store.archive.save_version(carol, [0.1] * 384, reason="updated")
-            await E.reset_fingerprint(rt.maintenance)
-            await E.migrate_partition_keys(rt.store)
-        finally:
-            await rt.close()
+    async def versions(rt: Any) -> None:
+        # A previous version of a live memory (reason "updated").
+        coffee = await rt.store.add(BOB, "user", "鲍勃喜欢喝咖啡")
+        await rt.store.update(BOB, coffee.id, content="鲍勃改喝茶了")
+        # A version of a memory that the first sweep will archive itself.
+        carol = await rt.store.get(CAROL, "carol-old")
+        assert carol is not None
+        carol.content, carol.updated_at = "卡罗尔以前住在苏州", "2024-06-01T00:00:00+00:00"
+        await rt.store.archive.save_version(carol, [0.1] * 384, reason="updated")
 
-    EMBED.reset()
-    run_async(prepare())
-    running = RunningBot(project, l3=False)
-    running.start()
+    running = seeded_bot(project, SEEDED, l3=False, then=versions)
     yield running
     running.stop()
 
@@ -292,17 +285,6 @@ def test_the_same_output_once_the_bot_has_stopped(bot: RunningBot) -> None:
     assert _refused(project.ambot("archive", "restore", "dave-old")) == f"错误：{FULL}"
     assert _refused(project.ambot("archive", "restore", "x" * 500)) == HUGE
 
-    async def check() -> None:
-        rt = project.runtime()
-        try:
-            live, archived = await snapshot(rt, MEM), await snapshot(rt, ARCHIVE)
-        finally:
-            await rt.close()
-        # Every text seeded is still there, live or archived (a restored version's
-        # replaced text included).
-        texts = {doc for doc, _ in live.values()} | {doc for doc, _ in archived.values()}
-        lost = [i for i, doc, _ in SEEDED if doc not in texts]
-        STATS.items_lost += len(lost)
-        assert lost == []
-
-    run_async(check())
+    # Every text seeded is still there, live or archived (a restored version's
+    # replaced text included).
+    assert_nothing_lost(project, SEEDED)

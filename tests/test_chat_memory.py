@@ -172,6 +172,11 @@ async def test_group_delete_and_update_permissions(
     stored = await rt.store.get(f"QQPlatform_Group_{gid}", record.id)
     if allowed:
         assert stored is None
+        rows = await rt.store.archive.list(f"QQPlatform_Group_{gid}", memory_id=record.id)
+        assert {(r.reason, r.record.content) for r in rows} == {
+            ("deleted", "群公告：允许刷屏"),  # the delete kept the memory
+            ("updated", "群公告：禁止刷屏"),  # the update kept the text before
+        }
     else:
         assert "管理员" in update["error"] and "管理员" in delete["error"]
         assert stored is not None and stored.content == "群公告：禁止刷屏"

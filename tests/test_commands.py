@@ -65,9 +65,20 @@ async def test_private_list_search_delete() -> None:
     (reply,) = rec.texts("private")
     assert "距离" in reply and reply.index("第3条") < reply.index("2.")
 
-    rec = await command(private_event(uid, f"/memory user delete {records[0].id}"))
-    assert rec.texts("private") == [f"已删除个人记忆 {records[0].id}"]
-    assert await store.get(key, records[0].id) is None
+    gone = records[0].id
+    rec = await command(private_event(uid, f"/memory user delete {gone}"))
+    assert rec.texts("private") == [
+        f"已删除个人记忆 {gone}（已存入归档，可用 /memory user archive restore {gone} 恢复）"
+    ]
+    assert await store.get(key, gone) is None
+    (row,) = await store.archive.list(key, memory_id=gone)  # deletes lose nothing
+    assert (row.id, row.reason, row.record.content) == (gone, "deleted", records[0].content)
+    rec = await command(private_event(uid, "/memory user archive"))
+    assert f"{gone}  [已删除，归档于" in rec.texts("private")[0]
+    rec = await command(private_event(uid, f"/memory user archive restore {gone}"))
+    assert rec.texts("private") == [f"已恢复记忆 {gone}"]
+    assert (await store.get(key, gone)).content == records[0].content
+    await store.delete(key, gone)
 
     rec = await command(private_event(uid, "/memory user list 9"))
     assert rec.texts("private") == ["个人记忆共 11 条，只有 2 页"]
@@ -127,8 +138,9 @@ async def test_group_delete_permission(role: str, user_id: int, allowed: bool) -
     )
     (reply,) = rec.texts("group")
     if allowed:
-        assert reply == f"已删除群共享记忆 {note.id}"
+        assert reply == f"已删除群共享记忆 {note.id}（已存入归档）"
         assert await store.get(key, note.id) is None
+        assert await store.archive.ids([note.id]) == {note.id}
     else:
         assert reply.startswith("删除失败") and "管理员" in reply
         assert await store.get(key, note.id) is not None

@@ -231,6 +231,10 @@ def test_edit_and_delete_a_memory(api: httpx.Client, bot: RunningBot) -> None:
     assert "不存在" in error(api.delete("/api/memory/memories/a0005"), 404)
     page = data(api.get("/api/memory/memories", params={"partition": ALICE, "limit": 100}))
     assert page["total"] == 29 and "a0005" not in {m["id"] for m in page["memories"]}
+    # Deleted, not lost: in the archive with its reason, restorable.
+    (row,) = data(api.get("/api/memory/archive", params={"memory_id": "a0005"}))["rows"]
+    assert (row["id"], row["reason"], row["reason_text"]) == ("a0005", "deleted", "已删除")
+    assert row["partition"] == ALICE and row["content"]
 
     log = bot.log()
     assert f"[Memory] 控制台 WebUI 用户 admin：修改记忆 partition={ALICE} id=a0003" in log

@@ -9,6 +9,7 @@ fails, every memory is still there with the same content and metadata
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -223,6 +224,108 @@ async def test_remote_chroma_down_and_back(
         )["ok"]
     finally:
         await rt.connection.delete_collection("reliability-remote")
+        await rt.close()
+
+
+# ---------------------------------------------------------------------------
+# A delete under a fault: the memory stays, or is in the archive
+# ---------------------------------------------------------------------------
+
+
+async def kept_texts(rt: Any) -> dict[str, str]:
+    """``{memory id: text}`` of the memories live or archived as themselves (not versions)."""
+    rt.store.invalidate()
+    kept: dict[str, str] = {}
+    async for page in rt.store.iter_records(with_documents=True):
+        kept |= {r.id: r.content for r in page}
+    for row in await rt.store.archive.list(limit=10_000):
+        if not row.is_version:
+            kept.setdefault(row.memory_id, row.record.content)
+    return kept
+
+
+DELETE_FAULTS = [
+    "archive_in_maintenance",
+    "chroma_down_before",
+    "chroma_down_mid",
+    "embedding_down",
+]
+
+
+@pytest.mark.parametrize("fault", DELETE_FAULTS)
+async def test_a_delete_under_a_fault_loses_nothing(
+    tmp_path: Path, embed_server: EmbeddingServer, chroma_server: ChromaServer, fault: str
+) -> None:
+    """``delete_memory`` (chat tool) with the archive refusing writes, Chroma down before it
+    or between its archive write and its live delete, the embedding service down: every
+    memory is still live or in the archive, with its text; a refused delete says so."""
+    remote = fault.startswith("chroma_down")
+    rt = make_runtime(
+        tmp_path,
+        mode="remote" if remote else "local",
+        chroma=chroma_server if remote else None,
+        memory_name=f"reliability-delete-{fault.replace('_', '-')}",
+    )
+    uid = 14300
+    caller = T.caller_for_user(K.target_from_ids(uid))
+    try:
+        ids = [
+            (await rt.tools.write_memory(caller, {"content": text, "tags": [], "scope": "user"}))["memory"]["id"]
+            for text in ("用户喜欢吃苹果", "用户的猫叫团子", "用户在上海工作")
+        ]  # fmt: skip
+        assert len(set(ids)) == 3
+        before = await kept_texts(rt)
+        STATS.faults_injected += 1
+        archive = await rt.connection.get_collection(rt.store.archive.name, create=True)
+        save = rt.store.archive.save
+        if fault == "archive_in_maintenance":
+            await rt.connection.run(lambda: archive.modify(metadata={"reembed_running": "test"}))
+        elif fault == "chroma_down_before":
+            chroma_server.stop()
+        elif fault == "chroma_down_mid":
+
+            async def save_then_stop(*args: Any, **kwargs: Any) -> None:
+                await save(*args, **kwargs)
+                chroma_server.stop()
+
+            rt.store.archive.save = save_then_stop
+        else:
+            embed_server.stop()
+        try:
+            result = await rt.tools.delete_memory(caller, {"id": ids[0], "scope": "user"})
+        finally:
+            if remote and not chroma_server.running:
+                chroma_server.start()
+            if fault == "embedding_down":
+                embed_server.start()
+            if fault == "chroma_down_mid":
+                rt.store.archive.save = save
+        STATS.inputs_tried += 1
+        after = await kept_texts(rt)
+        lost = [i for i, text in before.items() if after.get(i) != text]
+        STATS.items_lost += len(lost)
+        assert not lost, (result, lost)
+        live = await rt.store.get(f"QQPlatform_Private_{uid}", ids[0])
+        if fault == "embedding_down":  # a delete needs no embedding
+            assert result == {"ok": True, "deleted": ids[0]} and live is None
+        else:
+            assert result["ok"] is False and "Traceback" not in result["error"], result
+            expected = "记忆库维护中" if fault == "archive_in_maintenance" else "向量数据库不可用"
+            assert result["error"].startswith(expected), result["error"]
+            assert live is not None  # refused: still live (and maybe archived too)
+            if fault == "archive_in_maintenance":
+                await rt.connection.run(lambda: archive.modify(metadata={"reembed_running": ""}))
+                rt.store.archive.invalidate()
+            # Once the fault is gone the same delete goes through.
+            again = await rt.tools.delete_memory(caller, {"id": ids[0], "scope": "user"})
+            assert again == {"ok": True, "deleted": ids[0]}, again
+        assert (await kept_texts(rt)) == before
+        assert await rt.store.archive.ids([ids[0]]) == {ids[0]}
+    finally:
+        if remote:
+            for name in (rt.store.name, rt.store.archive.name):
+                with contextlib.suppress(Exception):
+                    await rt.connection.delete_collection(name)
         await rt.close()
 
 

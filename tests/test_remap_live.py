@@ -388,7 +388,11 @@ async def test_remote_reindex_finishes_while_the_bot_writes(
         assert (await E.stored_fingerprint(cli.store)).fingerprint == (
             await E.current_fingerprint(cli.embedder)
         ).fingerprint
-        assert sorted(n for n in await cli.connection.list_collections() if names["memory_name"] in n or names["knowledge_name"] in n) == sorted(names.values())  # fmt: skip
+        # The bot's deletes went into the memory collection's archive (remapped too).
+        assert writes.deleted
+        archive = names["memory_name"] + "_archive"
+        assert sorted(n for n in await cli.connection.list_collections() if names["memory_name"] in n or names["knowledge_name"] in n) == sorted([*names.values(), archive])  # fmt: skip
+        assert set(writes.deleted) <= set(await snapshot(cli, archive))
     finally:
         await _drop_remote(cli, names)
         await bot.close()

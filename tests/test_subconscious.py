@@ -134,6 +134,10 @@ async def test_full_cycle_merges_duplicates(
     assert set(records) == {a.id, other.id}
     assert records[a.id].content == merged and records[a.id].tags == ["饮食", "偏好"]
     assert records[other.id].content == "用户的生日是5月1日"
+    # Nothing lost: the deleted duplicate and the replaced text are in the archive.
+    archived = {(r.id, r.reason) for r in await rt.store.archive.list(part, limit=10)}
+    assert (b.id, "deleted") in archived
+    assert any(row_id.startswith(f"{a.id}~") and why == "updated" for row_id, why in archived)
 
     requests = loop_requests(chat_server)
     assert len(requests) == 4  # iter_stop ends the cycle: no fifth request

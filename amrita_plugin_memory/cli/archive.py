@@ -1,10 +1,11 @@
 """``ambot memory archive list | restore | sweep`` (the work: :mod:`..storage.archive_view`).
 
-In local mode with the bot running (only one process may open the embedded
-ChromaDB) the command asks the bot through its admin API
-(``/api/memory/archive...``, the console's :mod:`..console.archive`), which
-builds the same lines with the same functions: the output does not depend on
-which process did the work.
+While the project's bot runs (:func:`.plumbing.bot_of`: in local mode it
+holds the embedded ChromaDB; in remote mode a sweep or restore here would
+have none of its partition locks) the command asks the bot through its admin
+API (``/api/memory/archive...``, the console's :mod:`..console.archive`),
+which builds the same lines with the same functions: the output does not
+depend on which process did the work.
 """
 
 from __future__ import annotations

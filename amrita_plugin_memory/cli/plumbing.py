@@ -1,9 +1,10 @@
 """What every ``ambot memory`` command needs: the runtime, a loop, the running bot.
 
 Commands open the plugin's :class:`~..services.MemoryRuntime` in this process,
-unless (local mode only) a running bot holds the embedded ChromaDB: then the
-commands that support it ask the bot through its admin API (local token, see
-:mod:`..core.bot_link`). Expected failures become one ``错误：…`` line and exit 1.
+unless the project's bot is running (:func:`bot_of`; local or remote mode):
+then the commands that support it ask the bot through its admin API (local
+token, see :mod:`..core.bot_link`), and the others refuse. Expected failures
+become one ``错误：…`` line and exit 1.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import click
 
 from amrita_plugin_memory_ctl import fail as _fail
 
-from ..core.bot_link import BotEndpoint, BotLinkError, follow_job, running_bot
+from ..core.bot_link import BotEndpoint, BotLinkError, follow_job, running_bot, serving_bot
 from ..core.console import stdin_is_tty
 from ..core.errors import EmbeddingError, VectorStoreError
 from ..embedding import BackupError, RemapError
@@ -80,14 +81,17 @@ def run(rt: MemoryRuntime, work: Callable[[], Awaitable[T]]) -> T:
 
 
 def bot_of(rt: MemoryRuntime) -> BotEndpoint | None:
-    """The running bot that holds the local data dir (``None``: open the store here).
+    """The running bot of this project (``None``: do the work in this process).
 
-    In local mode only one process may open the embedded ChromaDB; while the
-    bot runs, the commands that support it ask the bot through its admin API
-    (local token, see :mod:`..core.bot_link`). Remote mode needs no detour.
+    Local mode: the bot that holds the local data dir (only one process may
+    open the embedded ChromaDB). Remote mode: the bot that published its
+    token in this project's data dir and listens: a command that writes in
+    this process would have none of the bot's partition locks and write
+    gate (a sweep here could delete a memory the bot updates at that moment),
+    so the commands ask the bot, as in local mode.
     """
     if rt.config.env.vector_db_type != "local":
-        return None
+        return serving_bot(rt.config.data_dir)
     return running_bot(rt.config.data_dir, rt.config.chroma_dir / LOCK_FILE_NAME)
 
 
@@ -122,12 +126,16 @@ def follow(bot: BotEndpoint, job: dict[str, Any], label: str) -> dict[str, Any]:
 
 
 def bot_only_stopped(rt: MemoryRuntime, what: str) -> None:
-    """End the command when a running bot holds the local data dir (``what`` needs it)."""
+    """End the command when the project's bot is running (``what`` needs it stopped)."""
     bot = bot_of(rt)
-    if bot is not None:
-        fail(
-            f"Bot 正在运行（PID {bot.pid}），{what}需要先停止 Bot（本地向量库同一时间只能由一个进程打开）"
-        )
+    if bot is None:
+        return
+    why = (
+        "本地向量库同一时间只能由一个进程打开"
+        if rt.config.env.vector_db_type == "local"
+        else "它正在读写同一个远程向量库，本命令的修改会与它的写入冲突"
+    )
+    fail(f"Bot 正在运行（PID {bot.pid}），{what}需要先停止 Bot（{why}）")
 
 
 def require_confirmation(yes: bool) -> None:

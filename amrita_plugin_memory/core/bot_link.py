@@ -20,6 +20,7 @@ import hmac
 import json
 import os
 import secrets
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -38,6 +39,7 @@ __all__ = [
     "read_token_file",
     "remove_token_file",
     "running_bot",
+    "serving_bot",
     "token_matches",
     "write_token_file",
 ]
@@ -219,6 +221,24 @@ def running_bot(data_dir: Path, lock_file: Path) -> BotEndpoint | None:
     except OSError:
         return None
     return endpoint if holder == str(endpoint.pid) else None
+
+
+def serving_bot(data_dir: Path, *, timeout: float = 3.0) -> BotEndpoint | None:
+    """The running bot that published a token in ``data_dir`` and listens at its address.
+
+    Remote mode has no lock file that names the bot (:func:`running_bot`):
+    the token file counts when its PID is alive and its address accepts a
+    connection, so a file left by a killed bot (a refused connection) does
+    not send the command to nobody.
+    """
+    endpoint = read_token_file(data_dir)
+    if endpoint is None or not _alive(endpoint.pid):
+        return None
+    try:
+        with socket.create_connection((loopback_host(endpoint.host), endpoint.port), timeout):
+            return endpoint
+    except OSError:
+        return None
 
 
 def follow_job(

@@ -2,7 +2,7 @@
 
 Two kinds of rows, two behaviours (what a user restoring something expects):
 
-* **A swept memory** (row id == memory id) comes back as it was: same id,
+* **A swept or deleted memory** (row id == memory id) comes back as it was: same id,
   text, tags, importance, origin, ``created_at`` and stored vector (no
   embedding call). Its ``updated_at`` becomes the restore time, otherwise
   the next sweep would archive it again at once. The partition limit counts
@@ -11,9 +11,10 @@ Two kinds of rows, two behaviours (what a user restoring something expects):
 * **A previous version** (``<memory_id>~…``) brings that text back into the
   live memory ``memory_id`` (with its stored vector): the current text is
   kept in the archive first, like any update, so nothing is lost either way.
-  When the live memory no longer exists (deleted), the version becomes that
-  memory again (same id, counts toward the limit); when the memory itself is
-  archived, restore that first.
+  When the memory itself is archived (swept or deleted), restore that first;
+  when it is neither live nor archived (deleted before deletes were
+  archived), the version becomes that memory again (same id, counts toward
+  the limit).
 
 The live row is written first and the archive row removed after it: a crash in
 between leaves the memory in both places, and restoring again completes it.
@@ -96,9 +97,7 @@ async def _reinstate(
                 )
             )
         except BaseException:
-            store.counts.drop(partition)
-            store.recent.drop(partition)
-            store.index.drop(partition)
+            store.drop_views(partition)
             raise
         store.counts.drop(partition)  # exact again on next use
         store.recent.added(partition, record.id)

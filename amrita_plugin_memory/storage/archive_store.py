@@ -1,6 +1,7 @@
-"""The archive: memories past their lifetime and the previous versions of updated ones.
+"""The archive: memories past their lifetime, deleted memories, previous versions of updated ones.
 
-Nothing the plugin archives is ever deleted. The archive is a second
+Nothing the plugin archives is ever deleted (only a user's or operator's
+forget removes data). The archive is a second
 collection of the same Chroma store (:data:`ARCHIVE_COLLECTION`), so backups,
 the fingerprint and re-embedding cover it like the live memories, and a
 ``read_memory`` / ``list_memory`` never sees it (they only query the live one).
@@ -9,12 +10,13 @@ A row keeps the memory's stored vector (copied, never re-embedded), its
 document and its original metadata, plus:
 
 * ``archived_at``: when it was archived (ISO, like ``updated_at``);
-* ``reason``: :data:`REASON_EXPIRED` (the sweep), :data:`REASON_UPDATED`
+* ``reason``: :data:`REASON_EXPIRED` (the sweep), :data:`REASON_DELETED`
+  (a delete: chat tool, command, console, L3 loop), :data:`REASON_UPDATED`
   (``update_memory`` kept the previous text) or :data:`REASON_MERGED` (a
   duplicate merged on write);
 * ``memory_id``: the live memory the row belongs to.
 
-A swept memory keeps its id (row id == ``memory_id``). A history version is
+A swept or deleted memory keeps its id (row id == ``memory_id``). A history version is
 ``<memory_id>~<digest>``, the digest of the version's ``updated_at`` and text:
 saving the same version twice (a retried update) writes the same row once.
 
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ARCHIVE_COLLECTION",
     "REASONS",
+    "REASON_DELETED",
     "REASON_EXPIRED",
     "REASON_MERGED",
     "REASON_UPDATED",
@@ -56,7 +59,8 @@ ARCHIVE_COLLECTION = "amrita_user_memory" + ARCHIVE_SUFFIX
 REASON_EXPIRED = "expired"
 REASON_UPDATED = "updated"
 REASON_MERGED = "merged"
-REASONS: tuple[str, ...] = (REASON_EXPIRED, REASON_UPDATED, REASON_MERGED)
+REASON_DELETED = "deleted"
+REASONS: tuple[str, ...] = (REASON_EXPIRED, REASON_UPDATED, REASON_MERGED, REASON_DELETED)
 
 META_ARCHIVED_AT = "archived_at"
 META_REASON = "reason"
@@ -85,7 +89,7 @@ class ArchivedMemory:
     """One archive row: the memory as it was, why and when it was archived."""
 
     id: str
-    """The row id: the memory's own id (swept) or ``<memory_id>~<digest>`` (a version)."""
+    """The row id: the memory's own id (swept, deleted) or ``<memory_id>~<digest>`` (a version)."""
     record: MemoryRecord
     """The memory as it was (``record.id`` is the live memory's id)."""
     reason: str
@@ -97,7 +101,7 @@ class ArchivedMemory:
 
     @property
     def is_version(self) -> bool:
-        """A previous version of a memory (rather than the swept memory itself)."""
+        """A previous version of a memory (rather than the swept or deleted memory itself)."""
         return self.id != self.record.id
 
     @classmethod
@@ -224,7 +228,7 @@ class ArchiveStore:
         return row_id
 
     async def remove(self, row_ids: Sequence[str]) -> None:
-        """Delete archive rows (only after they were restored into the live collection)."""
+        """Delete archive rows (only once what they hold is live again, or kept as another row)."""
         if row_ids:
             ids = list(row_ids)
             await self._write(lambda c: c.delete(ids=ids))

@@ -23,6 +23,7 @@ REASON_TEXT = {
     "expired": "超过寿命",
     "updated": "更新前的旧版本",
     "merged": "合并前的旧版本",
+    "deleted": "已删除",
 }
 
 

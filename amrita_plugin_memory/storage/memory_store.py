@@ -29,6 +29,7 @@ from .merge import MERGE_NEIGHBOURS, WriteResult, merge_candidates, merge_into
 from .paging import iter_pages
 from .partition_index import PartitionIndex
 from .recent import RecentIds
+from .removal import erase, move_to_archive
 from .retrieval import RetrievalSettings, search
 
 if TYPE_CHECKING:
@@ -169,9 +170,7 @@ class MemoryStore:
                     )
                 )
             except BaseException:
-                self.counts.drop(partition)  # the add may or may not have landed
-                self.recent.drop(partition)
-                self.index.drop(partition)
+                self.drop_views(partition)  # the add may or may not have landed
                 raise
             self.counts.adjust(partition, +1)
             self.recent.added(partition, record.id)
@@ -222,31 +221,63 @@ class MemoryStore:
                 kwargs.update(documents=[current.content], embeddings=[vector])
             try:
                 await self._write(lambda c: c.update(**kwargs))
+                if await self.vanished(memory_id):
+                    raise VectorStoreError(f"记忆 {memory_id} 刚被另一个进程移入归档，修改未生效")
             except BaseException:
-                self.index.drop(partition)
+                self.drop_views(partition)
                 raise
             self.index.updated(partition, vector, current)
         return current
 
+    async def vanished(self, memory_id: str) -> bool:
+        """After an update of ``memory_id``: whether another process deleted (archived) it
+        before the update landed. Chroma drops an update of a missing id silently; only a
+        remote store has other writers (a local one belongs to one process)."""
+        if self.connection.mode != "remote":
+            return False
+        res = await self._run(lambda c: c.get(ids=[memory_id], include=[]))
+        return not res["ids"]
+
     async def delete(self, partition: str, memory_id: str) -> bool:
-        """Delete a memory of ``partition``; ``False`` if it is not there."""
+        """Move a memory of ``partition`` into the archive; ``False`` if it is not there.
+
+        Every delete keeps the memory (reason ``deleted``, same id and stored
+        vector, restorable): it is archived under the partition's lock before
+        the live row goes, and if that fails nothing is deleted
+        (:func:`.removal.move_to_archive`). Only :meth:`erase` removes data.
+        """
         async with self.gate.writing(), self.locks.hold(partition):
             # Ownership is checked under the partition's lock; only key
             # migration moves a memory between partitions, and it runs before
             # the bot serves anyone.
-            if await self.get(partition, memory_id) is None:
-                return False
             try:
-                await self._write(lambda c: c.delete(ids=[memory_id]))
+                moved = await move_to_archive(self, partition, memory_id)
             except BaseException:
-                self.counts.drop(partition)
-                self.recent.drop(partition)
-                self.index.drop(partition)
+                self.drop_views(partition)
                 raise
-            self.counts.adjust(partition, -1)
-            self.recent.removed(partition, memory_id)
-            self.index.removed(partition, memory_id)
-        return True
+            if moved:
+                self.counts.adjust(partition, -1)
+                self.recent.removed(partition, memory_id)
+                self.index.removed(partition, memory_id)
+        return moved
+
+    async def erase(self, partition: str, memory_ids: Sequence[str]) -> list[str]:
+        """Remove memories of ``partition`` for good, without archiving them; the ids removed.
+
+        For a user's or operator's forget only: every other removal is
+        :meth:`delete`. Ids of other partitions are left alone.
+        """
+        async with self.gate.writing(), self.locks.hold(partition):
+            try:
+                return await erase(self, partition, memory_ids)
+            finally:
+                self.drop_views(partition)
+
+    def drop_views(self, partition: str) -> None:
+        """Drop what is cached about ``partition`` (rebuilt from Chroma on its next use)."""
+        self.counts.drop(partition)
+        self.recent.drop(partition)
+        self.index.drop(partition)
 
     async def remember(
         self,

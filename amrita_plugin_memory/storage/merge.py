@@ -52,6 +52,8 @@ class MergeStore(Protocol):
 
     async def _write(self, fn: Callable[[Any], T]) -> T: ...
 
+    async def vanished(self, memory_id: str) -> bool: ...
+
 
 @dataclass(frozen=True, slots=True)
 class WriteResult:
@@ -115,7 +117,8 @@ async def merge_into(
     origin: str,
 ) -> MemoryRecord | None:
     """Refresh ``memory_id`` with a repeated write (the caller holds the partition's
-    lock); ``None`` when it is gone, no longer repeated by ``content`` (changed
+    lock); ``None`` when it is gone (also when another process archived it just
+    before the refresh landed), no longer repeated by ``content`` (changed
     meanwhile) or its stored vector is not close enough."""
     current = await store.get(partition, memory_id)
     if current is None or not repeats_memory(current, content, scope=scope, origin=origin):
@@ -133,8 +136,12 @@ async def merge_into(
         kwargs.update(documents=[record.content], embeddings=[list(vector)])
     try:
         await store._write(lambda c: c.update(**kwargs))
+        gone = await store.vanished(memory_id)
     except BaseException:
         store.index.drop(partition)
         raise
+    if gone:  # archived by another process meanwhile: the write becomes a new memory
+        store.index.drop(partition)
+        return None
     store.index.updated(partition, vector if text_changed else None, record)
     return record

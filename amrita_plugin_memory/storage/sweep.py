@@ -11,7 +11,11 @@ vectors; by offset: reading every id at once held the GIL for a second at
    locks), the chunk is read again by id (document, metadata, stored vector):
    a memory updated, deleted or moved meanwhile is skipped;
 2. the rows are saved into the archive (same id, reason ``expired``);
-3. only then are they deleted from the live collection.
+3. only then are they deleted from the live collection, and only in the state
+   that was read (same partition and ``updated_at``,
+   :func:`.removal.unchanged_where`): a memory another process changed in
+   between (two bots on one Chroma server) stays live with its change, and the
+   row saved for it becomes a previous version (:func:`_undo_changed`).
 
 A crash between 2 and 3 leaves the memory in both collections: the next sweep
 finds it still expired and completes the move (saving a row again overwrites
@@ -42,14 +46,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 from nonebot.log import logger
 
 from ..core.ranking import parse_time
 from ..core.records import MemoryRecord
-from .archive_store import REASON_EXPIRED
+from .archive_store import REASON_EXPIRED, REASON_UPDATED, history_id
 from .memory_store import MemoryStore
+from .removal import deleted_count, row_state, unchanged_where
 
 __all__ = ["WRITE_CHUNK", "SweepResult", "expired", "parse_time", "sweep"]
 
@@ -161,6 +167,7 @@ async def _move(
         metas = res.get("metadatas") or [None] * len(res["ids"])
         vectors = res.get("embeddings")
         rows: list[tuple[str, MemoryRecord, list[float]]] = []
+        read: list[dict[str, Any]] = []
         for i, memory_id in enumerate(res["ids"]):
             record = MemoryRecord.from_chroma(memory_id, docs[i], metas[i])
             if vectors is None or record.partition != wanted.get(memory_id):
@@ -168,22 +175,55 @@ async def _move(
             if not expired(record, lifetime, now):
                 continue  # updated meanwhile
             rows.append((memory_id, record, np.asarray(vectors[i], dtype=np.float64).tolist()))
+            read.append(dict(metas[i] or {}))
         result.skipped += len(batch) - len(rows)
         if not rows:
             return
         await store.archive.save(rows, reason=REASON_EXPIRED)
         moved = [row_id for row_id, _, _ in rows]
+        where = unchanged_where(read)
         try:
-            await store._write(lambda c: c.delete(ids=moved))
+            done = deleted_count(await store._write(lambda c: c.delete(ids=moved, where=where)))
+            live = {} if done == len(rows) else await _still_live(store, moved)
         finally:
             # The delete may or may not have landed: cached views of these
             # partitions are rebuilt from Chroma on their next use.
             for partition in {record.partition for _, record, _ in rows}:
-                store.counts.drop(partition)
-                store.recent.drop(partition)
-                store.index.drop(partition)
-        result.archived += len(rows)
-        result.partitions.update(record.partition for _, record, _ in rows)
+                store.drop_views(partition)
+        changed = [
+            (row, live[row[0]][0])
+            for row, meta in zip(rows, read, strict=True)
+            if row[0] in live and row_state(live[row[0]][1]) != row_state(meta)
+        ]
+        if changed:
+            await _undo_changed(store, changed)
+        result.skipped += len(changed)  # the rest still live: the next sweep completes them
+        gone = [record for row_id, record, _ in rows if row_id not in live]
+        result.archived += len(gone)
+        result.partitions.update(record.partition for record in gone)
+
+
+async def _still_live(store: MemoryStore, ids: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """``{id: (text, metadata)}`` of the rows among ``ids`` still in the live collection."""
+    res = await store._run(lambda c: c.get(ids=ids, include=["documents", "metadatas"]))
+    docs = res.get("documents") or [None] * len(res["ids"])
+    metas = res.get("metadatas") or [None] * len(res["ids"])
+    return {i: (d or "", dict(m or {})) for i, d, m in zip(res["ids"], docs, metas, strict=False)}
+
+
+async def _undo_changed(
+    store: MemoryStore, changed: Sequence[tuple[tuple[str, MemoryRecord, list[float]], str]]
+) -> None:
+    """Archive rows of memories another process changed between the sweep's read and its
+    delete (the delete left them alone): the memory is live, so the row saved for it
+    becomes what ``update_memory`` keeps, a previous version, when its text changed
+    (unless that process kept it already), and is dropped otherwise."""
+    versions = [(row, text) for row, text in changed if row[1].content != text]
+    present = await store.archive.ids([history_id(row[1]) for row, _ in versions])
+    for (_, record, vector), _ in versions:
+        if history_id(record) not in present:
+            await store.archive.save_version(record, vector, reason=REASON_UPDATED)
+    await store.archive.remove([row[0] for row, _ in changed])
 
 
 async def sweep(

@@ -110,7 +110,7 @@ USAGE = """记忆命令：
 /memory user list [页码] — 列出个人记忆
 /memory user search <关键词> — 搜索个人记忆
 /memory user delete <ID> — 删除个人记忆
-/memory user archive [页码] — 查看你已归档的记忆（过期的与更新前的旧版本，私聊）
+/memory user archive [页码] — 查看你已归档的记忆（过期的、删除的与更新前的旧版本，私聊）
 /memory user archive restore <ID> — 恢复一条归档记忆
 /memory group list [页码] — 列出群共享记忆
 /memory group search <关键词> — 搜索群共享记忆
@@ -340,7 +340,10 @@ class MemoryCommands:
         )
         if not result["ok"]:
             return f"删除失败：{result['error']}"
-        return f"已删除{_scope_name(request.scope)} {result['deleted']}"
+        deleted = result["deleted"]
+        if request.scope == "group":  # restored by an operator (console, ambot memory)
+            return f"已删除群共享记忆 {deleted}（已存入归档）"
+        return f"已删除个人记忆 {deleted}（已存入归档，可用 /memory user archive restore {deleted} 恢复）"
 
     async def _archive(self, request: CommandRequest, caller: Caller) -> str:
         """``/memory user archive [页码]`` and ``… archive restore <ID>``: the caller's own only."""

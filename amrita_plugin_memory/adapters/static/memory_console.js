@@ -443,11 +443,11 @@ function MemoryTable({ partition, notify, ask, onChanged }) {
     [partition, query, offset, limit, version],
   );
   const remove = async (memory) => {
-    const ok = await ask({ title: "删除记忆", text: `确定删除这条记忆吗？此操作不可撤销。\n${memory.content.slice(0, 80)}`, action: "删除" });
+    const ok = await ask({ title: "删除记忆", text: `确定删除这条记忆吗？它会移入归档（原因“已删除”），可在“归档”页恢复。\n${memory.content.slice(0, 80)}`, action: "删除" });
     if (!ok) return;
     try {
       await api("DELETE", `/memories/${encodeURIComponent(memory.id)}` + qs({ partition: memory.partition }));
-      notify("已删除记忆 " + memory.id);
+      notify("已删除记忆 " + memory.id + "（已移入归档，可恢复）");
       setVersion((v) => v + 1);
       onChanged();
     } catch (err) {
@@ -562,7 +562,7 @@ function Archive({ notify, ask }) {
   );
   const restore = async (row) => {
     const text = row.is_version
-      ? `用这条旧版本恢复记忆 ${row.memory_id}：该记忆仍存在时替换其当前内容（当前内容会先存入归档，可再恢复），已被删除时重新创建它。\n${row.content.slice(0, 80)}`
+      ? `用这条旧版本恢复记忆 ${row.memory_id}：该记忆仍存在时替换其当前内容（当前内容会先存入归档，可再恢复）；该记忆本身已归档（超过寿命或删除）时请先恢复它。\n${row.content.slice(0, 80)}`
       : `确定把这条记忆恢复为有效记忆吗？它会回到分区 ${row.partition}（计入该分区的记忆上限）。\n${row.content.slice(0, 80)}`;
     const ok = await ask({ title: "恢复归档记忆", text, action: "恢复" });
     if (!ok) return;
@@ -602,7 +602,7 @@ function Archive({ notify, ask }) {
       h("h3", null, "归档"),
       h(Button, { disabled: busy, onClick: sweep, "data-amc": "sweep" }, busy ? "清理中…" : "立即归档清理"),
     ),
-    h("div", { className: "amc-muted", style: { marginBottom: 8 } }, "超过寿命的记忆与更新、合并前的旧版本保存在这里，从不删除；恢复后重新参与检索。"),
+    h("div", { className: "amc-muted", style: { marginBottom: 8 } }, "超过寿命的、删除的记忆与更新、合并前的旧版本保存在这里，从不删除；恢复后重新参与检索。"),
     h(
       "form",
       { className: "amc-row", style: { marginBottom: 10 }, onSubmit: (e) => { e.preventDefault(); filterBy(typed.trim(), ""); } },
