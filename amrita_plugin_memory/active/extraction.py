@@ -23,6 +23,7 @@ from ..core.errors import MemoryLimitReached
 from ..core.memory_ops import MemoryOp, OpLimits, ParsedOps, parse_memory_ops, reference
 from ..core.records import ORIGIN_PRIVATE, SOURCE_AUTO, MemoryRecord
 from ..core.text import cut, single_line
+from ..storage.archive_store import REASON_OUTDATED
 from ..storage.memory_store import MemoryStore
 from ..storage.retrieval import search
 from ..tools.args import LIMITS
@@ -190,7 +191,7 @@ class MemoryExtractor:
             return
         target = by_ref[op.ref]
         if op.op == "archive":
-            if await self.store.delete(key.partition, target.id):
+            if await self.store.delete(key.partition, target.id, reason=REASON_OUTDATED):
                 outcome.archived.append(target.id)
             else:
                 outcome.ignored.append(f"{op.ref}: gone before archive")

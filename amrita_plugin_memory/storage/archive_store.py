@@ -45,6 +45,7 @@ __all__ = [
     "REASON_DELETED",
     "REASON_EXPIRED",
     "REASON_MERGED",
+    "REASON_OUTDATED",
     "REASON_UPDATED",
     "ArchiveStore",
     "ArchivedMemory",
@@ -60,7 +61,15 @@ REASON_EXPIRED = "expired"
 REASON_UPDATED = "updated"
 REASON_MERGED = "merged"
 REASON_DELETED = "deleted"
-REASONS: tuple[str, ...] = (REASON_EXPIRED, REASON_UPDATED, REASON_MERGED, REASON_DELETED)
+REASON_OUTDATED = "outdated"
+"""Archived by active memory's extraction: no longer true, or the user asked to forget it."""
+REASONS: tuple[str, ...] = (
+    REASON_EXPIRED,
+    REASON_UPDATED,
+    REASON_MERGED,
+    REASON_DELETED,
+    REASON_OUTDATED,
+)
 
 META_ARCHIVED_AT = "archived_at"
 META_REASON = "reason"

@@ -24,6 +24,7 @@ REASON_TEXT = {
     "updated": "更新前的旧版本",
     "merged": "合并前的旧版本",
     "deleted": "已删除",
+    "outdated": "不再成立（主动记忆）",
 }
 
 

@@ -20,7 +20,7 @@ from ..core.gate import WriteGate
 from ..core.locks import PartitionLocks
 from ..core.protocols import Embedder, TextKind
 from ..core.records import ORIGIN_PRIVATE, MemoryRecord, utc_now
-from .archive_store import REASON_UPDATED, ArchiveStore, archive_name
+from .archive_store import REASON_DELETED, REASON_UPDATED, ArchiveStore, archive_name
 from .chroma import ChromaConnection
 from .counts import PartitionCounts
 from .filters import where_partition
@@ -238,7 +238,9 @@ class MemoryStore:
         res = await self._run(lambda c: c.get(ids=[memory_id], include=[]))
         return not res["ids"]
 
-    async def delete(self, partition: str, memory_id: str) -> bool:
+    async def delete(
+        self, partition: str, memory_id: str, *, reason: str = REASON_DELETED
+    ) -> bool:
         """Move a memory of ``partition`` into the archive; ``False`` if it is not there.
 
         Every delete keeps the memory (reason ``deleted``, same id and stored
@@ -251,7 +253,7 @@ class MemoryStore:
             # migration moves a memory between partitions, and it runs before
             # the bot serves anyone.
             try:
-                moved = await move_to_archive(self, partition, memory_id)
+                moved = await move_to_archive(self, partition, memory_id, reason=reason)
             except BaseException:
                 self.drop_views(partition)
                 raise

@@ -116,11 +116,13 @@ async def _read(
     return MemoryRecord.from_chroma(memory_id, docs[0], meta), meta, vector
 
 
-async def move_to_archive(store: RemovalStore, partition: str, memory_id: str) -> bool:
+async def move_to_archive(
+    store: RemovalStore, partition: str, memory_id: str, *, reason: str = REASON_DELETED
+) -> bool:
     """Archive, then delete, the memory ``memory_id`` of ``partition``; ``False`` if it is not there.
 
     Called under the partition's lock. The row and its stored vector are
-    saved first (reason ``deleted``); the live row is then deleted only in
+    saved first (``reason``, by default ``deleted``); the live row is then deleted only in
     the state that was saved. When another process changed it in between,
     its new state is read, saved and deleted the same way (at most
     :data:`MOVE_ATTEMPTS` times, then a clear error and nothing deleted). A
@@ -138,7 +140,7 @@ async def move_to_archive(store: RemovalStore, partition: str, memory_id: str) -
         # into a collection the remap would not cover, nothing deleted.
         await store.guard.for_write(store.name)
         vector = [float(x) for x in vector]
-        await store.archive.save([(memory_id, record, vector)], reason=REASON_DELETED)
+        await store.archive.save([(memory_id, record, vector)], reason=reason)
         where = unchanged_where([meta])
         result = await store._write(lambda c, w=where: c.delete(ids=[memory_id], where=w))
         if deleted_count(result) == 1:
