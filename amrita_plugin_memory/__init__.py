@@ -30,6 +30,7 @@ from .services import MemoryRuntime  # noqa: E402
 from .storage import models as models  # noqa: E402  (registers the ORM tables)
 from .tools.commands import MemoryCommands  # noqa: E402
 from .tools.group_commands import GroupCommands  # noqa: E402
+from .tools.user_commands import UserCommands  # noqa: E402
 
 __all__ = ["EnvConfig", "MemoryRuntime", "PluginConfig", "runtime"]
 
@@ -75,10 +76,17 @@ def _setup() -> MemoryRuntime | None:
     register_memo_key_migration(rt.memo)  # after nonebot_plugin_orm's init_orm
     register_surface_tools(rt.tools)
     awareness = setup_group_awareness(rt)  # group window, personas, self memory
-    register_commands(MemoryCommands(rt.tools, GroupCommands(awareness.stores, rt.memo)))
     runner = setup_subconscious(rt)
+    # A user's export and forget (the L3 loop's state through the loop when it runs).
+    user_data = rt.user_data(
+        awareness.stores,
+        runner.loop_state if runner is not None else None,
+        runner.target_user_id if runner is not None else None,
+    )
+    users = UserCommands(user_data, rt.config.export_dir)
+    register_commands(MemoryCommands(rt.tools, GroupCommands(awareness.stores, rt.memo), users))
     setup_archive(rt)  # the periodic sweep into the archive ([archive] enabled)
-    setup_console(rt, runner, awareness.stores)  # WebUI page, admin API, ambot memory while running
+    setup_console(rt, runner, awareness.stores, user_data)  # WebUI page, admin API, ambot memory
     register_gc_freeze()  # short full GC passes: no 200 ms stalls of the event loop
     logger.info(
         f"[Memory] 已加载：向量库 {rt.connection.describe()}，嵌入服务 {rt.embedder.describe()}"

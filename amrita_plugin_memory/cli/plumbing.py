@@ -16,7 +16,7 @@ import click
 
 from amrita_plugin_memory_ctl import fail as _fail
 
-from ..core.bot_link import BotEndpoint, BotLinkError, follow_job, running_bot
+from ..core.bot_link import BotEndpoint, BotLinkError, follow_job, live_bot, running_bot
 from ..core.console import stdin_is_tty
 from ..core.errors import EmbeddingError, VectorStoreError
 from ..embedding import BackupError, RemapError
@@ -34,6 +34,7 @@ __all__ = [
     "require_confirmation",
     "run",
     "runtime",
+    "serving_bot",
 ]
 
 T = TypeVar("T")
@@ -89,6 +90,18 @@ def bot_of(rt: MemoryRuntime) -> BotEndpoint | None:
     if rt.config.env.vector_db_type != "local":
         return None
     return running_bot(rt.config.data_dir, rt.config.chroma_dir / LOCK_FILE_NAME)
+
+
+def serving_bot(rt: MemoryRuntime) -> BotEndpoint | None:
+    """The running bot of this project in either mode (``None``: do the work here).
+
+    For the commands on data the bot also keeps in memory (a user's export
+    and forget: memo and persona caches, group windows, the L3 loop's state),
+    which must go through the bot even in remote mode.
+    """
+    if rt.config.env.vector_db_type == "local":
+        return bot_of(rt)
+    return live_bot(rt.config.data_dir)
 
 
 def ask(

@@ -34,6 +34,7 @@ __all__ = [
     "BotEndpoint",
     "BotLinkError",
     "follow_job",
+    "live_bot",
     "loopback_host",
     "read_token_file",
     "remove_token_file",
@@ -202,6 +203,16 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # exists, owned by another account
         return True
     return True
+
+
+def live_bot(data_dir: Path) -> BotEndpoint | None:
+    """The bot that published a token in ``data_dir`` and still runs (any vector store mode).
+
+    For commands whose data the bot also holds in memory (a user's forget:
+    caches, the L3 loop's state), which must go through it even in remote mode.
+    """
+    endpoint = read_token_file(data_dir)
+    return endpoint if endpoint is not None and _alive(endpoint.pid) else None
 
 
 def running_bot(data_dir: Path, lock_file: Path) -> BotEndpoint | None:

@@ -24,6 +24,7 @@ from .archive_store import REASON_UPDATED, ArchiveStore, archive_name
 from .chroma import ChromaConnection
 from .counts import PartitionCounts
 from .filters import where_partition
+from .forgotten import ForgottenUsers
 from .guard import CollectionGuard
 from .merge import MERGE_NEIGHBOURS, WriteResult, merge_candidates, merge_into
 from .paging import iter_pages
@@ -71,6 +72,9 @@ class MemoryStore:
         """Whether a changed text keeps the previous one in the archive (``[archive] keep_history``)."""
         self.settings = RetrievalSettings()
         """Ranking (hybrid, decay) and merging settings (``[retrieval]``, ``[decay]``)."""
+        self.forgotten: ForgottenUsers | None = None
+        """Users whose data a forget removed (``storage.forgotten``): every restore path
+        drops their rows from before it. Set by the runtime (it knows the data dir)."""
 
     # -- collection handle --------------------------------------------------
 
@@ -127,13 +131,15 @@ class MemoryStore:
         limit: int | None = None,
         origin: str = ORIGIN_PRIVATE,
         vector: Sequence[float] | None = None,
+        author: str = "",
     ) -> MemoryRecord:
         """Embed and store one memory; with ``limit``, refuse when the partition is full.
 
         The count check and the add happen under the partition's lock, so
         concurrent writers cannot exceed the limit. The text is embedded before
         anything is written: an embedding failure leaves nothing behind.
-        ``vector`` is the text's embedding when the caller has it already.
+        ``vector`` is the text's embedding when the caller has it already;
+        ``author`` the user id of who wrote a group memory.
         """
         if vector is None:
             vector = (await self._embed([content]))[0]
@@ -148,6 +154,7 @@ class MemoryStore:
             created_at=now,
             updated_at=now,
             origin=origin,
+            author=author,
         )
         async with self.gate.writing(), self.locks.hold(partition):
             if limit is not None:
@@ -252,6 +259,7 @@ class MemoryStore:
         importance: str = "medium",
         limit: int | None = None,
         origin: str = ORIGIN_PRIVATE,
+        author: str = "",
     ) -> WriteResult:
         """:meth:`add`, except that a near-duplicate of a memory of the partition
         refreshes that memory (:mod:`.merge`) instead of adding a copy.
@@ -275,7 +283,7 @@ class MemoryStore:
                             return WriteResult(merged, merged=True)
         record = await self.add(
             partition, scope, content, tags=tags, importance=importance, limit=limit,
-            origin=origin, vector=vector,
+            origin=origin, vector=vector, author=author,
         )  # fmt: skip
         return WriteResult(record)
 

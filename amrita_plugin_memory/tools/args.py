@@ -38,6 +38,7 @@ __all__ = [
     "parse_optional_text",
     "parse_tags",
     "parse_text",
+    "parse_user_id",
     "tool_error",
 ]
 
@@ -170,6 +171,24 @@ def parse_memory_id(args: Mapping[str, Any]) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
     return parse_text({"id": value}, "id", max_chars=LIMITS.id_chars)
+
+
+USER_ID_DIGITS = 20
+"""Longest user id accepted (QQ numbers have at most 11 digits today)."""
+
+
+def parse_user_id(value: object) -> str:
+    """A QQ number given by an operator (``--user``, the console's path): digits only."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    text = value.strip() if isinstance(value, str) else ""
+    if not text:
+        raise ToolArgError("请提供用户的 QQ 号")
+    if not (text.isascii() and text.isdigit()) or text.startswith("0"):
+        raise ToolArgError(f"QQ 号 {text[:24]!r} 无效：应为不以 0 开头的数字")
+    if len(text) > USER_ID_DIGITS:
+        raise ToolArgError(f"QQ 号过长（{len(text)} 位，最多 {USER_ID_DIGITS} 位）")
+    return text
 
 
 async def guard_tool_call(
