@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 from ..storage.user_data import UserData
-from ..tools.args import parse_user_id
 from . import params
 from .catalog import PartitionCatalog
 from .errors import ConsoleError, audit, guarded
@@ -31,7 +30,7 @@ class UserAdmin:
     def _ready(self, raw: Any) -> tuple[UserData, str]:
         if self.data is None:
             raise ConsoleError(404, "用户数据的导出与遗忘在此进程中不可用")
-        return self.data, params.arg(parse_user_id, raw)
+        return self.data, params.user_id(raw)
 
     async def export(self, actor: str, raw: Any) -> dict[str, Any]:
         data, user_id = self._ready(raw)
