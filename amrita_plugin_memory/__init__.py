@@ -38,7 +38,7 @@ __plugin_meta__ = PluginMetadata(
     name="amrita_plugin_memory",
     description="Amrita 长期记忆插件：L1 备忘录 + L2 向量记忆 + L3 离线巩固循环",
     usage=(
-        "/memory user list|search <关键词>|delete <ID>；/memory group list|search|delete；"
+        "/memory user list|search <关键词>|delete <ID>|export|forget；/memory group list|search|delete；"
         "/memory persona|memo；/memory group memo|anonymize|context；/memory self（超级用户）"
     ),
     type="application",

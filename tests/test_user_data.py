@@ -54,6 +54,11 @@ def stores() -> Any:
     return hooks.awareness.stores
 
 
+def meta(row: tuple[Any, dict[str, Any] | None]) -> dict[str, Any]:
+    """The metadata of a :func:`~tests.botproject.snapshot` row."""
+    return row[1] or {}
+
+
 async def command(event: Any, recorder: BotRecorder | None = None) -> BotRecorder:
     recorder = recorder or BotRecorder()
     await run_turn(make_bot(recorder), event)
@@ -196,9 +201,7 @@ async def test_forget_removes_every_kind_and_leaves_others_intact() -> None:
     await seed_user(rt, groups, other, gid, "丁")
     before_other = await holdings(rt, groups, other, gid)
     other_rows = await snapshot(rt, rt.store.name)
-    other_rows = {
-        k: v for k, v in other_rows.items() if (v[1] or {}).get("user_id") != partition(me)
-    }
+    other_rows = {k: v for k, v in other_rows.items() if meta(v).get("user_id") != partition(me)}
 
     rec = await command(group_event(me, gid, "/memory user forget"))
     assert rec.texts("group") == ["遗忘只在私聊中进行：请私聊我发送 /memory user forget"]
@@ -307,10 +310,12 @@ async def test_forget_removes_waiting_messages_and_suggestions_through_the_loop(
             "body": "b",
             "reason": "r",
         }
-        mine = await runner.suggestions.suggest(
+        queue = runner.suggestions
+        assert queue is not None
+        mine = await queue.suggest(
             suggestion, source=partition(target), user_id=str(target), superuser=False
         )
-        theirs = await runner.suggestions.suggest(
+        theirs = await queue.suggest(
             {**suggestion, "title": "别人的经验"}, source="QQPlatform_Group_1",
             user_id=str(other), superuser=True,
         )  # fmt: skip
@@ -342,24 +347,23 @@ async def test_forget_without_the_loop_edits_the_stored_state() -> None:
     me = 18151
     state = StateStore(f"test-{uuid.uuid4().hex[:12]}")
     old = {"time": "t", "action": "create", "reason": "r"}
-    await state.save(
-        {
-            "total_runs": 3,
-            "last_abstracts": [],
-            "pending_messages": [{"id": "p1", "time": "t", "intent": "转达"}],
-            "knowledge_suggestions": [
-                # Queued in a private chat before suggestions recorded their user.
-                {**old, "id": "s1", "title": "私聊里提的", "source": partition(me)},
-                {
-                    **old,
-                    "id": "s2",
-                    "title": "别人的",
-                    "source": "QQPlatform_Group_9",
-                    "user_id": "18152",
-                },
-            ],
-        }
-    )
+    document: Any = {  # stored JSON, as an older version left it
+        "total_runs": 3,
+        "last_abstracts": [],
+        "pending_messages": [{"id": "p1", "time": "t", "intent": "转达"}],
+        "knowledge_suggestions": [
+            # Queued in a private chat before suggestions recorded their user.
+            {**old, "id": "s1", "title": "私聊里提的", "source": partition(me)},
+            {
+                **old,
+                "id": "s2",
+                "title": "别人的",
+                "source": "QQPlatform_Group_9",
+                "user_id": "18152",
+            },
+        ],
+    }
+    await state.save(document)
     data = rt.user_data(stores())
     data.loop, data.loop_target = U.LoopStateRow(state.uid), str(me)
     counts = await data.forget(str(me))
@@ -390,7 +394,7 @@ async def test_backups_are_rewritten_and_an_older_backup_never_brings_the_user_b
         shutil.copy(info.path, older)  # a copy the forget cannot rewrite
         theirs_before = {
             k: v for k, v in (await snapshot(rt, mem)).items()
-            if (v[1] or {}).get("user_id") != partition(me)
+            if meta(v).get("user_id") != partition(me)
         }  # fmt: skip
 
         counts = await rt.user_data(groups).forget(str(me))
@@ -408,10 +412,10 @@ async def test_backups_are_rewritten_and_an_older_backup_never_brings_the_user_b
         for path in (older, info.path):
             await U.restore_backup(rt.maintenance, path)
             now = await snapshot(rt, mem)
-            assert [v[0] for v in now.values() if v[1]["user_id"] == partition(me)] == []
+            assert [v[0] for v in now.values() if meta(v)["user_id"] == partition(me)] == []
             assert await rt.store.archive.count(partition(me)) == 0
             group_memory = now[mine["group_memory"]]
-            assert group_memory[0] == "庚定下群规：周五聚餐" and group_memory[1]["author"] == ""
+            assert group_memory[0] == "庚定下群规：周五聚餐" and meta(group_memory)["author"] == ""
             lost = sum(
                 1 for k, v in theirs_before.items()
                 if k != mine["group_memory"] and (now.get(k) or (None,))[0] != v[0]
@@ -424,7 +428,7 @@ async def test_backups_are_rewritten_and_an_older_backup_never_brings_the_user_b
         newer = await U.create_backup(rt.maintenance)
         await U.restore_backup(rt.maintenance, newer.path)
         texts = [
-            v[0] for v in (await snapshot(rt, mem)).values() if v[1]["user_id"] == partition(me)
+            v[0] for v in (await snapshot(rt, mem)).values() if meta(v)["user_id"] == partition(me)
         ]
         assert texts == ["庚又回来了，喜欢石榴"]  # new data is not blocked by the tombstone
         assert arch in {cov.name for cov in rt.maintenance.covered}
@@ -488,7 +492,7 @@ async def test_forget_with_chroma_down_fails_cleanly_and_completes_later(
         await seed_user(rt, groups, me, gid, "子")
         await seed_user(rt, groups, other, gid, "丑")
         theirs = await snapshot(rt, rt.store.name)
-        theirs = {k: v for k, v in theirs.items() if v[1]["user_id"] == partition(other)}
+        theirs = {k: v for k, v in theirs.items() if meta(v)["user_id"] == partition(other)}
         await users.forget(caller, "")
         chroma_server.stop()
         STATS.faults_injected += 1
