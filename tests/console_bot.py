@@ -14,7 +14,7 @@ import contextlib
 import re
 import subprocess
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,10 +22,11 @@ from typing import Any, TypeVar
 import httpx
 
 from tests.botproject import VENV_BIN, BotProject
+from tests.conftest import EMBED
 from tests.reliability_stats import STATS
 from tests.servers import free_port
 
-__all__ = ["PASSWORD", "USER", "RunningBot", "login", "run_async"]
+__all__ = ["PASSWORD", "USER", "RunningBot", "login", "run_async", "start_seeded"]
 
 T = TypeVar("T")
 
@@ -121,6 +122,30 @@ class RunningBot:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(10)
             return None
+
+
+def start_seeded(
+    project: BotProject, fill: Callable[[Any], Awaitable[None]], **env: Any
+) -> RunningBot:
+    """Fill the project's store with ``fill(runtime)``, record the fingerprint and the key
+    format (as a bot that wrote them would have), then start the bot."""
+    from amrita_plugin_memory.embedding import reset_fingerprint
+    from amrita_plugin_memory.storage.keys import migrate_partition_keys
+
+    async def prepare() -> None:
+        rt = project.runtime()
+        try:
+            await fill(rt)
+            await reset_fingerprint(rt.maintenance)
+            await migrate_partition_keys(rt.store)
+        finally:
+            await rt.close()
+
+    EMBED.reset()
+    run_async(prepare())
+    running = RunningBot(project, **env)
+    running.start()
+    return running
 
 
 def login(client: httpx.Client, password: str = PASSWORD) -> httpx.Response:

@@ -22,9 +22,25 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.botproject import ALICE, BOB, GROUP, BotProject, memory_meta, seed, snapshot
-from tests.conftest import EMBED
-from tests.console_bot import RunningBot, api_data, api_error, run_async, webui_session
+from tests.botproject import (
+    ALICE,
+    BOB,
+    GROUP,
+    BotProject,
+    ambot_ok,
+    ambot_refused,
+    memory_meta,
+    seed,
+    snapshot,
+)
+from tests.console_bot import (
+    RunningBot,
+    api_data,
+    api_error,
+    run_async,
+    start_seeded,
+    webui_session,
+)
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 
@@ -41,22 +57,11 @@ SEEDED = [
 
 @pytest.fixture(scope="module")
 def bot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningBot]:
-    project = BotProject(tmp_path_factory.mktemp("user-data") / "bot")
+    async def fill(rt: Any) -> None:
+        await seed(rt, MEM, SEEDED)
+        await rt.store.update(ALICE, "alice0", content="爱丽丝的新秘密 0")  # a version
 
-    async def prepare() -> None:
-        rt = project.runtime()
-        try:
-            await seed(rt, MEM, SEEDED)
-            await rt.store.update(ALICE, "alice0", content="爱丽丝的新秘密 0")  # a version
-            await E.reset_fingerprint(rt.maintenance)
-            await E.migrate_partition_keys(rt.store)
-        finally:
-            await rt.close()
-
-    EMBED.reset()
-    run_async(prepare())
-    running = RunningBot(project)
-    running.start()
+    running = start_seeded(BotProject(tmp_path_factory.mktemp("user-data") / "bot"), fill)
     yield running
     running.stop()
 
@@ -67,18 +72,8 @@ def api(bot: RunningBot) -> Iterator[httpx.Client]:
         yield client
 
 
-def _ok(proc: Any) -> str:
-    assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    assert "Traceback" not in proc.stdout + proc.stderr
-    return proc.stdout
-
-
-def _refused(proc: Any) -> str:
-    assert proc.returncode == 1, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    assert "Traceback" not in proc.stdout + proc.stderr
-    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("错误：")]
-    STATS.inputs_tried += 1
-    return line
+_ok = ambot_ok
+_refused = ambot_refused
 
 
 def _live(api: httpx.Client, partition: str) -> dict[str, str]:
