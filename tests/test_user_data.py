@@ -173,11 +173,17 @@ async def test_export_falls_back_to_text_pages_where_files_cannot_be_sent() -> N
     assert total > PAGES_PER_REPLY
     assert texts[-1] == f"还有 {total - pages} 页：发送 /memory user export {pages + 1} 继续"
     body = "".join(texts[1:-1])
-
-    rec = await command(private_event(me, f"/memory user export {pages + 1}"))
-    rest = rec.texts("private")
-    assert rest[-1] == "导出完毕" and len(rest) == total - pages + 2
-    doc = json.loads(body + "".join(rest[1:-1]))
+    sent = pages
+    while sent < total:  # "/memory user export <页码>" continues
+        rest = (await command(private_event(me, f"/memory user export {sent + 1}"))).texts(
+            "private"
+        )
+        body += "".join(rest[1:-1])
+        sent += len(rest) - 2
+        last = "导出完毕" if sent == total else f"还有 {total - sent} 页"
+        assert rest[-1].startswith(last), rest[-1]
+    assert all(len(page) <= U.PAGE_CHARS for page in texts[1:-1])
+    doc = json.loads(body)
     assert len(doc["memories"]) == 12 and doc["user_id"] == str(me)
     STATS.faults_injected += 1  # the OneBot implementation refused the file
 
@@ -439,7 +445,7 @@ async def test_backups_are_rewritten_and_an_older_backup_never_brings_the_user_b
 async def test_an_archive_restore_never_brings_back_a_forgotten_users_row(
     tmp_path: Path,
 ) -> None:
-    """A row that slipped past the forget (put back by hand) stays unrestorable."""
+    """A row that slipped past the forget (put back as it was) stays unrestorable."""
     me = 18171
     rt = make_runtime(tmp_path / "data")
     try:
@@ -448,7 +454,9 @@ async def test_an_archive_restore_never_brings_back_a_forgotten_users_row(
         (row,) = await rt.store.archive.list(partition(me))
         got = await rt.store.archive.get(row.id, with_vector=True)
         await rt.user_data(U.GroupStores.build(rt.config.file)).forget(str(me))
-        await rt.store.archive.save([(row.id, got[0].record, got[1])], reason="updated")
+        await rt.store.archive.save(  # as it was: archived before the forget
+            [(row.id, got[0].record, got[1])], reason="updated", archived_at=row.archived_at
+        )
         with pytest.raises(U.ArchiveRestoreError, match="归档中没有"):
             await U.restore(rt.store, row.id, partition=partition(me))
         assert await rt.store.count(partition(me)) == 0

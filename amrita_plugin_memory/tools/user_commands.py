@@ -74,7 +74,25 @@ class ExportDocument:
         return cls(f"memory_export_{user_id}_{stamp}.json", text)
 
     def pages(self) -> list[str]:
-        return [self.text[i : i + PAGE_CHARS] for i in range(0, len(self.text), PAGE_CHARS)]
+        """The text in pages of at most :data:`PAGE_CHARS`, cut between lines where it
+        can be: a chat client trimming a message's edges then only drops whitespace
+        between JSON values (a line longer than a page is cut inside, unavoidably)."""
+        pages: list[str] = []
+        current = ""
+        for line in self.text.splitlines(keepends=True):
+            while len(line) > PAGE_CHARS:
+                if current:
+                    pages.append(current)
+                    current = ""
+                pages.append(line[:PAGE_CHARS])
+                line = line[PAGE_CHARS:]
+            if len(current) + len(line) > PAGE_CHARS:
+                pages.append(current)
+                current = ""
+            current += line
+        if current:
+            pages.append(current)
+        return pages
 
 
 def _write_file(directory: Path, document: ExportDocument) -> Path:
@@ -185,6 +203,7 @@ class UserCommands:
         if not result["ok"]:
             return f"导出失败：{result['error']}"
         document: ExportDocument = result["document"]
+        logger.info(f"[Memory] 用户 {user_id} 导出自己的数据（{len(document.text)} 字）")
         note = ""
         if not word:
             if await self._upload(document, upload):
