@@ -106,12 +106,12 @@ def test_user_routes_need_the_webui_login_or_the_local_token(
 @pytest.mark.parametrize(
     ("user_id", "message"),
     [
-        ("abc", "QQ 号 'abc' 无效：应为不以 0 开头的数字"),
-        ("01234", "QQ 号 '01234' 无效"),
-        ("-5", "QQ 号 '-5' 无效"),
+        ("abc", "QQ 号（user_id）'abc' 无效：应为不以 0 开头的数字"),
+        ("01234", "QQ 号（user_id）'01234' 无效"),
+        ("-5", "QQ 号（user_id）'-5' 无效"),
         ("１２３４５", "无效"),  # full-width digits
-        ("1" * 21, "QQ 号过长（21 位，最多 20 位）"),
-        ("%20", "请提供用户的 QQ 号"),
+        ("1" * 21, "QQ 号（user_id）过长（21 位，最多 20 位）"),
+        ("%20", "请提供用户的 QQ 号（user_id）"),
     ],
 )
 def test_hostile_user_ids_are_refused(api: httpx.Client, user_id: str, message: str) -> None:
@@ -150,7 +150,9 @@ def test_export_and_forget_through_the_api_and_the_running_bot(
     assert exported["memories"] == doc["memories"] and exported["memo"] == doc["memo"]
     stdout = json.loads(_ok(project.ambot("export", "--user", "10002")))
     assert sorted(m["id"] for m in stdout["memories"]) == ["bob0", "bob1"]
-    assert _refused(project.ambot("export", "--user", "abc")).startswith("错误：QQ 号 'abc' 无效")
+    assert _refused(project.ambot("export", "--user", "abc")).startswith(
+        "错误：QQ 号（user_id）'abc' 无效"
+    )
 
     made = api_data(api.post("/api/memory/backups", json={}), 201)
     before_forget = tmp_path / "before-forget.json"  # kept outside the backup directory

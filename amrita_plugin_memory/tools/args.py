@@ -183,11 +183,11 @@ def parse_user_id(value: object) -> str:
         value = str(value)
     text = value.strip() if isinstance(value, str) else ""
     if not text:
-        raise ToolArgError("请提供用户的 QQ 号")
+        raise ToolArgError("请提供用户的 QQ 号（user_id）")
     if not (text.isascii() and text.isdigit()) or text.startswith("0"):
-        raise ToolArgError(f"QQ 号 {text[:24]!r} 无效：应为不以 0 开头的数字")
+        raise ToolArgError(f"QQ 号（user_id）{text[:24]!r} 无效：应为不以 0 开头的数字")
     if len(text) > USER_ID_DIGITS:
-        raise ToolArgError(f"QQ 号过长（{len(text)} 位，最多 {USER_ID_DIGITS} 位）")
+        raise ToolArgError(f"QQ 号（user_id）过长（{len(text)} 位，最多 {USER_ID_DIGITS} 位）")
     return text
 
 
@@ -211,7 +211,9 @@ async def guard_tool_call(
         return tool_error(str(exc))
     except EmbeddingConfigError as exc:
         logger.warning(f"{prefix} {name} 失败：嵌入模型配置有误：{exc}")
-        return tool_error(f"嵌入模型配置有误（请管理员检查 EMBEDDING_MODEL_NAME），本次操作未执行：{exc}")
+        return tool_error(
+            f"嵌入模型配置有误（请管理员检查 EMBEDDING_MODEL_NAME），本次操作未执行：{exc}"
+        )
     except EmbeddingError as exc:
         logger.warning(f"{prefix} {name} 失败：嵌入服务错误：{exc}")
         return tool_error(f"嵌入服务不可用，本次操作未执行：{exc}")
