@@ -123,7 +123,7 @@ class _Verbose:
 @click.option("-v", "--verbose", is_flag=True, help="显示 Bot 启动日志（默认只显示警告与错误）")
 @click.pass_context
 def memory(ctx: click.Context, verbose: bool) -> None:
-    """长期记忆插件运维：嵌入指纹、重映射、备份、分区键迁移。"""
+    """长期记忆插件运维：嵌入指纹、重映射、备份、分区键迁移、用户数据导出与遗忘。"""
     if verbose:
         ctx.obj = _Verbose()
 
@@ -181,6 +181,27 @@ def archive_restore(row_id: str) -> None:
 def archive_sweep() -> None:
     """立即执行一次归档清理（把超过寿命的记忆移入归档）。"""
     _run("archive", action="sweep")
+
+
+@memory.command("export")
+@click.option("--user", "user", required=True, metavar="QQ号", help="要导出的用户的 QQ 号")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="写入该文件（权限 0600）；不给则输出到标准输出",
+)
+def export(user: str, out: Path | None) -> None:
+    """导出一个用户的全部数据（记忆、归档、备忘录、画像、群聊消息等，JSON）。"""
+    _run("export", user=user, out=out)
+
+
+@memory.command("forget")
+@click.option("--user", "user", required=True, metavar="QQ号", help="要遗忘的用户的 QQ 号")
+@click.option("--yes", "-y", is_flag=True, help="不询问，直接执行")
+def forget(user: str, yes: bool) -> None:
+    """删除一个用户的全部数据（含备份中的；不可撤销），并保证旧备份恢复时不会带回。"""
+    _run("forget", user=user, yes=yes)
 
 
 @memory.group("backup")

@@ -31,6 +31,7 @@ from .services import MemoryRuntime  # noqa: E402
 from .storage import models as models  # noqa: E402  (registers the ORM tables)
 from .tools.commands import MemoryCommands  # noqa: E402
 from .tools.group_commands import GroupCommands  # noqa: E402
+from .tools.user_commands import UserCommands  # noqa: E402
 
 __all__ = ["EnvConfig", "MemoryRuntime", "PluginConfig", "runtime"]
 
@@ -38,7 +39,7 @@ __plugin_meta__ = PluginMetadata(
     name="amrita_plugin_memory",
     description="Amrita 长期记忆插件：L1 备忘录 + L2 向量记忆 + L3 离线巩固循环",
     usage=(
-        "/memory user list|search <关键词>|delete <ID>；/memory group list|search|delete；"
+        "/memory user list|search <关键词>|delete <ID>|export|forget；/memory group list|search|delete；"
         "/memory persona|memo|auto；/memory group memo|anonymize|context；/memory self（超级用户）"
     ),
     type="application",
@@ -81,12 +82,22 @@ def _setup() -> MemoryRuntime | None:
     register_surface_tools(rt.tools)
     awareness = setup_group_awareness(rt)  # group window, personas, self memory
     active = setup_active_memory(rt)  # learns after answered turns, recalls into the prompt
-    register_commands(
-        MemoryCommands(rt.tools, GroupCommands(awareness.stores, rt.memo), auto=active)
-    )
     runner = setup_subconscious(rt)
+    # A user's export and forget (the L3 loop's state through the loop when it runs).
+    user_data = rt.user_data(
+        awareness.stores,
+        runner.loop_state if runner is not None else None,
+        runner.target_user_id if runner is not None else None,
+    )
+    user_data.forget_hooks.append(active.queue.forget)  # unprocessed messages go too
+    users = UserCommands(user_data, rt.config.export_dir)
+    register_commands(
+        MemoryCommands(
+            rt.tools, GroupCommands(awareness.stores, rt.memo), users, auto=active
+        )
+    )
     setup_archive(rt)  # the periodic sweep into the archive ([archive] enabled)
-    setup_console(rt, runner, awareness.stores)  # WebUI page, admin API, ambot memory while running
+    setup_console(rt, runner, awareness.stores, user_data)  # WebUI page, admin API, ambot memory
     register_gc_freeze()  # short full GC passes: no 200 ms stalls of the event loop
     logger.info(
         f"[Memory] 已加载：向量库 {rt.connection.describe()}，嵌入服务 {rt.embedder.describe()}"

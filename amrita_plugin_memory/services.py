@@ -14,10 +14,15 @@ from .core.config import PluginConfig
 from .embedding.client import EmbeddingClient
 from .embedding.covered import Maintenance
 from .embedding.fingerprint import pin_auto_model
+from .embedding.forgotten import BackupScrubber
 from .storage.chroma import ChromaConnection
+from .storage.forgotten import ForgottenUsers
+from .storage.group_stores import GroupStores
+from .storage.loop_state_row import LoopStateAccess, LoopStateRow
 from .storage.memo_store import MemoService
 from .storage.memory_store import MEMORY_COLLECTION, MemoryStore
 from .storage.retrieval import RetrievalSettings
+from .storage.user_data import UserData
 from .tools.memory_tools import MemoryTools
 
 __all__ = ["MemoryRuntime"]
@@ -39,6 +44,8 @@ class MemoryRuntime:
         self.store.index.max_bytes = config.file.vector_index_max_mb * 1024 * 1024
         self.store.keep_versions = config.file.archive.keep_history
         self.store.settings = RetrievalSettings.from_config(config.file)
+        self.forgotten = ForgottenUsers.in_dir(config.data_dir)
+        self.store.forgotten = self.forgotten  # checked by every restore path
         # EMBEDDING_MODEL_NAME=auto keeps the model of the stored fingerprint.
         pin_auto_model(self.embedder, self.store)
         self.memo = MemoService(config.file.memo_max_chars)
@@ -58,6 +65,31 @@ class MemoryRuntime:
             knowledge_collection=config.file.subconscious.knowledge_collection_name,
         )
         """What re-embedding, backups, status and the start-up check work on."""
+
+    def user_data(
+        self,
+        groups: GroupStores,
+        loop: LoopStateAccess | None = None,
+        loop_target: str | None = None,
+    ) -> UserData:
+        """A user's export and forget over this runtime's stores and ``groups``.
+
+        ``loop`` is the running L3 loop's state (it must be changed through the
+        loop, which saves its document whole); without one the stored row is
+        edited, and the configured target user is the one messages wait for.
+        """
+        if loop is None:
+            loop = LoopStateRow()
+            loop_target = self.config.file.subconscious.target_user_id.strip() or None
+        return UserData(
+            self.store,
+            self.memo,
+            groups,
+            forgotten=self.forgotten,
+            loop=loop,
+            loop_target=loop_target,
+            backups=BackupScrubber(self.config.backup_dir, self.forgotten),
+        )
 
     async def close(self) -> None:
         """Release everything, for good (the bot's shutdown, the end of a command).

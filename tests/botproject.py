@@ -271,3 +271,21 @@ class BotProject:
             text=True,
             timeout=timeout,
         )
+
+
+def ambot_ok(proc: subprocess.CompletedProcess[str]) -> str:
+    """The output of an ``ambot`` run that must succeed (exit 0, no traceback)."""
+    assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert "Traceback" not in proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def ambot_refused(proc: subprocess.CompletedProcess[str]) -> str:
+    """Exit code 1 and exactly one ``错误：`` line, no traceback (a hostile input, counted)."""
+    from tests.reliability_stats import STATS
+
+    assert proc.returncode == 1, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert "Traceback" not in proc.stdout + proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("错误：")]
+    STATS.inputs_tried += 1
+    return line

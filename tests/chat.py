@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tests.events import BOT_ID
@@ -24,6 +25,10 @@ class BotRecorder:
     roles: dict[tuple[int, int], str] = field(default_factory=dict)
     friends: set[int] = field(default_factory=set)
     fail_private: bool = False
+    fail_upload: bool = False
+    """``upload_private_file`` fails like an implementation without it (ActionFailed)."""
+    uploads: list[tuple[str, str]] = field(default_factory=list)
+    """``(name, file content)`` of every file uploaded (read when the call arrives)."""
 
     def sent(self) -> list[ApiCall]:
         return [
@@ -48,6 +53,13 @@ class BotRecorder:
             if api == "send_private_msg" and self.fail_private:
                 raise RuntimeError("not a friend")
             return {"message_id": len(self.calls)}
+        if api == "upload_private_file":  # NapCat / Lagrange.OneBot extension
+            if self.fail_upload:
+                from nonebot.adapters.onebot.v11.exception import ActionFailed
+
+                raise ActionFailed(status="failed", retcode=1404, msg="API 不存在")
+            self.uploads.append((data["name"], Path(data["file"]).read_text(encoding="utf-8")))
+            return None
         if api == "get_friend_list":
             return [
                 {"user_id": uid, "nickname": f"user{uid}", "remark": ""} for uid in self.friends

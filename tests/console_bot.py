@@ -36,6 +36,7 @@ __all__ = [
     "login",
     "run_async",
     "seeded_bot",
+    "start_seeded",
 ]
 
 T = TypeVar("T")
@@ -133,6 +134,30 @@ class RunningBot:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(10)
             return None
+
+
+def start_seeded(
+    project: BotProject, fill: Callable[[Any], Awaitable[None]], **env: Any
+) -> RunningBot:
+    """Fill the project's store with ``fill(runtime)``, record the fingerprint and the key
+    format (as a bot that wrote them would have), then start the bot."""
+    from amrita_plugin_memory.embedding import reset_fingerprint
+    from amrita_plugin_memory.storage.keys import migrate_partition_keys
+
+    async def prepare() -> None:
+        rt = project.runtime()
+        try:
+            await fill(rt)
+            await reset_fingerprint(rt.maintenance)
+            await migrate_partition_keys(rt.store)
+        finally:
+            await rt.close()
+
+    EMBED.reset()
+    run_async(prepare())
+    running = RunningBot(project, **env)
+    running.start()
+    return running
 
 
 def login(client: httpx.Client, password: str = PASSWORD) -> httpx.Response:

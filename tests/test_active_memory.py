@@ -409,3 +409,21 @@ def test_parse_memory_ops_keeps_only_well_formed_ops() -> None:
     for bad in ("", "[]", '{"memories": {}}', '{"updates": []}', "好的"):
         assert parse_memory_ops(bad, refs=set(), limits=limits).malformed, bad
     assert parse_memory_ops('{"memories": []}', refs=set(), limits=limits).ops == []
+
+
+async def test_forget_drops_unprocessed_messages(
+    chat_server: ChatServer, active: Callable[..., Any]
+) -> None:
+    service = active(batch_messages=4)
+    uid = 5310001
+    chat_server.set_rule(
+        answer_rule(lambda _: {"memories": [{"op": "add", "content": "用户喜欢猫"}]})
+    )
+    await say(private_event(uid, "我喜欢猫"))
+    assert service.queue.waiting(_key(uid)) == 1
+    await say(private_event(uid, "/memory user forget"))
+    reply = (await say(private_event(uid, "/memory user forget confirm"))).texts()[-1]
+    assert "删除" in reply or "遗忘" in reply, reply
+    assert service.queue.waiting(_key(uid)) == 0
+    await settle(service)
+    assert extractions(chat_server) == [] and await live(uid) == {}

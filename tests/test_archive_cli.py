@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.botproject import ALICE, BGE, BotProject, make_runtime, memory_meta
+from tests.botproject import ALICE, BGE, BotProject, ambot_ok, make_runtime, memory_meta
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 from tests.servers import ChromaServer, EmbeddingServer
@@ -168,10 +168,7 @@ def write_config(project: BotProject, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def _ok(proc: Any) -> str:
-    assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    assert "Traceback" not in proc.stdout + proc.stderr
-    return proc.stdout
+_ok = ambot_ok
 
 
 # ---------------------------------------------------------------------------

@@ -19,7 +19,14 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.botproject import ALICE, BOB, BotProject, memory_meta
+from tests.botproject import (
+    ALICE,
+    BOB,
+    BotProject,
+    ambot_ok,
+    ambot_refused,
+    memory_meta,
+)
 from tests.console_bot import (
     RunningBot,
     api_data,
@@ -83,19 +90,12 @@ _error = api_error
 
 
 def _ok(proc: Any) -> str:
-    assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    assert "Traceback" not in proc.stdout + proc.stderr
+    out = ambot_ok(proc)
     assert "需要先停止 Bot" not in proc.stdout + proc.stderr
-    return proc.stdout
+    return out
 
 
-def _refused(proc: Any) -> str:
-    """Exit code 1 and exactly one ``错误：`` line, no traceback."""
-    assert proc.returncode == 1, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    assert "Traceback" not in proc.stdout + proc.stderr
-    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("错误：")]
-    STATS.inputs_tried += 1
-    return line
+_refused = ambot_refused
 
 
 def _archive(api: httpx.Client, **query: Any) -> Any:

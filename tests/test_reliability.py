@@ -393,6 +393,10 @@ _words = st.sampled_from(
         "个人",
         "群",
         "删除",
+        "export",
+        "forget",
+        "confirm",
+        "遗忘",
         "<b>",
         "</MEMO>",
         "0",
@@ -425,10 +429,28 @@ async def test_property_commands_never_raise_or_change_others(
         return admin
 
     caller = T.Caller(K.target_from_ids(14300, 24300 if in_group else None), manage)
-    reply = await M.MemoryCommands(rt.tools).run(M.parse_command(" ".join(words)), caller)
+    commands = M.MemoryCommands(rt.tools, None, _own_data_commands(rt))
+    reply = await commands.run(M.parse_command(" ".join(words)), caller)
     STATS.inputs_tried += 1
     assert isinstance(reply, str) and reply and "Traceback" not in reply
     assert await fingerprint_of_store_partition(rt.store, victim) == before
+
+
+_OWN_DATA: list[Any] = []
+
+
+def _own_data_commands(rt: Any) -> Any:
+    """One ``/memory user export|forget`` for every example: a forget's preview in one
+    example arms its confirmation in a later one (the caller forgets only themselves)."""
+    if not _OWN_DATA:
+        from amrita_plugin_memory.adapters.group_hooks import current_hooks
+        from amrita_plugin_memory.tools.user_commands import UserCommands
+
+        hooks = current_hooks()
+        assert hooks is not None
+        data = rt.user_data(hooks.awareness.stores)
+        _OWN_DATA.append(UserCommands(data, rt.config.export_dir))
+    return _OWN_DATA[0]
 
 
 async def fingerprint_of_store_partition(store: Any, partition: str) -> list[tuple[str, str]]:

@@ -253,6 +253,26 @@ def build_router(service: ConsoleService, actor_of: ActorOf) -> APIRouter:
 
         return await respond(request, call)
 
+    # -- one user's data: export, what a forget removes, the forget ------------------------
+
+    @router.get("/users/{user_id}/export")
+    async def export_user(request: Request, user_id: str) -> JSONResponse:
+        async def call() -> Any:
+            return await service.users.export(await actor_of(request), user_id)
+
+        return await respond(request, call)
+
+    @router.get("/users/{user_id}/forget")
+    async def forget_preview(request: Request, user_id: str) -> JSONResponse:
+        return await respond(request, lambda: service.users.preview(user_id))
+
+    @router.delete("/users/{user_id}")
+    async def forget_user(request: Request, user_id: str) -> JSONResponse:
+        async def call() -> Any:
+            return await service.users.forget(await actor_of(request), user_id)
+
+        return await respond(request, call)
+
     # -- maintenance ---------------------------------------------------------------------
 
     @router.get("/backups")

@@ -18,6 +18,7 @@ from ..console.service import ConsoleService
 from ..rethinking.runner import SubconsciousRunner
 from ..services import MemoryRuntime
 from ..storage.group_stores import GroupStores
+from ..storage.user_data import UserData
 from .console_auth import API_PREFIX, LocalToken, LocalTokenMiddleware, webui_actor
 from .console_http import build_router
 
@@ -53,6 +54,7 @@ def setup_console(
     runtime: MemoryRuntime,
     runner: SubconsciousRunner | None = None,
     groups: GroupStores | None = None,
+    user_data: UserData | None = None,
 ) -> ConsoleService | None:
     """Build the console and register its routes, page, channel and local token."""
     app = _asgi_app()
@@ -66,7 +68,7 @@ def setup_console(
 
         await broadcast_ws(WS_CHANNEL, message)
 
-    service = ConsoleService(runtime, runner, groups, publish=publish if webui else None)
+    service = ConsoleService(runtime, runner, groups, user_data, publish=publish if webui else None)
 
     async def actor_of(request: Request) -> str:
         return await webui_actor(request.scope, dict(request.cookies))

@@ -2,19 +2,45 @@
 
 Privacy rule: a user's personal memories are never posted into a group. In a
 group, ``/memory user list|search`` and ``/memory persona`` answer by private
-message (:func:`~..tools.commands.replies_privately`).
+message (:func:`~..tools.commands.replies_privately`); ``/memory user export``
+sends its file or pages to the private chat only (:func:`_outbox`).
 """
 
 # No ``from __future__ import annotations``: NoneBot injects handler
 # arguments by their annotation objects.
 
-from nonebot.adapters.onebot.v11 import Bot, GroupMessageEvent, Message, MessageEvent
+from pathlib import Path
+
+from nonebot.adapters.onebot.v11 import (
+    Bot,
+    GroupMessageEvent,
+    Message,
+    MessageEvent,
+    MessageSegment,
+)
 from nonebot.params import CommandArg
 
 from ..tools.commands import USAGE, MemoryCommands, parse_command, replies_privately
+from ..tools.user_commands import Send, Upload
 from .events import caller_from_event
 
 __all__ = ["register_commands"]
+
+
+def _outbox(bot: Bot, event: MessageEvent) -> tuple[Upload, Send]:
+    """How an export reaches the caller's private chat: a file (``upload_private_file``,
+    NapCat / Lagrange.OneBot) or messages."""
+
+    async def upload(path: Path, name: str) -> None:
+        await bot.call_api("upload_private_file", user_id=event.user_id, file=str(path), name=name)
+
+    async def send(text: str) -> None:
+        # A segment, not a string: a CQ code in the exported text stays text.
+        await bot.send_private_msg(
+            user_id=event.user_id, message=Message(MessageSegment.text(text))
+        )
+
+    return upload, send
 
 
 def register_commands(commands: MemoryCommands) -> None:
@@ -40,6 +66,8 @@ def register_commands(commands: MemoryCommands) -> None:
     async def _(bot: Bot, event: MessageEvent, args: Message = CommandArg()) -> None:
         request = parse_command(args.extract_plain_text())
         caller = await caller_from_event(bot, event)
+        if request.action == "export":
+            await matcher.finish(await commands.export(request, caller, *_outbox(bot, event)))
         superuser = request.scope == "self" and await SUPERUSER(bot, event)
         reply = await commands.run(request, caller, superuser=superuser)
         if isinstance(event, GroupMessageEvent) and replies_privately(request):

@@ -18,7 +18,7 @@ Modules: :mod:`.plumbing` (runtime, event loop, the running bot's admin API,
 progress bars), :mod:`.output` (terminal formatting of the reports),
 :mod:`.maintenance` (status, reindex, migrate-keys, reset-fingerprint),
 :mod:`.backups` (backup list/create/restore), :mod:`.archive` (archive
-list/restore/sweep).
+list/restore/sweep), :mod:`.users` (a user's export and forget).
 """
 
 from __future__ import annotations
@@ -26,12 +26,15 @@ from __future__ import annotations
 from .archive import archive_cmd
 from .backups import backup_create_cmd, backup_list_cmd, backup_restore_cmd
 from .maintenance import migrate_keys_cmd, reindex_cmd, reset_fingerprint_cmd, status_cmd
+from .users import export_cmd, forget_cmd
 
 __all__ = [
     "archive_cmd",
     "backup_create_cmd",
     "backup_list_cmd",
     "backup_restore_cmd",
+    "export_cmd",
+    "forget_cmd",
     "migrate_keys_cmd",
     "reindex_cmd",
     "reset_fingerprint_cmd",

@@ -39,10 +39,7 @@ def _fields_json(fields: list[PersonaField]) -> list[dict[str, Any]]:
 
 
 def _user_id(value: Any) -> str:
-    uid = params.arg(parse_text, {"user_id": value}, "user_id", max_chars=20)
-    if not (uid.isascii() and uid.isdigit()):
-        bad_request(f"user_id {uid[:20]!r} 格式无效：应为 QQ 号（数字）")
-    return uid
+    return params.user_id(value)
 
 
 def _field_text(body: Mapping[str, Any], name: str, limit: int) -> str:

@@ -23,21 +23,7 @@ __all__ = ["MemoryAdmin", "record_json"]
 
 
 def record_json(record: MemoryRecord) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "id": record.id,
-        "content": record.content,
-        "partition": record.partition,
-        "scope": record.scope,
-        "tags": list(record.tags),
-        "importance": record.importance,
-        "origin": record.origin,
-        "source": record.source,
-        "created_at": record.created_at,
-        "updated_at": record.updated_at,
-    }
-    if record.distance is not None:
-        out["distance"] = record.distance
-    return out
+    return record.to_json()
 
 
 class MemoryAdmin:

@@ -24,6 +24,7 @@ from ..tools.args import (
     parse_optional_text,
     parse_tags,
     parse_text,
+    parse_user_id,
 )
 from .errors import bad_request
 
@@ -41,6 +42,7 @@ __all__ = [
     "partition_key",
     "search_query",
     "uni_id",
+    "user_id",
 ]
 
 PAGE_MAX = 100
@@ -114,6 +116,11 @@ def uni_id(value: Any) -> str:
             f"uni_id {key[:40]!r} 格式无效：应为当前格式的会话 ID，如 QQPlatform_Private_10001"
         )
     return key
+
+
+def user_id(value: Any) -> str:
+    """A QQ number (a path segment of the persona and user routes)."""
+    return arg(parse_user_id, value)
 
 
 def memory_id(value: Any) -> str:

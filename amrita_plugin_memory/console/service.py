@@ -9,6 +9,7 @@ from ..rethinking.profile_store import ProfileStore
 from ..rethinking.runner import SubconsciousRunner
 from ..services import MemoryRuntime
 from ..storage.group_stores import GroupStores
+from ..storage.user_data import UserData
 from .archive import ArchiveAdmin
 from .catalog import PartitionCatalog
 from .errors import guarded
@@ -18,13 +19,14 @@ from .knowledge import KnowledgeAdmin, ProfileAdmin
 from .memories import MemoryAdmin
 from .memos import MemoAdmin
 from .status import StatusCache, group_awareness_json, l3_json
+from .users import UserAdmin
 
 __all__ = ["ConsoleService"]
 
 
 class ConsoleService:
-    """Built once by the plugin from its runtime, (when the L3 loop runs) its runner and
-    the stores of group awareness.
+    """Built once by the plugin from its runtime, (when the L3 loop runs) its runner,
+    the stores of group awareness and a user's export and forget (``user_data``).
 
     ``publish`` sends a message to the WebUI's WebSocket channel of the
     plugin (progress of long operations); ``None`` when there is no WebUI.
@@ -35,6 +37,7 @@ class ConsoleService:
         runtime: MemoryRuntime,
         runner: SubconsciousRunner | None = None,
         groups: GroupStores | None = None,
+        user_data: UserData | None = None,
         *,
         publish: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
     ) -> None:
@@ -52,6 +55,7 @@ class ConsoleService:
             profile, target=runner.target_user_id if runner is not None else None
         )
         self.groups = GroupAdmin(groups, runtime.config.file.persona)
+        self.users = UserAdmin(user_data, self.catalog)
         self.jobs = MaintenanceJobs(
             runtime.maintenance,
             self.catalog,

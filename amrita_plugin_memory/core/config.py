@@ -446,6 +446,11 @@ class PluginConfig:
         return self.data_dir / "backups"
 
     @property
+    def export_dir(self) -> Path:
+        """Where ``/memory user export`` writes the file it uploads (deleted right after)."""
+        return self.data_dir / "exports"
+
+    @property
     def chroma_dir(self) -> Path:
         return self.data_dir / "vector_db.chroma"
 

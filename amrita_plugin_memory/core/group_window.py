@@ -102,6 +102,19 @@ class GroupWindow:
             return list(self.entries)
         return list(itertools.islice(self.entries, size - count, size))
 
+    def drop_user(self, user_id: str) -> int:
+        """Remove every message of member ``user_id`` (not the bot's replies); how many
+        entries of the window went (a user's forget)."""
+
+        def theirs(entry: WindowEntry) -> bool:
+            return entry.user_id == user_id and not entry.is_bot
+
+        before = len(self.entries)
+        self.entries = deque((e for e in self.entries if not theirs(e)), maxlen=self.capacity)
+        self.pending = [e for e in self.pending if not theirs(e)]
+        self.pending_members = sum(1 for e in self.pending if not e.is_bot)
+        return before - len(self.entries)
+
     def clear(self) -> None:
         self.entries.clear()
         self.pending = []

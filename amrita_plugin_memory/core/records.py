@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 __all__ = [
     "IMPORTANCE_LEVELS",
+    "META_AUTHOR",
     "ORIGIN_GROUP_FLAG",
     "ORIGIN_PRIVATE",
     "SCOPES",
@@ -28,6 +29,9 @@ Scope = Literal["user", "group"]
 
 SOURCE_AUTO = "auto"
 """``source`` of a memory that active memory learned without a tool call."""
+META_AUTHOR = "author"
+"""Metadata key of :attr:`MemoryRecord.author` (present only when a writer is recorded;
+a forget sets it to ``""``, which Chroma's metadata update can store, unlike a removal)."""
 
 ORIGIN_PRIVATE = "private"
 """``origin`` of a memory written in a private chat (and of every memory older than origins)."""
@@ -65,6 +69,10 @@ class MemoryRecord:
     source: str = ""
     """Who wrote it: ``""`` (a tool call, a command) or :data:`SOURCE_AUTO`
     (learned by active memory's extraction, shown with a mark in listings)."""
+    author: str = ""
+    """The user id of who wrote a group memory (``""``: not recorded, e.g. written
+    before writers were recorded). A user's export lists the group memories they
+    wrote; their forget removes the mark (the memory itself belongs to the group)."""
 
     @classmethod
     def from_chroma(
@@ -87,10 +95,11 @@ class MemoryRecord:
             distance=None if distance is None else round(float(distance), 4),
             origin=str(meta.get("origin") or ORIGIN_PRIVATE),
             source=str(meta.get("source") or ""),
+            author=str(meta.get(META_AUTHOR) or ""),
         )
 
     def to_metadata(self) -> dict[str, Any]:
-        return {
+        meta: dict[str, Any] = {
             "user_id": self.partition,
             "scope": self.scope,
             "tags": encode_tags(self.tags),
@@ -101,6 +110,30 @@ class MemoryRecord:
             ORIGIN_GROUP_FLAG: self.origin != ORIGIN_PRIVATE,
             **({"source": self.source} if self.source else {}),
         }
+        if self.author:
+            meta[META_AUTHOR] = self.author
+        return meta
+
+    def to_json(self) -> dict[str, Any]:
+        """Every field, for people (the admin console, a user's export)."""
+        out: dict[str, Any] = {
+            "id": self.id,
+            "content": self.content,
+            "partition": self.partition,
+            "scope": self.scope,
+            "tags": list(self.tags),
+            "importance": self.importance,
+            "origin": self.origin,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+        if self.author:
+            out["author"] = self.author
+        if self.source:
+            out["source"] = self.source
+        if self.distance is not None:
+            out["distance"] = self.distance
+        return out
 
     def compact(self) -> dict[str, Any]:
         """The short form an LLM reads cheaply."""

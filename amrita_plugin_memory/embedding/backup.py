@@ -31,9 +31,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BACKUP_FORMAT",
+    "COLLECTION_END",
+    "FILE_END",
     "BackupCollection",
     "BackupInfo",
+    "backup_files",
+    "collection_start",
     "create_backup",
+    "header_text",
+    "item_text",
     "list_backups",
     "load_backup",
 ]
@@ -65,7 +71,7 @@ def _backup_sort_key(path: Path) -> tuple[str, int]:
     return m.group(1), int(m.group(2) or 0)
 
 
-def _backup_files(backup_dir: Path) -> list[Path]:
+def backup_files(backup_dir: Path) -> list[Path]:
     """Backup files, oldest first."""
     if not backup_dir.is_dir():
         return []
@@ -104,7 +110,7 @@ def _read_header(path: Path) -> dict[str, Any]:
 def list_backups(backup_dir: Path) -> list[BackupInfo]:
     """Backups in ``backup_dir``, newest first. Works without Chroma or embedding service."""
     out: list[BackupInfo] = []
-    for path in reversed(_backup_files(backup_dir)):
+    for path in reversed(backup_files(backup_dir)):
         try:
             header = _read_header(path)
             counts = {str(k): int(v) for k, v in (header.get("counts") or {}).items()}
@@ -124,7 +130,7 @@ def list_backups(backup_dir: Path) -> list[BackupInfo]:
 def _prune_backups(backup_dir: Path, keep: int, protect: Iterable[Path] = ()) -> list[Path]:
     """Delete all but the newest ``keep`` backups (never one in ``protect``)."""
     protected = {p.resolve() for p in protect}
-    files = _backup_files(backup_dir)
+    files = backup_files(backup_dir)
     removed: list[Path] = []
     for path in files[: max(0, len(files) - keep)]:
         if path.resolve() in protected:
@@ -133,6 +139,31 @@ def _prune_backups(backup_dir: Path, keep: int, protect: Iterable[Path] = ()) ->
             path.unlink()
             removed.append(path)
     return removed
+
+
+# The file layout, written by create_backup and by a forget's rewrite
+# (``embedding.forgotten``): the header alone on the first line (list_backups
+# reads only that line), then one item per line.
+COLLECTION_END = "\n]}"
+FILE_END = "\n}}\n"
+
+
+def header_text(header: dict[str, Any]) -> str:
+    """The first line (the header) and the opening of the collections object."""
+    return _HEADER_PREFIX + json.dumps(header, ensure_ascii=False) + ',\n"collections": {'
+
+
+def collection_start(n: int, name: str, metadata: dict[str, Any], space: str | None) -> str:
+    """The opening of the ``n``-th collection (from 0), up to its items list."""
+    entry = {"metadata": metadata, "space": space}
+    head = json.dumps(entry, ensure_ascii=False)[:-1]  # open object
+    return ("," if n else "") + "\n" + json.dumps(name) + ": " + head + ', "items": ['
+
+
+def item_text(n: int, item: Item) -> str:
+    """The ``n``-th item of a collection (from 0) as its own line."""
+    record = {"id": item.id, "document": item.document, "metadata": item.metadata}
+    return ("," if n else "") + "\n" + json.dumps(record, ensure_ascii=False)
 
 
 def _plugin_version() -> str:
@@ -190,33 +221,21 @@ async def create_backup(
         raise BackupError(f"无法创建备份文件（{backup_dir}）：{exc}") from exc
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(_HEADER_PREFIX + json.dumps(header, ensure_ascii=False) + ",\n")
-            fh.write('"collections": {')
+            fh.write(header_text(header))
             for n, (name, col) in enumerate(sources):
-                entry = {"metadata": metas[name], "space": spaces[name]}
-                head = json.dumps(entry, ensure_ascii=False)[:-1]  # open object
-                fh.write(
-                    ("," if n else "") + "\n" + json.dumps(name) + ": " + head + ', "items": ['
-                )
+                fh.write(collection_start(n, name, metas[name], spaces[name]))
                 written = 0
                 async for page in iter_pages(conn, col):
                     for item in page:
-                        record = {
-                            "id": item.id,
-                            "document": item.document,
-                            "metadata": item.metadata,
-                        }
-                        fh.write(
-                            ("," if written else "") + "\n" + json.dumps(record, ensure_ascii=False)
-                        )
+                        fh.write(item_text(written, item))
                         written += 1
-                fh.write("\n]}")
+                fh.write(COLLECTION_END)
                 if written != counts[name]:
                     raise BackupError(
                         f"集合 {name} 在备份期间被修改（预计 {counts[name]} 条，读到 {written} 条）；"
                         "请停止正在运行的 Bot 后重试"
                     )
-            fh.write("\n}}\n")
+            fh.write(FILE_END)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

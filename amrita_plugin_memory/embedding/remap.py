@@ -81,6 +81,7 @@ from .covered import (
 )
 from .errors import RemapError, RemapFailed
 from .fingerprint import FingerprintInfo, current_fingerprint, write_fingerprint
+from .forgotten import drop_forgotten
 from .recovery import (
     RemapVerifyError,
     clear_running,
@@ -429,9 +430,11 @@ async def restore_backup(
     backup but present now are re-embedded from their live contents so that
     everything matches the new fingerprint. Uses the same
     temporary-collection-and-swap procedure as :func:`remap`; the partition
-    keys are migrated afterwards.
+    keys are migrated afterwards. Rows of users forgotten since the backup was
+    written are left out (:mod:`.forgotten`).
     """
     _, contents = load_backup(path)
+    await drop_forgotten(maint.store, contents)
     known = {cov.name for cov in maint.covered}
     for name in sorted(set(contents) - known):
         logger.warning(f"[Memory] 备份中的集合 {name} 不在当前配置中，已忽略")

@@ -6,7 +6,7 @@ import asyncio
 import copy
 import uuid
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from nonebot import logger
 from nonebot_plugin_orm import get_session
@@ -83,6 +83,18 @@ class LoopState:
             result = change(self.data)
             await self.store.save(self.data)
             return result
+
+    async def read(self) -> dict[str, Any]:
+        """A copy of the document (``storage.loop_state_row.LoopStateAccess``)."""
+        async with self.lock:
+            if not self._loaded:
+                await self._read()
+            return copy.deepcopy(dict(self.data))
+
+    async def edit(self, change: Callable[[dict[str, Any]], T]) -> T:
+        """:meth:`mutate` on the document as a plain dict (``LoopStateAccess``: a user's
+        forget removes their items through the loop, which would otherwise save them back)."""
+        return await self.mutate(lambda data: change(cast(dict[str, Any], data)))
 
 
 class PendingMessages:

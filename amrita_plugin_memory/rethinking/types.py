@@ -77,6 +77,8 @@ class KnowledgeSuggestion(TypedDict):
     reason: str
     source: str
     """The chat session (uni_id) the suggestion came from."""
+    user_id: NotRequired[str]
+    """Who suggested it (absent in suggestions queued before this was recorded)."""
 
 
 class StateData(TypedDict):
@@ -148,7 +150,7 @@ def _suggestion(raw: Any) -> KnowledgeSuggestion | None:
         "reason": _str(raw.get("reason")).strip(),
         "source": _str(raw.get("source")).strip(),
     }
-    for key in ("kid", "summary", "body"):
+    for key in ("kid", "summary", "body", "user_id"):
         value = _str(raw.get(key)).strip()
         if value:
             suggestion[key] = value

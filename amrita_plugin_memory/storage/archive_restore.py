@@ -18,6 +18,9 @@ Two kinds of rows, two behaviours (what a user restoring something expects):
 
 The live row is written first and the archive row removed after it: a crash in
 between leaves the memory in both places, and restoring again completes it.
+
+A row of a forgotten user from before their forget (``storage.forgotten``) is
+treated as absent: no restore brings a forgotten user back.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from dataclasses import dataclass
 from ..core.errors import MemoryLimitReached, VectorStoreError
 from ..core.records import MemoryRecord
 from .archive_store import ArchivedMemory
+from .forgotten import Tombstones
+from .keys import normalize_key
 from .memory_store import MemoryStore
 
 __all__ = ["ROW_ID_CHARS", "ArchiveRestoreError", "Restored", "parse_row_id", "restore"]
@@ -120,6 +125,10 @@ async def restore(
     if got is None or (partition is not None and got[0].record.partition != partition):
         raise ArchiveRestoreError(f"归档中没有 id 为 {row_id} 的记忆")
     row, vector = got
+    stones = await store.forgotten.load(normalize_key) if store.forgotten else Tombstones()
+    meta = {**row.record.to_metadata(), "archived_at": row.archived_at}
+    if stones.buries(meta):  # a forgotten user's row from before the forget: gone for good
+        raise ArchiveRestoreError(f"归档中没有 id 为 {row_id} 的记忆")
     if vector is None:
         raise ArchiveRestoreError(f"归档记忆 {row_id} 没有存储的向量，无法恢复")
     owner = row.record.partition
@@ -147,6 +156,7 @@ async def restore(
         created_at=row.record.created_at,
         updated_at=row.record.updated_at,
         origin=row.record.origin,
+        author="" if stones.unmarks(meta) else row.record.author,
     )
     await _reinstate(store, record, vector, limit)
     await store.archive.remove([row.id])

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from nonebot_plugin_orm import get_session
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
 from ..core.config import GroupContextConfig
 from ..core.labels import make_label
@@ -104,3 +104,30 @@ class GroupDirectory:
                 known.add(row.user_id, row.label)
         self._labels[group_id] = known
         return known
+
+    # -- one member (a user's export and forget) ----------------------------------------
+
+    async def labels_of(self, user_id: str) -> dict[str, str]:
+        """The label of member ``user_id`` in every group that gave one: ``{group id: label}``."""
+        stmt = select(GroupMemberLabel).where(GroupMemberLabel.user_id == user_id)
+        async with get_session() as session:
+            rows = (await session.scalars(stmt)).all()
+        return {row.group_id: row.label for row in sorted(rows, key=lambda r: r.group_id)}
+
+    async def forget_user(self, user_id: str) -> int:
+        """Delete member ``user_id``'s label in every group; how many. Speaking again
+        later gives them a label anew (possibly another one)."""
+        removed = 0
+        for group_id in await self.labels_of(user_id):
+            async with self._locks.hold(f"labels:{group_id}"):
+                async with get_session() as session:
+                    result = await session.execute(
+                        delete(GroupMemberLabel).where(
+                            GroupMemberLabel.group_id == group_id,
+                            GroupMemberLabel.user_id == user_id,
+                        )
+                    )
+                    await session.commit()
+                removed += int(getattr(result, "rowcount", 0) or 0)
+                self._labels.pop(group_id, None)  # read again on next use
+        return removed

@@ -212,6 +212,68 @@ class GroupWindowStore:
             window.clear()
             window.loaded = True
 
+    # -- one member's messages (a user's export and forget) ---------------------------
+
+    async def messages_of(self, user_id: str) -> list[tuple[str, WindowEntry]]:
+        """Every message of member ``user_id`` the windows keep, as ``(group id, entry)``,
+        oldest first: the stored rows and those not written yet."""
+        stmt = (
+            select(GroupMessage)
+            .where(GroupMessage.user_id == user_id, GroupMessage.is_bot.is_(False))
+            .order_by(GroupMessage.id)
+        )
+        async with get_session() as session:
+            rows = list((await session.scalars(stmt)).all())
+        out = [
+            (
+                r.group_id,
+                WindowEntry(r.user_id, r.nickname, r.text, r.is_bot, _timestamp(r.created_at)),
+            )
+            for r in rows
+        ]
+        for group_id, window in self._windows.items():
+            out += [(group_id, e) for e in window.pending if e.user_id == user_id and not e.is_bot]
+        out.sort(key=lambda pair: pair[1].at)
+        return out
+
+    async def forget_user(self, user_id: str) -> int:
+        """Remove member ``user_id``'s messages from every window, stored and in memory.
+
+        Each group under its lock, so a background write of the group finishes
+        first (its rows are then deleted too). The bot's replies stay. Returns
+        how many messages went (stored rows plus those not written yet).
+        """
+        stmt = select(GroupMessage.group_id).where(
+            GroupMessage.user_id == user_id, GroupMessage.is_bot.is_(False)
+        )
+        async with get_session() as session:
+            groups = set((await session.scalars(stmt.distinct())).all())
+        groups |= {
+            g
+            for g, w in self._windows.items()
+            if any(e.user_id == user_id for e in [*w.entries, *w.pending])
+        }
+        removed = 0
+        for group_id in sorted(groups):
+            async with self._locks.hold(group_id):
+                async with get_session() as session:
+                    result = await session.execute(
+                        delete(GroupMessage).where(
+                            GroupMessage.group_id == group_id,
+                            GroupMessage.user_id == user_id,
+                            GroupMessage.is_bot.is_(False),
+                        )
+                    )
+                    await session.commit()
+                removed += int(getattr(result, "rowcount", 0) or 0)
+                window = self._windows.get(group_id)
+                if window is not None:
+                    removed += sum(
+                        1 for e in window.pending if e.user_id == user_id and not e.is_bot
+                    )
+                    window.drop_user(user_id)
+        return removed
+
     async def drain(self) -> None:
         """Wait for the background writes started so far."""
         while self._flushing:

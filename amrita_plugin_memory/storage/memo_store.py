@@ -113,6 +113,21 @@ class MemoService:
             self._written(uni_id, content)
             return MemoWriteResult(True, attempted, attempted, self.max_chars)
 
+    async def remove(self, uni_id: str) -> bool:
+        """Delete the row of ``uni_id`` (a user's forget); whether there was one.
+
+        Unlike writing an empty memo (``/memory memo clear``), nothing of the row
+        stays, not even when it was last changed.
+        """
+        async with self._locks.hold(uni_id):
+            async with get_session() as session:
+                row = await session.get(UserMemo, uni_id)
+                if row is not None:
+                    await session.delete(row)
+                    await session.commit()
+            self._written(uni_id, "")
+            return row is not None
+
     async def migrate_keys(self, *, dry_run: bool = False) -> MemoKeyMigration:
         """Move rows keyed in an older uni_id format to the current one.
 

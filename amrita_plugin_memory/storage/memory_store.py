@@ -24,6 +24,7 @@ from .archive_store import REASON_DELETED, REASON_UPDATED, ArchiveStore, archive
 from .chroma import ChromaConnection
 from .counts import PartitionCounts
 from .filters import where_partition
+from .forgotten import ForgottenUsers
 from .guard import CollectionGuard
 from .merge import MERGE_NEIGHBOURS, WriteResult, merge_candidates, merge_into
 from .paging import iter_pages
@@ -72,6 +73,9 @@ class MemoryStore:
         """Whether a changed text keeps the previous one in the archive (``[archive] keep_history``)."""
         self.settings = RetrievalSettings()
         """Ranking (hybrid, decay) and merging settings (``[retrieval]``, ``[decay]``)."""
+        self.forgotten: ForgottenUsers | None = None
+        """Users whose data a forget removed (``storage.forgotten``): every restore path
+        drops their rows from before it. Set by the runtime (it knows the data dir)."""
 
     # -- collection handle --------------------------------------------------
 
@@ -129,13 +133,15 @@ class MemoryStore:
         origin: str = ORIGIN_PRIVATE,
         vector: Sequence[float] | None = None,
         source: str = "",
+        author: str = "",
     ) -> MemoryRecord:
         """Embed and store one memory; with ``limit``, refuse when the partition is full.
 
         The count check and the add happen under the partition's lock, so
         concurrent writers cannot exceed the limit. The text is embedded before
         anything is written: an embedding failure leaves nothing behind.
-        ``vector`` is the text's embedding when the caller has it already.
+        ``vector`` is the text's embedding when the caller has it already;
+        ``author`` the user id of who wrote a group memory.
         """
         if vector is None:
             vector = (await self._embed([content]))[0]
@@ -151,6 +157,7 @@ class MemoryStore:
             updated_at=now,
             origin=origin,
             source=source,
+            author=author,
         )
         async with self.gate.writing(), self.locks.hold(partition):
             if limit is not None:
@@ -292,6 +299,7 @@ class MemoryStore:
         limit: int | None = None,
         origin: str = ORIGIN_PRIVATE,
         source: str = "",
+        author: str = "",
     ) -> WriteResult:
         """:meth:`add`, except that a true repeat of a memory of the partition, written
         with the same scope and origin, refreshes that memory (:mod:`.merge`) instead
@@ -316,7 +324,7 @@ class MemoryStore:
                             return WriteResult(merged, merged=True)
         record = await self.add(
             partition, scope, content, tags=tags, importance=importance, limit=limit,
-            origin=origin, vector=vector, source=source,
+            origin=origin, vector=vector, source=source, author=author,
         )  # fmt: skip
         return WriteResult(record)
 

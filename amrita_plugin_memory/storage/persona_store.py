@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from nonebot_plugin_amrita.cache import LRUCache
 from nonebot_plugin_orm import get_session
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
 from ..core.locks import PartitionLocks
 from ..core.persona import PersonaField, fields_from_json, fields_to_json, merge_fields
@@ -122,3 +122,24 @@ class PersonaStore:
             current = await self._fresh(user_id)
             fields = current.fields if enabled else []
             await self._write(Persona(user_id, fields, not enabled))
+
+    async def forget(self, user_id: str) -> int:
+        """A user's forget: delete their persona; how many fields went.
+
+        The row goes with its fields, except an opt-out (``learning_off``): it
+        is the user's own decision, and dropping it would start learning them
+        again at their next group message, so it stays (with no fields).
+        """
+        async with self._locks.hold(user_id):
+            current = await self._fresh(user_id)
+            if current.learning_off:
+                if current.fields:
+                    await self._write(Persona(user_id, [], True))
+                else:
+                    self._cache.put(user_id, current)
+                return len(current.fields)
+            async with get_session() as session:
+                await session.execute(delete(MemberPersona).where(MemberPersona.user_id == user_id))
+                await session.commit()
+            self._cache.put(user_id, Persona(user_id))
+            return len(current.fields)

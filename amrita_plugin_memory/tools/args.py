@@ -38,6 +38,7 @@ __all__ = [
     "parse_optional_text",
     "parse_tags",
     "parse_text",
+    "parse_user_id",
     "tool_error",
 ]
 
@@ -172,6 +173,24 @@ def parse_memory_id(args: Mapping[str, Any]) -> str:
     return parse_text({"id": value}, "id", max_chars=LIMITS.id_chars)
 
 
+USER_ID_DIGITS = 20
+"""Longest user id accepted (QQ numbers have at most 11 digits today)."""
+
+
+def parse_user_id(value: object) -> str:
+    """A QQ number given by an operator (``--user``, the console's path): digits only."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    text = value.strip() if isinstance(value, str) else ""
+    if not text:
+        raise ToolArgError("请提供用户的 QQ 号（user_id）")
+    if not (text.isascii() and text.isdigit()) or text.startswith("0"):
+        raise ToolArgError(f"QQ 号（user_id）{text[:24]!r} 无效：应为不以 0 开头的数字")
+    if len(text) > USER_ID_DIGITS:
+        raise ToolArgError(f"QQ 号（user_id）过长（{len(text)} 位，最多 {USER_ID_DIGITS} 位）")
+    return text
+
+
 async def guard_tool_call(
     prefix: str,
     name: str,
@@ -192,7 +211,9 @@ async def guard_tool_call(
         return tool_error(str(exc))
     except EmbeddingConfigError as exc:
         logger.warning(f"{prefix} {name} 失败：嵌入模型配置有误：{exc}")
-        return tool_error(f"嵌入模型配置有误（请管理员检查 EMBEDDING_MODEL_NAME），本次操作未执行：{exc}")
+        return tool_error(
+            f"嵌入模型配置有误（请管理员检查 EMBEDDING_MODEL_NAME），本次操作未执行：{exc}"
+        )
     except EmbeddingError as exc:
         logger.warning(f"{prefix} {name} 失败：嵌入服务错误：{exc}")
         return tool_error(f"嵌入服务不可用，本次操作未执行：{exc}")

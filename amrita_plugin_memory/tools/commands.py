@@ -10,7 +10,9 @@ group, ``/memory user list|search`` and ``/memory persona`` answer by private
 message (:func:`replies_privately`).
 
 The group-awareness commands (``self``, ``persona``, ``memo``, ``group
-anonymize|context|memo``) are :class:`~.group_commands.GroupCommands`.
+anonymize|context|memo``) are :class:`~.group_commands.GroupCommands`; a
+user's export and forget of their own data (``user export|forget``, private
+chats only) are :class:`~.user_commands.UserCommands`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ..storage.archive_view import describe_row
 from .args import guard_tool_call, parse_memory_id
 from .group_commands import GroupCommands
 from .memory_tools import Caller, MemoryTools
+from .user_commands import Send, Upload, UserCommands
 
 __all__ = [
     "PAGE_SIZE",
@@ -56,6 +59,10 @@ _ACTIONS = {
     "帮助": "help",
     "archive": "archive",
     "归档": "archive",
+    "export": "export",
+    "导出": "export",
+    "forget": "forget",
+    "遗忘": "forget",
 }
 _RESTORE = {"restore", "恢复"}
 
@@ -112,6 +119,8 @@ USAGE = """记忆命令：
 /memory user delete <ID> — 删除个人记忆
 /memory user archive [页码] — 查看你已归档的记忆（过期的、删除的与更新前的旧版本，私聊）
 /memory user archive restore <ID> — 恢复一条归档记忆
+/memory user export — 导出机器人保存的你的全部数据（JSON 文件，私聊）
+/memory user forget — 删除机器人保存的你的全部数据（先显示将删除什么，再确认；私聊）
 /memory group list [页码] — 列出群共享记忆
 /memory group search <关键词> — 搜索群共享记忆
 /memory group delete <ID> — 删除群共享记忆（仅管理员 / 群主）
@@ -234,10 +243,12 @@ class MemoryCommands:
         self,
         tools: MemoryTools,
         group: GroupCommands | None = None,
+        users: UserCommands | None = None,
         auto: AutoSwitch | None = None,
     ) -> None:
         self.tools = tools
         self.group = group
+        self.users = users
         self.auto = auto
 
     async def run(self, request: CommandRequest, caller: Caller, *, superuser: bool = False) -> str:
@@ -249,6 +260,8 @@ class MemoryCommands:
             return await self._group_awareness(request, caller, superuser)
         if request.action == "archive":
             return await self._archive(request, caller)
+        if request.action in ("export", "forget"):
+            return await self._own_data(request, caller)
         if request.scope == "group" and not caller.target.is_group:
             return "群共享记忆只能在群聊中使用"
         if request.action == "list":
@@ -271,6 +284,29 @@ class MemoryCommands:
         state = "开启" if allowed else "关闭"
         prefix = f"已{state}主动记忆" if changed else f"主动记忆本来就是{state}的"
         return f"{prefix}：{AUTO_ON if allowed else AUTO_OFF}"
+    async def _own_data(
+        self,
+        request: CommandRequest,
+        caller: Caller,
+        upload: Upload | None = None,
+        send: Send | None = None,
+    ) -> str:
+        """``/memory user export|forget``: the caller's own data (:mod:`.user_commands`)."""
+        if request.scope != "user":
+            return "导出与遗忘只用于你自己的数据：/memory user export、/memory user forget"
+        if self.users is None:
+            return "该命令未启用"
+        if request.action == "forget":
+            return await self.users.forget(caller, request.argument)
+        if upload is None or send is None:
+            return "导出只在私聊中进行：请私聊我发送 /memory user export"
+        return await self.users.export(caller, request.argument, upload, send)
+
+    async def export(
+        self, request: CommandRequest, caller: Caller, upload: Upload, send: Send
+    ) -> str:
+        """``/memory user export``: the matcher gives the ways to send (a file, messages)."""
+        return await self._own_data(request, caller, upload, send)
 
     async def _group_awareness(
         self, request: CommandRequest, caller: Caller, superuser: bool

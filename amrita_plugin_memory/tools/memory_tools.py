@@ -140,6 +140,8 @@ class MemoryTools:
                 importance=importance,
                 limit=self.memory_limit,
                 origin=origin_of_group(gid) if gid else ORIGIN_PRIVATE,
+                # A group memory records who wrote it (their export lists it).
+                author=caller.target.user_id if scope == "group" else "",
             )
             record = written.record
             if written.merged:

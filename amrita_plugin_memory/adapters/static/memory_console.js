@@ -427,6 +427,61 @@ function MemoryRow({ memory, onSaved, onDelete, notify }) {
   );
 }
 
+// A user's partition (current or legacy key form) → their QQ number, else null.
+function userOf(partition) {
+  const m = /(?:^user_|_Private_)(\d+)$/.exec(partition || "");
+  return m ? m[1] : null;
+}
+
+// Export (a JSON download) and forget of the user whose partition is shown.
+function UserDataActions({ userId, notify, ask, onChanged }) {
+  const [busy, setBusy] = useState(false);
+  const download = async () => {
+    setBusy(true);
+    try {
+      const doc = await api("GET", `/users/${encodeURIComponent(userId)}/export`);
+      const blob = new Blob([JSON.stringify(doc, null, 1)], { type: "application/json" });
+      const link = document.createElement("a");
+      link.href = URL.createObjectURL(blob);
+      link.download = `memory_export_${userId}.json`;
+      document.body.appendChild(link);
+      link.click();
+      link.remove();
+      setTimeout(() => URL.revokeObjectURL(link.href), 10000);
+      notify(`已导出用户 ${userId} 的数据（记忆 ${doc.memories.length} 条，归档 ${doc.archive.length} 条）`);
+    } catch (err) {
+      notify(err.message, true);
+    } finally {
+      setBusy(false);
+    }
+  };
+  const forget = async () => {
+    setBusy(true);
+    try {
+      const preview = await api("GET", `/users/${encodeURIComponent(userId)}/forget`);
+      const text = `将永久删除用户 ${userId} 的以下数据（不可撤销；全部 ${preview.counts.backups} 份备份中的也会删除，旧备份恢复时不会带回）：\n`
+        + preview.lines.map((l) => "· " + l).join("\n")
+        + (preview.counts.authored ? `\n他写下的 ${preview.counts.authored} 条群共享记忆保留（属于群），去掉作者标记。` : "");
+      const ok = await ask({ title: "遗忘该用户", text, action: "永久删除" });
+      if (!ok) return;
+      const done = await api("DELETE", `/users/${encodeURIComponent(userId)}`);
+      notify(`已遗忘用户 ${userId}：${done.lines.join("；")}`);
+      onChanged();
+    } catch (err) {
+      notify(err.message, true);
+    } finally {
+      setBusy(false);
+    }
+  };
+  return h(
+    "div",
+    { className: "amc-row", style: { marginBottom: 10 }, "data-amc": "user-data" },
+    h("span", { className: "amc-muted" }, `用户 ${userId}：`),
+    h(Button, { disabled: busy, onClick: download, "data-amc": "user-export" }, "导出全部数据（JSON）"),
+    h(Button, { kind: "danger", disabled: busy, onClick: forget, "data-amc": "user-forget" }, "遗忘该用户"),
+  );
+}
+
 function MemoryTable({ partition, notify, ask, onChanged }) {
   const [offset, setOffset] = useState(0);
   const [limit, setLimit] = useState(20);
@@ -458,6 +513,7 @@ function MemoryTable({ partition, notify, ask, onChanged }) {
     "div",
     { className: "amc-card", "data-amc": "memories" },
     h("h3", null, "记忆 · ", h("span", { className: "amc-mono" }, partition)),
+    userOf(partition) ? h(UserDataActions, { userId: userOf(partition), notify, ask, onChanged: () => { setVersion((v) => v + 1); onChanged(); } }) : null,
     h(
       "form",
       { className: "amc-row", style: { marginBottom: 10 }, onSubmit: (e) => { e.preventDefault(); setOffset(0); setQuery(typed.trim()); } },

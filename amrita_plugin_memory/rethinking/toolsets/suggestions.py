@@ -238,6 +238,8 @@ class SuggestionToolset:
                 "reason": reason,
                 "source": source,
             }
+            if user_id is not None:
+                suggestion["user_id"] = user_id  # whose it is (their export and forget)
             if kid is not None:
                 suggestion["kid"] = kid
             if summary is not None:
