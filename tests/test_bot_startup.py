@@ -32,7 +32,7 @@ def test_orm_upgrade_reaches_head_and_check_is_clean(project: BotProject) -> Non
     with sqlite3.connect(db) as conn:
         versions = {row[0] for row in conn.execute("select version_num from alembic_version")}
         tables = {row[0] for row in conn.execute("select name from sqlite_master where type='table'")}
-    assert "fac78ba16a47" in versions
+    assert "3b1e7c9d2a40" in versions
     assert {
         "amrita_plugin_memory_user_memo",
         "amrita_plugin_memory_subconscious_state",
@@ -41,12 +41,13 @@ def test_orm_upgrade_reaches_head_and_check_is_clean(project: BotProject) -> Non
         "amrita_plugin_memory_group_setting",
         "amrita_plugin_memory_persona",
         "amrita_plugin_memory_self_memory",
+        "amrita_plugin_memory_active_optout",
     } <= tables
     check = project.command("orm", "check")
     assert check.returncode == 0, check.stdout + check.stderr
     assert "没有检测到新的升级操作" in check.stdout + check.stderr
     heads = project.command("orm", "heads")
-    assert "fac78ba16a47 (amrita_plugin_memory) (head)" in heads.stdout
+    assert "3b1e7c9d2a40 (amrita_plugin_memory) (head)" in heads.stdout
 
 
 def run_bot_until_started(project: BotProject, timeout: float = 90) -> str:

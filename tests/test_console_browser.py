@@ -187,11 +187,13 @@ def test_console_page_in_chromium(bot: RunningBot, shots: Path) -> None:
             expect(page.get_by_text("群成员画像")).to_be_visible()
             expect(page.get_by_text("机器人自我记忆")).to_be_visible()
 
-            # The archive: the text the edit replaced, and Carol's two rows.
+            # The archive: the deleted memory, the text the edit replaced, and Carol's two rows.
             page.get_by_role("tab", name="归档").click()
             archive = page.locator("[data-amc=archive]")
             archived = archive.locator("tr[data-archive]")
-            expect(archived).to_have_count(3)
+            expect(archived).to_have_count(4)
+            deleted = archive.locator("tr[data-archive='a0007']")
+            expect(deleted.locator("[data-amc=reason]")).to_contain_text("已删除")
             replaced = archive.locator("tr[data-archive^='a0007~']")
             expect(replaced).to_contain_text("爱丽丝说过：喜欢第 7 号苹果")
             expect(replaced.locator("[data-amc=reason]")).to_contain_text("更新前的旧版本")
@@ -208,15 +210,15 @@ def test_console_page_in_chromium(bot: RunningBot, shots: Path) -> None:
             page.get_by_role("dialog").locator("[data-amc=confirm]").click()
             expect(page.get_by_role("alert")).to_contain_text("请先恢复 carol-old")
             expect(archived).to_have_count(2)
-            # Back to every partition; restore the deleted memory's previous text.
+            # Back to every partition; the deleted memory comes back (a delete lost nothing).
             archive.locator("[data-amc=archive-clear]").click()
-            expect(archived).to_have_count(3)
-            replaced.locator("[data-amc=restore]").click()
+            expect(archived).to_have_count(4)
+            deleted.locator("[data-amc=restore]").click()
             dialog = page.get_by_role("dialog")
-            expect(dialog).to_contain_text("用这条旧版本恢复记忆 a0007")
+            expect(dialog).to_contain_text("确定把这条记忆恢复为有效记忆吗")
             dialog.locator("[data-amc=confirm]").click()
-            expect(page.get_by_role("status")).to_contain_text("已恢复记忆 a0007")
-            expect(archived).to_have_count(2)
+            expect(page.get_by_role("status")).to_contain_text("a0007")
+            expect(archived).to_have_count(3)
 
             # A re-embedding with its live progress bar.
             page.get_by_role("tab", name="备份与维护").click()
@@ -225,7 +227,7 @@ def test_console_page_in_chromium(bot: RunningBot, shots: Path) -> None:
             job = page.locator("[data-amc=job]")
             expect(job).to_have_attribute("data-state", "done", timeout=60_000)
             # 49 memories (a0007 restored from the archive) and Carol's 2 archive rows.
-            expect(job).to_contain_text("重映射完成：共 51 条")
+            expect(job).to_contain_text("重映射完成：共 52 条")
             page.screenshot(path=str(shots / "console-maintenance.png"), full_page=True)
         finally:
             browser.close()
@@ -237,4 +239,4 @@ def test_console_page_in_chromium(bot: RunningBot, shots: Path) -> None:
         assert alice["data"]["total"] == 45 and "a0007" in ids  # restored from the archive
         assert "控制台 WebUI 用户 admin：修改记忆" in bot.log()
         assert "删除记忆 partition=" + ALICE + " id=a0007" in bot.log()
-        assert "控制台 WebUI 用户 admin：恢复归档 partition=" + ALICE + " id=a0007~" in bot.log()
+        assert "控制台 WebUI 用户 admin：恢复归档 partition=" + ALICE + " id=a0007" in bot.log()

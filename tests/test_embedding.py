@@ -597,12 +597,13 @@ async def test_restore_round_trip_replaces_current_contents(
     rt2 = runtimes(tmp_path, embedding_model_name=BGE, reembed_batch_size=8)
     progress: list[tuple[int, int]] = []
     report = await E.restore_backup(rt2.maintenance, backup.path, progress=lambda d, t: progress.append((d, t)))
-    # The archive (not in this backup) keeps m0002's previous text, re-embedded from its live copy.
-    assert report.counts == {MEM: 25, KNOW: 4, rt2.store.archive.name: 1}
+    # The archive (not in this backup) keeps the deleted m0001 and m0002's previous text,
+    # re-embedded from their live copies.
+    assert report.counts == {MEM: 25, KNOW: 4, rt2.store.archive.name: 2}
     assert await snapshot(rt2, MEM) == mem_before and await snapshot(rt2, KNOW) == know_before
     assert await dims(rt2, MEM) == {768}
     assert (await E.stored_fingerprint(rt2.store)).model == BGE
-    assert progress[-1] == (30, 30) and len(progress) == 6  # 4 memory, 1 archive, 1 knowledge page
+    assert progress[-1] == (31, 31) and len(progress) == 6  # 4 memory, 1 archive, 1 knowledge page
     # The pre-restore state was backed up and the restored file kept.
     assert report.backup is not None and report.backup != backup.path and backup.path.exists()
     _, pre = E.load_backup(report.backup)
