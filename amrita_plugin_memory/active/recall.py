@@ -3,8 +3,10 @@
 One query embedding per turn, then the same ranking as ``read_memory``
 (:func:`~..storage.retrieval.search`, over the partition index: about a
 millisecond). Only memories whose vector is close enough to the message
-(cosine similarity ≥ ``recall_min_similarity``) are shown, so an unrelated
-message ("哈哈", "在吗") gets no block. In a group only what ``read_memory``
+(cosine similarity ≥ ``recall_min_similarity`` for a message with CJK
+characters, ``recall_min_similarity_non_cjk`` for any other: the embedding
+model scores Chinese pairs far higher than English ones) are shown, so an
+unrelated message ("哈哈", "在吗") gets no block. In a group only what ``read_memory``
 may return there: the speaker's memories written in groups, unless
 ``private_memories_in_groups`` allows the others.
 """
@@ -22,10 +24,21 @@ from ..storage.keys import ChatTarget
 from ..storage.memory_store import MemoryStore
 from ..storage.retrieval import search
 
-__all__ = ["MemoryRecall", "cosine_similarities"]
+__all__ = ["MemoryRecall", "cosine_similarities", "has_cjk"]
 
 QUERY_CHARS = 500
 """A message is searched with at most this much of its text (like ``read_memory``'s query)."""
+
+
+def has_cjk(text: str) -> bool:
+    """Whether ``text`` holds a CJK ideograph, kana or hangul (which threshold applies)."""
+    return any(
+        "\u4e00" <= ch <= "\u9fff"
+        or "\u3400" <= ch <= "\u4dbf"
+        or "\u3040" <= ch <= "\u30ff"
+        or "\uac00" <= ch <= "\ud7af"
+        for ch in text
+    )
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -69,12 +82,14 @@ class MemoryRecall:
         top_k: int,
         max_chars: int,
         min_similarity: float,
+        min_similarity_non_cjk: float,
         private_memories_in_groups: bool,
     ) -> None:
         self.store = store
         self.top_k = top_k
         self.max_chars = max_chars
         self.min_similarity = min_similarity
+        self.min_similarity_non_cjk = min_similarity_non_cjk
         self.private_memories_in_groups = private_memories_in_groups
 
     async def recall(self, target: ChatTarget, text: str) -> list[tuple[MemoryRecord, float]]:
@@ -94,12 +109,8 @@ class MemoryRecall:
             settings=self.store.settings,
         )
         similarity = await cosine_similarities(self.store, target.user, vector, hits)
-        kept = [
-            (r, similarity[r.id])
-            for r in hits
-            if similarity.get(r.id, -math.inf) >= self.min_similarity
-        ]
-        return kept
+        floor = self.min_similarity if has_cjk(query) else self.min_similarity_non_cjk
+        return [(r, similarity[r.id]) for r in hits if similarity.get(r.id, -math.inf) >= floor]
 
     async def block(self, target: ChatTarget, text: str) -> str:
         """The ``<MEMORIES>`` block for a message (empty when nothing is relevant)."""

@@ -86,6 +86,7 @@ class ActiveMemory:
             top_k=am.recall_top_k,
             max_chars=am.recall_max_chars,
             min_similarity=am.recall_min_similarity,
+            min_similarity_non_cjk=am.recall_min_similarity_non_cjk,
             private_memories_in_groups=config.private_memories_in_groups,
         )
 

@@ -291,9 +291,11 @@ class ActiveMemoryConfig(_Section):
     recall_top_k: int = Field(default=3, ge=1, le=20)
     recall_max_chars: int = Field(default=600, ge=50, le=20_000)
     # Cosine similarity of the message and a memory below which the memory is
-    # not recalled. Model-specific: 0.87 was measured for the bundled
-    # multilingual-e5-small (`python -m bench.active_bench`, see README).
-    recall_min_similarity: float = Field(default=0.87, ge=0, le=1)
+    # not recalled: for a message with CJK characters, and for any other (e5
+    # scores Chinese pairs far higher than English ones). Model-specific: measured
+    # for the bundled multilingual-e5-small (`python -m bench.active_bench`).
+    recall_min_similarity: float = Field(default=0.88, ge=0, le=1)
+    recall_min_similarity_non_cjk: float = Field(default=0.82, ge=0, le=1)
 
 
 class ConfigFile(_Section):
