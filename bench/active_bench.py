@@ -19,9 +19,10 @@
    characters has its own threshold (``recall_min_similarity``, the Chinese
    table, Chinese chat lines) and any other message another
    (``recall_min_similarity_non_cjk``, the LoCoMo table, English chat lines).
-   Each default is the threshold with the largest "related kept − unrelated
-   with a block" on its dev split: LoCoMo conversations 1–3, generator users
-   0–9; conversations 4–5 and users 10–19 are reported apart.
+   The bench prints, for each, the threshold with the largest "related kept −
+   unrelated with a block" on its dev split (LoCoMo conversations 1–3,
+   generator users 0–9; conversations 4–5 and users 10–19 are reported apart);
+   docs/active-memory.md says how the defaults relate to it.
 2. **Cost**: characters of one extraction request at ``batch_messages = 4``
    with 200 memories in the partition (``related_memories = 12``), per user
    message, and extraction requests per 100 user messages.
@@ -175,7 +176,7 @@ def _youden(splits: dict[str, Split], threshold: float) -> float:
 
 def _choice(name: str, splits: dict[str, Split]) -> str:
     best = max(THRESHOLDS, key=lambda t: _youden(splits, t))
-    return f"Dev choice for {name} (largest related kept − unrelated with a block): {best:.2f}"
+    return f"Dev optimum for {name} (largest related kept − unrelated with a block): {best:.2f}"
 
 
 async def _cost(convs: list[dict[str, Any]], rt: Any) -> list[str]:

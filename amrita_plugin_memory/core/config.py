@@ -294,7 +294,7 @@ class ActiveMemoryConfig(_Section):
     # not recalled: for a message with CJK characters, and for any other (e5
     # scores Chinese pairs far higher than English ones). Model-specific: measured
     # for the bundled multilingual-e5-small (`python -m bench.active_bench`).
-    recall_min_similarity: float = Field(default=0.88, ge=0, le=1)
+    recall_min_similarity: float = Field(default=0.87, ge=0, le=1)
     recall_min_similarity_non_cjk: float = Field(default=0.82, ge=0, le=1)
 
 
