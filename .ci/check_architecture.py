@@ -8,7 +8,8 @@ and inside function bodies alike -- and fails on:
 * an import cycle between modules of the package (the cycle path is reported);
 * an import that goes against the layer order (see ``LAYERS`` / ARCHITECTURE.md);
 * a module longer than ``MAX_LINES`` lines;
-* a ``core`` module importing a framework package (``FORBIDDEN_IN_CORE``);
+* a module of a framework-free layer (``FRAMEWORK_FREE``: core, infra, ranking,
+  prompting) importing a framework package (``FORBIDDEN_IN_CORE``);
 * an intra-package import that names no module of the package (stale after a move).
 
 Import resolution: ``from X import a`` counts as importing module ``X`` (for a
@@ -32,78 +33,51 @@ PACKAGE = "amrita_plugin_memory"
 MAX_LINES = 500
 EXCLUDED_DIRS = ("migrations",)
 
-# (layer name, sub-module prefixes relative to the package, layers it may import).
-# A module may always import modules of its own layer (but not cyclically).
-# The empty prefix "" is the package's own ``__init__``.
-LAYERS: tuple[tuple[str, tuple[str, ...], frozenset[str]], ...] = (
-    ("core", ("core",), frozenset()),
-    ("storage", ("storage",), frozenset({"core"})),
-    ("embedding", ("embedding",), frozenset({"storage", "core"})),
-    ("tools", ("tools",), frozenset({"storage", "core"})),
-    ("services", ("services",), frozenset({"tools", "embedding", "storage", "core"})),
-    (
-        "rethinking",
-        ("rethinking",),
-        frozenset({"services", "tools", "embedding", "storage", "core"}),
-    ),
-    (
-        "groups",
-        ("groups",),
-        frozenset({"services", "tools", "embedding", "storage", "core"}),
-    ),
-    (
-        "active",
-        ("active",),
-        frozenset({"groups", "services", "tools", "embedding", "storage", "core"}),
-    ),
-    (
-        "console",
-        ("console",),
-        frozenset(
-            {"active", "groups", "rethinking", "services", "tools", "embedding", "storage", "core"}
-        ),
-    ),
-    (
-        "adapters",
-        ("adapters",),
-        frozenset(
-            {
-                "active",
-                "console",
-                "groups",
-                "rethinking",
-                "services",
-                "tools",
-                "embedding",
-                "storage",
-                "core",
-            }
-        ),
-    ),
-    ("cli", ("cli",), frozenset({"services", "embedding", "storage", "tools", "core"})),
-    (
-        "plugin",
-        ("",),
-        frozenset(
-            {
-                "cli",
-                "adapters",
-                "active",
-                "console",
-                "groups",
-                "rethinking",
-                "services",
-                "tools",
-                "embedding",
-                "storage",
-                "core",
-            }
-        ),
-    ),
+# (layer name, sub-module prefixes relative to the package, the layers right below it).
+# The empty prefix "" is the package's own ``__init__``. A layer may import the
+# modules of its own layer (but not cyclically) and of every layer reachable
+# downwards from it (:data:`LAYERS`); never a layer beside or above it.
+DIRECT: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("core", ("core",), ()),
+    ("infra", ("infra",), ("core",)),
+    ("ranking", ("ranking",), ("core",)),
+    ("prompting", ("prompting",), ("core",)),
+    ("storage", ("storage",), ("infra", "ranking", "prompting")),
+    ("embedding", ("embedding",), ("storage",)),
+    ("tools", ("tools",), ("storage",)),
+    ("services", ("services",), ("tools", "embedding")),
+    ("rethinking", ("rethinking",), ("services",)),
+    ("groups", ("groups",), ("services",)),
+    ("active", ("active",), ("groups",)),
+    ("console", ("console",), ("active", "rethinking")),
+    ("adapters", ("adapters",), ("console",)),
+    ("cli", ("cli",), ("services",)),
+    ("plugin", ("",), ("cli", "adapters")),
 )
 
-# Top-level distributions a ``core`` module must not import (prefix match on the
-# first dotted component, the package itself excepted).
+
+def _closure(direct: tuple) -> tuple[tuple[str, tuple[str, ...], frozenset[str]], ...]:
+    """(layer, prefixes, every layer it may import): the layers below, transitively."""
+    below = {layer: set(lower) for layer, _, lower in direct}
+    out = []
+    for layer, prefixes, _ in direct:
+        seen: set[str] = set()
+        todo = list(below[layer])
+        while todo:
+            nxt = todo.pop()
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.extend(below[nxt])
+        out.append((layer, prefixes, frozenset(seen)))
+    return tuple(out)
+
+
+LAYERS: tuple[tuple[str, tuple[str, ...], frozenset[str]], ...] = _closure(DIRECT)
+
+# Layers that must run without the framework, and the top-level distributions
+# their modules must not import (prefix match on the first dotted component,
+# the package itself excepted).
+FRAMEWORK_FREE = frozenset({"core", "infra", "ranking", "prompting"})
 FORBIDDEN_IN_CORE = ("nonebot", "amrita", "chromadb")
 
 
@@ -329,6 +303,7 @@ def analyze(
     max_lines: int = MAX_LINES,
     layers: tuple = LAYERS,
     forbidden_in_core: tuple[str, ...] = FORBIDDEN_IN_CORE,
+    framework_free: frozenset[str] = FRAMEWORK_FREE,
 ) -> Report:
     root = Path(root)
     report = Report()
@@ -360,13 +335,14 @@ def analyze(
             rel = modules[name].path.relative_to(root).as_posix()
             report.problems.append(f"{rel}: module {name} belongs to no layer")
 
-    # Framework imports from core.
+    # Framework imports from the framework-free layers.
     for rel, line, top, importer in external:
-        if layer_of.get(importer) != "core" or top == package:
+        layer = layer_of.get(importer)
+        if layer not in framework_free or top == package:
             continue
         if any(top.startswith(prefix) for prefix in forbidden_in_core):
             report.problems.append(
-                f"{rel}:{line}: core module {importer} imports framework package {top}"
+                f"{rel}:{line}: {layer} module {importer} imports framework package {top}"
             )
 
     # Layer order.

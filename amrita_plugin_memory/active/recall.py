@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..core.blocks import render_memories_block
 from ..core.records import MemoryRecord
+from ..prompting.blocks import render_memories_block
 from ..storage.keys import ChatTarget
 from ..storage.memory_store import MemoryStore
 from ..storage.retrieval import search

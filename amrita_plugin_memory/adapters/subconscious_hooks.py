@@ -23,7 +23,7 @@ from amrita_core import CompletionEvent, PreCompletionEvent
 from nonebot import logger
 from nonebot.adapters import Bot, Event
 
-from ..core.blocks import insert_block, render_block
+from ..prompting.blocks import insert_block, render_block
 from ..rethinking.runner import SubconsciousRunner
 from ..rethinking.types import PendingMessage
 from .events import amrita_event

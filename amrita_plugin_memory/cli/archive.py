@@ -15,7 +15,7 @@ from urllib.parse import quote, urlencode
 
 import click
 
-from ..core.bot_link import BotEndpoint
+from ..infra.bot_link import BotEndpoint
 from ..storage.archive_restore import ArchiveRestoreError, parse_row_id
 from ..storage.archive_view import archive_command
 from .plumbing import ask, bot_of, fail, run, runtime

@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 import click
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
-from ..core.console import ask_yes_no
-from ..core.files import atomic_write_text
 from ..core.text import short_error
+from ..infra.files import atomic_write_text
+from ..infra.terminal import ask_yes_no
 from ..services import MemoryRuntime
 from ..storage.group_stores import GroupStores
 from ..storage.memo_store import dispose_memo_engine

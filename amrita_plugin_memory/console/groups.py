@@ -17,8 +17,8 @@ from nonebot_plugin_orm import get_session
 from sqlalchemy import func, select
 
 from ..core.config import PersonaConfig
-from ..core.persona import FIELD_MAX_CHARS, VALUE_MAX_CHARS, PersonaField, fields_from_json
 from ..core.text import short_error, single_line
+from ..prompting.persona import FIELD_MAX_CHARS, VALUE_MAX_CHARS, PersonaField, fields_from_json
 from ..storage.group_stores import GroupStores
 from ..storage.models import MemberPersona
 from ..tools.args import parse_int, parse_text

@@ -226,7 +226,7 @@ class RetrievalConfig(_Section):
     hybrid: bool = True
     keyword_weight: float = Field(default=0.25, ge=0, le=10)
     # A write that truly repeats a memory of the same partition, scope and origin
-    # (the same statement in nearly the same words, core/duplicates) refreshes it
+    # (the same statement in nearly the same words, ranking/repeats) refreshes it
     # instead of adding a copy, if their vectors are also this close (cosine).
     dedup_on_write: bool = True
     dedup_min_cosine: float = Field(default=0.95, ge=0.5, le=1)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from nonebot.log import logger
 
-from ..core.files import fsync_dir
+from ..infra.files import fsync_dir
 from ..storage.paging import Item, iter_pages
 from .covered import Maintenance, count_of, meta_of, open_collection, space_of
 from .errors import BackupError

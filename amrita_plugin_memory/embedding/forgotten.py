@@ -21,7 +21,7 @@ from pathlib import Path
 
 from nonebot.log import logger
 
-from ..core.files import fsync_dir
+from ..infra.files import fsync_dir
 from ..storage.forgotten import ForgottenUsers, Tombstones
 from ..storage.keys import normalize_key
 from ..storage.memory_store import MemoryStore

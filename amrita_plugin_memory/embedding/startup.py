@@ -11,8 +11,8 @@ from typing import Any, Literal, TypeVar
 
 from nonebot.log import logger
 
-from ..core.console import ask_yes_no, stdin_is_tty
 from ..core.errors import DataDirLocked, EmbeddingError, VectorStoreError
+from ..infra.terminal import ask_yes_no, stdin_is_tty
 from ..storage.keys import KeyMigrationReport, migrate_partition_keys
 from .client import EmbeddingConfigError
 from .covered import Maintenance, count_of, meta_of, open_collection, replace_meta, user_meta

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from ..core.group_window import WindowEntry
-from ..core.labels import named_label
+from ..prompting.group_window import WindowEntry
+from ..prompting.labels import named_label
 from ..storage.group_directory import GroupDirectory
 
 __all__ = ["group_labels"]

@@ -21,7 +21,12 @@ from collections.abc import Callable
 from nonebot import logger
 
 from ..core.config import ConfigFile
-from ..core.group_blocks import SeenInRequest, render_group_context, render_personas, render_self
+from ..prompting.group_blocks import (
+    SeenInRequest,
+    render_group_context,
+    render_personas,
+    render_self,
+)
 from ..storage.group_stores import GroupStores
 from .amrita_llm import Completion, complete_isolated
 from .extraction import PersonaExtractor

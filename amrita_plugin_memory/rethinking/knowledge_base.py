@@ -29,9 +29,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..core.files import atomic_write_text
 from ..core.protocols import Embedder
 from ..core.text import single_line
+from ..infra.files import atomic_write_text
 from ..storage.chroma import ChromaConnection
 from ..storage.guard import CollectionGuard
 

@@ -10,7 +10,7 @@ from amrita_core.config import AmritaConfig
 from amrita_core.types import CONTENT_LIST_TYPE, Message
 from nonebot import logger
 
-from ..core.blocks import render_block
+from ..prompting.blocks import render_block
 from .amrita_data import AmritaData
 from .consts import SEND_TIMEOUT_SECONDS
 from .templates import PromptError, PromptTemplates, format_time, local_now
@@ -57,7 +57,7 @@ class Messenger:
                 "prompt_send_file",
                 {
                     "character_prompt": self.data.character_prompt(),
-                    # Data, not instructions: delimited blocks (see core.blocks).
+                    # Data, not instructions: delimited blocks (see prompting.blocks).
                     "intent": render_block("INTENT", intent),
                     "memory_context": render_block("MEMORY_CONTEXT", memory_context),
                     "current_time": format_time(local_now()),

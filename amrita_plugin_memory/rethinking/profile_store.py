@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..core.files import atomic_write_text
+from ..infra.files import atomic_write_text
 
 __all__ = ["PROFILE_FILE", "Profile", "ProfileError", "ProfileStore"]
 

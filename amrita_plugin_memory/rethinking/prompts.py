@@ -9,7 +9,7 @@ overwritten) is protected too.
 
 from __future__ import annotations
 
-from ..core.blocks import render_block
+from ..prompting.blocks import render_block
 from .types import AbstractEntry, StateData
 
 __all__ = [

@@ -35,8 +35,8 @@ from amrita_sense import Node
 from amrita_sense.node.core import NodeComposeRendered
 from nonebot import logger
 
-from ..core.blocks import render_block
 from ..core.text import cut
+from ..prompting.blocks import render_block
 from .consts import HISTORY_KEEP_MESSAGES, HISTORY_MESSAGE_CHARS
 from .types import Cycle
 

@@ -31,8 +31,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..core.files import atomic_write_text
 from ..core.records import META_AUTHOR
+from ..infra.files import atomic_write_text
 
 __all__ = [
     "FORGOTTEN_FILE_NAME",

@@ -16,10 +16,10 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..core.errors import MemoryLimitReached, VectorStoreError
-from ..core.gate import WriteGate
-from ..core.locks import PartitionLocks
 from ..core.protocols import Embedder, TextKind
 from ..core.records import ORIGIN_PRIVATE, MemoryRecord, utc_now
+from ..infra.gate import WriteGate
+from ..infra.locks import PartitionLocks
 from .archive_store import REASON_DELETED, REASON_UPDATED, ArchiveStore, archive_name
 from .chroma import ChromaConnection
 from .counts import PartitionCounts

@@ -38,7 +38,7 @@ from . import partition_rows as rows
 from .partition_rows import Entry, build_entry, scan
 
 if TYPE_CHECKING:
-    from ..core.locks import PartitionLocks
+    from ..infra.locks import PartitionLocks
     from .chroma import ChromaConnection
 
 

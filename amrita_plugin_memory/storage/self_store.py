@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from nonebot_plugin_orm import get_session
 from sqlalchemy import select
 
-from ..core.locks import PartitionLocks
+from ..infra.locks import PartitionLocks
 from .models import BotSelfMemory, db_now
 
 __all__ = ["SelfAddResult", "SelfEntry", "SelfMemoryStore"]

@@ -51,8 +51,8 @@ from typing import Any
 import numpy as np
 from nonebot.log import logger
 
-from ..core.ranking import parse_time
 from ..core.records import MemoryRecord
+from ..ranking.scores import parse_time
 from .archive_store import REASON_EXPIRED, REASON_UPDATED, history_id
 from .memory_store import MemoryStore
 from .removal import deleted_count, row_state, unchanged_where

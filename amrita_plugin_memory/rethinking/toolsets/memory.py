@@ -15,8 +15,8 @@ from typing import Any
 
 from amrita_core import FunctionDefinitionSchema, ToolContext
 
-from ...core.duplicates import repeats_memory
 from ...core.records import MemoryRecord
+from ...ranking.repeats import repeats_memory
 from ...storage.memory_store import MemoryStore
 from ...storage.neighbours import nearest, stored_vectors
 from ...tools.args import LIMITS, parse_number
@@ -136,7 +136,7 @@ def find_duplicate_groups(
     """Group memories linked by a neighbour within ``max_distance`` (union-find).
 
     ``neighbours[id]`` are the nearest memories of ``id`` with distances. A link
-    also needs one to repeat the other (:func:`...core.duplicates.repeats_memory`,
+    also needs one to repeat the other (:func:`...ranking.repeats.repeats_memory`,
     the notion ``write_memory`` merges by): the same statement in nearly the same
     words, written in the same place (same scope and origin: a memory from a
     private chat and one from a group are never offered as one). Two memories

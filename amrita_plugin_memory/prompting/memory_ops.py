@@ -23,8 +23,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .records import IMPORTANCE_LEVELS
-from .text import load_model_json
+from ..core.records import IMPORTANCE_LEVELS
+from ..core.text import load_model_json
 
 __all__ = ["OPS", "MemoryOp", "OpLimits", "ParsedOps", "parse_memory_ops", "reference"]
 

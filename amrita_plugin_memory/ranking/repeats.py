@@ -29,7 +29,7 @@ import re
 import unicodedata
 from collections.abc import Sequence
 
-from .records import MemoryRecord
+from ..core.records import MemoryRecord
 
 __all__ = ["FILLER", "cosine", "is_repeat", "repeat_tokens", "repeats_memory"]
 

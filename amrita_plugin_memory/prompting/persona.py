@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.text import load_model_json, single_line
 from .labels import neutralize_labels
-from .text import load_model_json, single_line
 
 __all__ = [
     "FIELD_MAX_CHARS",

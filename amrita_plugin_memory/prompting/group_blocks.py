@@ -3,11 +3,11 @@
 Rendering only (plain text in, text out), so that building the blocks of a
 500-member group stays a matter of microseconds. All text comes from users,
 the extraction model or superusers, and goes through the shared renderer
-(:func:`..core.blocks.render_block`), which neutralises the tags of every
+(:func:`.blocks.render_block`), which neutralises the tags of every
 block of the plugin in each of them, so a member cannot close the window and
 pose as the bot's self memory. In the window and the personas, a label-like
 word followed by a colon in that text is neutralised too
-(:func:`..core.labels.neutralize_labels`): a member cannot pose as another
+(:func:`.labels.neutralize_labels`): a member cannot pose as another
 member (``用户_5678: …``) or as the bot (``你: …``).
 
 :class:`SeenInRequest` answers "does Amrita's own chat history already show
@@ -24,11 +24,11 @@ from __future__ import annotations
 import html
 from collections.abc import Callable, Iterable, Sequence
 
+from ..core.text import single_line
 from .blocks import render_block
 from .group_window import ELLIPSIS, WindowEntry
 from .labels import SAFE_COLON, neutralize_labels
 from .persona import PersonaField, render_persona
-from .text import single_line
 
 __all__ = [
     "BOT_LABEL",

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from .text import cut, single_line
+from ..core.text import cut, single_line
 
 __all__ = [
     "RESERVED_TAGS",

@@ -1,7 +1,8 @@
-"""Ranking arithmetic of ``read_memory``: keywords and their coverage, scores, age decay.
+"""The keyword channel of ``read_memory``: tokens, stems and a partition's keyword index.
 
 Pure functions (no storage, no framework) so that every channel and the
-benchmark compute the same thing.
+benchmark compute the same thing (the score that combines the channels is
+:mod:`.scores`).
 
 Tokens: Chinese has no spaces, and a vector model blurs exact strings (a room
 number ``1602``, a code ``A1037``, a pet called ``年糕``). Text is normalised
@@ -31,23 +32,12 @@ import math
 import re
 import threading
 import unicodedata
-from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Sequence
 
 import numpy as np
 import snowballstemmer
 
-__all__ = [
-    "CJK_UNIT",
-    "KeywordIndex",
-    "age_days",
-    "combine",
-    "decay_factor",
-    "decayed_distance",
-    "keyword_terms",
-    "parse_time",
-    "tokenize",
-]
+__all__ = ["CJK_UNIT", "KeywordIndex", "keyword_terms", "tokenize"]
 
 _RUN = re.compile(r"[^\W_]+", re.UNICODE)
 _UNIT = re.compile(r"[a-z0-9]+|[^a-z0-9]", re.UNICODE)
@@ -155,70 +145,3 @@ class KeywordIndex:
             scores[self.postings[token]] += weights[token] * _unit(token, cjk_unit) / total
         found = np.flatnonzero(scores)
         return dict(zip(found.tolist(), scores[found].tolist(), strict=True))
-
-
-def combine(
-    distances: Mapping[str, float | None], coverage: Mapping[str, float], weight: float
-) -> list[str]:
-    """Ids best first by ``best / distance + weight * coverage``.
-
-    The vector part is 1 for the closest candidate and shrinks with the
-    relative distance, so the keyword part (the share of the query's
-    keyword weight a memory holds, 0..1) decides only what the vectors leave
-    close: a memory holding the whole of "A1037" beats a slightly closer one
-    without it, a memory sharing one common word of a paraphrase does not.
-    (Rank fusion, tried first, let that one shared word win: see the README's
-    recall table.) A candidate without a distance counts as far.
-    Ties keep the order of ``distances``.
-    """
-    known = [d for d in distances.values() if d is not None and d > 0]
-    best = min(known) if known else 0.0
-
-    def vector_part(d: float | None) -> float:
-        if d is None:
-            return 0.0
-        return 1.0 if d <= best or d <= 0 else best / d
-
-    order = {memory_id: i for i, memory_id in enumerate(distances)}
-    score = {
-        memory_id: vector_part(d) + weight * coverage.get(memory_id, 0.0)
-        for memory_id, d in distances.items()
-    }
-    return sorted(score, key=lambda m: (-score[m], order[m]))
-
-
-def parse_time(value: str) -> datetime | None:
-    """An ISO timestamp as an aware datetime (naive = UTC); ``None`` if unreadable."""
-    try:
-        parsed = datetime.fromisoformat(value)
-    except (TypeError, ValueError):
-        return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
-
-
-def age_days(stamp: str, now: datetime) -> float:
-    """Days from the ISO timestamp ``stamp`` to ``now`` (0 for a missing or bad stamp;
-    naive times are UTC, as in :func:`parse_time`)."""
-    then = parse_time(stamp)
-    if then is None:
-        return 0.0
-    if now.tzinfo is None:
-        now = now.replace(tzinfo=UTC)
-    return max((now - then).total_seconds() / 86_400.0, 0.0)
-
-
-def decay_factor(age: float, half_life: float) -> float:
-    """``0.5 ** (age / half_life)``: 1 for a new memory; 1 forever when ``half_life`` is 0."""
-    if half_life <= 0 or age <= 0:
-        return 1.0
-    return 0.5 ** (age / half_life)
-
-
-def decayed_distance(distance: float, factor: float, weight: float) -> float:
-    """A vector distance grown by age: ``distance * (1 + weight * (1 - factor))``.
-
-    Relative, so it means the same for every model's distance scale: with
-    ``weight = 0.1`` a fully aged memory loses to a fresh one only when their
-    distances are within 10 % (a near tie); a clearly closer match still wins.
-    """
-    return distance * (1.0 + weight * (1.0 - factor))

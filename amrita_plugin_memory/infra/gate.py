@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from .errors import MaintenanceInProgress
+from ..core.errors import MaintenanceInProgress
 
 __all__ = ["MaintenanceInProgress", "WriteGate"]
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Container
 
-from .text import single_line
+from ..core.text import single_line
 
 __all__ = [
     "LABEL_PREFIX",
