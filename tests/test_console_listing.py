@@ -1,6 +1,6 @@
 """The console's building blocks on a real store (embedded and remote ChromaDB).
 
-* ``storage/listing`` pages a partition newest first from a cached id list that
+* ``storage/partition/listing`` pages a partition newest first from a cached id list that
   the store's own writes keep exact, and re-reads it when it is old;
 * ``infra/gate.WriteGate``: maintenance refuses new writes at once and waits for
   running ones, which nothing in between may lose;
@@ -21,7 +21,7 @@ import pytest
 from tests.lazy import lazy_import
 
 L = lazy_import(
-    "amrita_plugin_memory.storage.listing",
+    "amrita_plugin_memory.storage.partition.listing",
     "amrita_plugin_memory.infra.gate",
     "amrita_plugin_memory.infra.bot_link",
 )

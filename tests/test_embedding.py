@@ -305,7 +305,7 @@ async def test_failure_in_the_middle_of_a_remap_loses_nothing_and_retry_succeeds
     # Read pages of 7, embed batches of 8, add chunks of 16: batches straddle
     # pages, and the failure hits while the next chunk is embedded ahead of an add.
     monkeypatch.setattr(_real(), "READ_PAGE_SIZE", 7)
-    monkeypatch.setattr(_real("amrita_plugin_memory.storage.paging"), "READ_PAGE_SIZE", 7)
+    monkeypatch.setattr(_real("amrita_plugin_memory.storage.chroma.paging"), "READ_PAGE_SIZE", 7)
     monkeypatch.setattr(_real(), "ADD_BATCH_LOCAL", 16)
     old = await _seeded(runtimes, tmp_path, memories=40, knowledge=6)
     mem_before, know_before = await snapshot(old, MEM), await snapshot(old, KNOW)

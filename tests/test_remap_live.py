@@ -51,7 +51,7 @@ E = lazy_import(
     "amrita_plugin_memory.embedding.remap",
     "amrita_plugin_memory.embedding.covered",
     "amrita_plugin_memory.core.errors",
-    "amrita_plugin_memory.storage.paging",
+    "amrita_plugin_memory.storage.chroma.paging",
 )
 T = lazy_import("amrita_plugin_memory.storage.keys", "amrita_plugin_memory.tools.memory_tools")
 

@@ -348,7 +348,7 @@ async def test_a_large_partition_is_indexed_off_the_event_loop(rt: Any) -> None:
     import random
     import uuid
 
-    from amrita_plugin_memory.storage import retrieval
+    from amrita_plugin_memory.storage.partition import retrieval
 
     part = K.user_key("60001")
     col = await rt.store.collection()

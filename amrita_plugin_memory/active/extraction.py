@@ -23,9 +23,9 @@ from ..core.errors import MemoryLimitReached
 from ..core.records import ORIGIN_PRIVATE, SOURCE_AUTO, MemoryRecord
 from ..core.text import cut, single_line
 from ..prompting.memory_ops import MemoryOp, OpLimits, ParsedOps, parse_memory_ops, reference
-from ..storage.archive_store import REASON_OUTDATED
+from ..storage.archive.store import REASON_OUTDATED
 from ..storage.memory_store import MemoryStore
-from ..storage.retrieval import search
+from ..storage.partition.retrieval import search
 from ..tools.args import LIMITS
 from .batches import BatchKey, Turn
 

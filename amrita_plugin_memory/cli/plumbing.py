@@ -22,7 +22,7 @@ from ..embedding import BackupError, RemapError
 from ..infra.bot_link import BotEndpoint, BotLinkError, follow_job, running_bot, serving_bot
 from ..infra.terminal import stdin_is_tty
 from ..services import MemoryRuntime
-from ..storage.chroma import LOCK_FILE_NAME
+from ..storage.chroma.connection import LOCK_FILE_NAME
 
 __all__ = [
     "API",

@@ -8,8 +8,8 @@ from typing import Any
 from ..rethinking.profile_store import ProfileStore
 from ..rethinking.runner import SubconsciousRunner
 from ..services import MemoryRuntime
-from ..storage.group_stores import GroupStores
-from ..storage.user_data import UserData
+from ..storage.groups.stores import GroupStores
+from ..storage.users.user_data import UserData
 from .archive import ArchiveAdmin
 from .catalog import PartitionCatalog
 from .errors import guarded

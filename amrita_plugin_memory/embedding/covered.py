@@ -3,7 +3,7 @@
 :class:`Maintenance` is handed to every re-embedding, backup, status and
 start-up function: the connection, the memory store, the embedding client,
 the settings, and the names of the covered collections (the memory
-collection, its archive (``storage.archive_store``) and the L3 knowledge
+collection, its archive (``storage.archive.store``) and the L3 knowledge
 collection, passed in by whoever builds it: this layer never reads the L3
 configuration).
 """
@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..core.config import EnvConfig
-from ..storage.chroma import ChromaConnection
-from ..storage.guard import (
+from ..storage.chroma.connection import ChromaConnection
+from ..storage.chroma.paging import Item, iter_pages
+from ..storage.chroma.remap_markers import (
     MAINTENANCE_KEYS,
     META_REEMBED_COMPLETE,
     META_REEMBED_RUNNING,
@@ -27,7 +28,6 @@ from ..storage.guard import (
     TEMP_SUFFIX,
 )
 from ..storage.memory_store import MemoryStore
-from ..storage.paging import Item, iter_pages
 from .client import EmbeddingClient
 from .errors import RemapError
 from .fingerprint import FINGERPRINT_KEYS
@@ -55,7 +55,7 @@ __all__ = [
 ]
 
 # Markers of an in-progress remap live in the storage layer, because writers
-# check them (see storage.guard.CollectionGuard): "running" on the live
+# check them (see storage.chroma.remap_markers.CollectionGuard): "running" on the live
 # collections while their replacements are built, the others on temporaries
 # and, between the swap and the final fingerprint write, on the swapped-in ones.
 MARKER_KEYS = MAINTENANCE_KEYS

@@ -76,7 +76,7 @@ async def mark_running(maint: Maintenance, kind: str) -> None:
     """Set the "remap running" marker on every existing covered collection.
 
     Writers (memory tools, the knowledge base) refuse while it is set, in
-    this and in every other process (see ``storage.guard.CollectionGuard``).
+    this and in every other process (see ``storage.chroma.remap_markers.CollectionGuard``).
     """
     note = json.dumps(
         {

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..core.errors import EmbeddingError
-from ..storage.guard import maintenance_busy
+from ..storage.chroma.remap_markers import maintenance_busy
 from ..storage.keys import KEY_FORMAT_META, current_key_format
 from .backup import BackupInfo, list_backups
 from .client import EmbeddingConfigError
@@ -159,7 +159,7 @@ class StatusReport:
     knowledge_name: str
     knowledge_count: int | None
     archive_count: int
-    """Archived memories and previous versions (``storage.archive_store``)."""
+    """Archived memories and previous versions (``storage.archive.store``)."""
     key_format_stored: str | None
     key_format_current: str
     pending_temps: list[str]

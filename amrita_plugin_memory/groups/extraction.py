@@ -26,7 +26,7 @@ from ..prompting.group_blocks import render_group_context, render_personas
 from ..prompting.group_window import WindowEntry
 from ..prompting.labels import SAFE_COLON
 from ..prompting.persona import PersonaField, parse_updates
-from ..storage.group_stores import GroupStores
+from ..storage.groups.stores import GroupStores
 from .amrita_llm import Completion, add_usage, complete_isolated
 from .labels import group_labels
 

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 
 from ..prompting.group_window import WindowEntry
 from ..prompting.labels import named_label
-from ..storage.group_directory import GroupDirectory
+from ..storage.groups.directory import GroupDirectory
 
 __all__ = ["group_labels"]
 

@@ -2,7 +2,7 @@
 
 * :meth:`GroupAwareness.observe` — every group message and every bot reply
   in a group (the hot path: memory only, see
-  :class:`~..storage.group_window_store.GroupWindowStore`).
+  :class:`~..storage.groups.window_store.GroupWindowStore`).
 * :meth:`GroupAwareness.turn_blocks` — the ``<GROUP_CONTEXT>`` and
   ``<PERSONAS>`` blocks of a group turn.
 * :meth:`GroupAwareness.self_block` — the ``<SELF>`` block of every turn.
@@ -27,7 +27,7 @@ from ..prompting.group_blocks import (
     render_personas,
     render_self,
 )
-from ..storage.group_stores import GroupStores
+from ..storage.groups.stores import GroupStores
 from .amrita_llm import Completion, complete_isolated
 from .extraction import PersonaExtractor
 from .labels import group_labels

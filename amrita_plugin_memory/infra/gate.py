@@ -9,7 +9,7 @@ running ones, and reopen when it is done. A refused write fails at once
 with a clear message instead of waiting minutes for the maintenance.
 
 This is the in-process complement of the collection markers a remap sets
-(``storage/guard.py``), which other processes see: the gate closes at once and
+(``storage/chroma/remap_markers.py``), which other processes see: the gate closes at once and
 for the whole operation (its backup included), with the operation's name.
 """
 

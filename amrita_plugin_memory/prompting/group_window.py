@@ -5,7 +5,7 @@ every message the bot saw in the group and every reply it sent, the newest
 ``capacity`` of them. This module is the in-memory half: appending must be
 cheap enough to run on every group message (the observer's hot path), so it
 is a bounded deque plus a list of entries not yet written to the database.
-Persistence is :mod:`..storage.group_window_store`.
+Persistence is :mod:`..storage.groups.window_store`.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
-from ..storage.loop_state_row import LOOP_STATE_UID
+from ..storage.users.loop_state_row import LOOP_STATE_UID
 
 __all__ = [
     "DEFAULT_KNOWLEDGE_GUIDE",
@@ -37,7 +37,7 @@ __all__ = [
 
 STATE_UID: Final = LOOP_STATE_UID
 """Primary key of the loop's row in the ``SubconsciousState`` table (a user's forget
-edits it without the loop: ``storage.loop_state_row``)."""
+edits it without the loop: ``storage.users.loop_state_row``)."""
 
 JOB_ID_PREFIX: Final = "amrita_memory_subconscious"
 """APScheduler job id prefix of the planned cycle (one job per target user)."""

@@ -32,8 +32,8 @@ from typing import Any
 from ..core.protocols import Embedder
 from ..core.text import single_line
 from ..infra.files import atomic_write_text
-from ..storage.chroma import ChromaConnection
-from ..storage.guard import CollectionGuard
+from ..storage.chroma.connection import ChromaConnection
+from ..storage.chroma.remap_markers import CollectionGuard
 
 __all__ = [
     "KnowledgeBaseManager",

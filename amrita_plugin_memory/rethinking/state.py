@@ -85,7 +85,7 @@ class LoopState:
             return result
 
     async def read(self) -> dict[str, Any]:
-        """A copy of the document (``storage.loop_state_row.LoopStateAccess``)."""
+        """A copy of the document (``storage.users.loop_state_row.LoopStateAccess``)."""
         async with self.lock:
             if not self._loaded:
                 await self._read()

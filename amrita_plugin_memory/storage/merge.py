@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..core.records import IMPORTANCE_LEVELS, MemoryRecord
 from ..ranking.repeats import cosine, repeats_memory
-from .archive_store import REASON_MERGED
-from .retrieval import RetrievalSettings
+from .archive.store import REASON_MERGED
+from .partition.retrieval import RetrievalSettings
 
 if TYPE_CHECKING:
-    from .partition_index import PartitionIndex
+    from .partition.index import PartitionIndex
 
 __all__ = ["MERGE_NEIGHBOURS", "WriteResult", "merge_candidates", "merge_into", "merged_record"]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ..core.text import single_line
 from ..prompting.persona import render_persona
-from ..storage.group_stores import GroupStores
+from ..storage.groups.stores import GroupStores
 from ..storage.memo_store import MemoService
 from .memory_tools import Caller
 

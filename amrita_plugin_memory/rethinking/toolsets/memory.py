@@ -18,7 +18,7 @@ from amrita_core import FunctionDefinitionSchema, ToolContext
 from ...core.records import MemoryRecord
 from ...ranking.repeats import repeats_memory
 from ...storage.memory_store import MemoryStore
-from ...storage.neighbours import nearest, stored_vectors
+from ...storage.partition.stored_vectors import nearest, stored_vectors
 from ...tools.args import LIMITS, parse_number
 from ...tools.memory_tools import Caller, MemoryTools
 from ...tools.schemas import (

@@ -2,7 +2,7 @@
 
 Both are read in every group turn, so both are cached in memory after the
 first read of a group; writes go to SQLite first and then to the cache.
-A label is given once (:func:`~..prompting.labels.make_label` against the labels
+A label is given once (:func:`~...prompting.labels.make_label` against the labels
 the group already uses) and stored, so a member keeps it across restarts.
 """
 
@@ -13,10 +13,10 @@ from collections.abc import Iterable
 from nonebot_plugin_orm import get_session
 from sqlalchemy import delete, select
 
-from ..core.config import GroupContextConfig
-from ..infra.locks import PartitionLocks
-from ..prompting.labels import make_label
-from .models import GroupMemberLabel, GroupSetting, db_now
+from ...core.config import GroupContextConfig
+from ...infra.locks import PartitionLocks
+from ...prompting.labels import make_label
+from ..models import GroupMemberLabel, GroupSetting, db_now
 
 __all__ = ["GroupDirectory"]
 

@@ -13,7 +13,7 @@ import functools
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .chroma import ChromaConnection
+from .connection import ChromaConnection
 
 if TYPE_CHECKING:
     from chromadb.api.models.Collection import Collection

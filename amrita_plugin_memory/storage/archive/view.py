@@ -10,11 +10,11 @@ same lines built by the admin API's archive operations (:func:`listing_lines`,
 
 from __future__ import annotations
 
-from ..core.config import ConfigFile
-from ..core.text import cut
-from .archive_restore import parse_row_id, restore
-from .archive_store import ArchivedMemory
-from .memory_store import MemoryStore
+from ...core.config import ConfigFile
+from ...core.text import cut
+from ..memory_store import MemoryStore
+from .restore import parse_row_id, restore
+from .store import ArchivedMemory
 from .sweep import SweepResult, parse_time, sweep
 
 __all__ = ["REASON_TEXT", "archive_command", "describe_row", "listing_lines", "sweep_message"]

@@ -19,7 +19,7 @@ multi-threaded process (the bot) may deadlock on a lock another thread held
 at the fork. The child runs in its own session, so a Ctrl+C in the bot's
 terminal reaches the bot only, and the bot stops the server after its other
 shutdown work (:meth:`stop`: SIGTERM, then SIGKILL after a grace period).
-The data directory lock of :class:`~.chroma.ChromaConnection` is held by the
+The data directory lock of :class:`~.connection.ChromaConnection` is held by the
 bot for as long as the server may run, so a maintenance command never opens
 the directory meanwhile.
 

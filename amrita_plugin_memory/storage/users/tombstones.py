@@ -4,9 +4,9 @@ A user's forget (:mod:`.user_data`) removes their rows everywhere, the backup
 files included; but a backup copied elsewhere, or one written while the forget
 ran, may still hold them. So the forget also records the user here, with its
 time, and every restore path (a backup restore: ``embedding.forgotten``; an
-archive restore: :mod:`.archive_restore`) drops the rows of the user's
+archive restore: :mod:`..archive.restore`) drops the rows of the user's
 partition last changed no later than that time, and clears the user's writer
-mark (:data:`~..core.records.META_AUTHOR`) on group memories as old. A user
+mark (:data:`~...core.records.META_AUTHOR`) on group memories as old. A user
 who talks again after the forget is not blocked: what they say afterwards is
 newer than the tombstone, so it is restored like anyone's.
 
@@ -31,8 +31,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..core.records import META_AUTHOR
-from ..infra.files import atomic_write_text
+from ...core.records import META_AUTHOR
+from ...infra.files import atomic_write_text
 
 __all__ = [
     "FORGOTTEN_FILE_NAME",

@@ -17,9 +17,9 @@ from nonebot_plugin_amrita.cache import LRUCache
 from nonebot_plugin_orm import get_session
 from sqlalchemy import delete, select
 
-from ..infra.locks import PartitionLocks
-from ..prompting.persona import PersonaField, fields_from_json, fields_to_json, merge_fields
-from .models import MemberPersona, db_now
+from ...infra.locks import PartitionLocks
+from ...prompting.persona import PersonaField, fields_from_json, fields_to_json, merge_fields
+from ..models import MemberPersona, db_now
 
 __all__ = ["Persona", "PersonaStore"]
 

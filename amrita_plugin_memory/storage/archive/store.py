@@ -20,7 +20,7 @@ A swept or deleted memory keeps its id (row id == ``memory_id``). A history vers
 ``<memory_id>~<digest>``, the digest of the version's ``updated_at`` and text:
 saving the same version twice (a retried update) writes the same row once.
 
-Every write goes through this collection's own :class:`~.guard.CollectionGuard`
+Every write goes through this collection's own :class:`~..chroma.remap_markers.CollectionGuard`
 (refused while a remap replaces it); every Chroma call runs off the loop.
 """
 
@@ -31,10 +31,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..core.records import MemoryRecord, utc_now
-from .chroma import ChromaConnection
-from .guard import CollectionGuard
-from .paging import iter_pages
+from ...core.records import MemoryRecord, utc_now
+from ..chroma.connection import ChromaConnection
+from ..chroma.paging import iter_pages
+from ..chroma.remap_markers import CollectionGuard
 
 if TYPE_CHECKING:
     from chromadb.api.models.Collection import Collection

@@ -19,7 +19,7 @@ Two kinds of rows, two behaviours (what a user restoring something expects):
 The live row is written first and the archive row removed after it: a crash in
 between leaves the memory in both places, and restoring again completes it.
 
-A row of a forgotten user from before their forget (``storage.forgotten``) is
+A row of a forgotten user from before their forget (``storage.users.tombstones``) is
 treated as absent: no restore brings a forgotten user back.
 """
 
@@ -28,12 +28,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..core.errors import MemoryLimitReached, VectorStoreError
-from ..core.records import MemoryRecord
-from .archive_store import ArchivedMemory
-from .forgotten import Tombstones
-from .keys import normalize_key
-from .memory_store import MemoryStore
+from ...core.errors import MemoryLimitReached, VectorStoreError
+from ...core.records import MemoryRecord
+from ..keys import normalize_key
+from ..memory_store import MemoryStore
+from ..users.tombstones import Tombstones
+from .store import ArchivedMemory
 
 __all__ = ["ROW_ID_CHARS", "ArchiveRestoreError", "Restored", "parse_row_id", "restore"]
 

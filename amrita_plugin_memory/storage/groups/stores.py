@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..core.config import ConfigFile
-from .group_directory import GroupDirectory
-from .group_window_store import GroupWindowStore
+from ...core.config import ConfigFile
+from .directory import GroupDirectory
 from .persona_store import PersonaStore
 from .self_store import SelfMemoryStore
+from .window_store import GroupWindowStore
 
 __all__ = ["GroupStores"]
 

@@ -1,7 +1,7 @@
 """Group windows (Openmim's L1): in memory for every turn, in SQLite across restarts.
 
 :meth:`GroupWindowStore.append` runs for every group message the bot sees, so
-it only touches memory (:class:`~..prompting.group_window.GroupWindow`) and, when
+it only touches memory (:class:`~...prompting.group_window.GroupWindow`) and, when
 the flush rule says so, starts a background write: every
 ``context_persist_every`` member messages, and at once for a bot reply. A
 restart therefore loses at most the last ``context_persist_every - 1``
@@ -25,10 +25,10 @@ from nonebot_plugin_orm import get_session
 from sqlalchemy import delete, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from ..core.config import GroupContextConfig
-from ..infra.locks import PartitionLocks
-from ..prompting.group_window import GroupWindow, WindowEntry, cut_text
-from .models import GroupMessage
+from ...core.config import GroupContextConfig
+from ...infra.locks import PartitionLocks
+from ...prompting.group_window import GroupWindow, WindowEntry, cut_text
+from ..models import GroupMessage
 
 __all__ = ["CompactReport", "GroupWindowStore"]
 

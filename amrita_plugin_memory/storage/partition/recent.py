@@ -9,7 +9,7 @@ ids of a partition are read once (ids only, in Chroma's insertion order,
 which is creation order: re-embedding and restores copy items in that order)
 and kept here; a page is then a slice of this list and one ``get(ids=...)``.
 
-:class:`RecentIds` is owned by the :class:`~.memory_store.MemoryStore`; the
+:class:`RecentIds` is owned by the :class:`~..memory_store.MemoryStore`; the
 store's own adds and deletes keep a cached list exact (under the partition's
 lock). Writes of another process (a second bot on a remote Chroma) are seen
 again when the entry is older than ``ttl``: the listing then answers from

@@ -6,18 +6,18 @@ command (``/memory user export|forget``), the admin console and
 
 * their personal partition: live memories (every origin) and its archive rows
   (swept memories and update history) — :mod:`.erase`;
-* their private memo (:mod:`.memo_store`), their persona (one per user, shown
-  in every group: :mod:`.persona_store`);
+* their private memo (:mod:`..memo_store`), their persona (one per user, shown
+  in every group: :mod:`..groups.persona_store`);
 * their messages in every group's context window, stored and in memory
-  (:mod:`.group_window_store`), their anonymous label in every group
-  (:mod:`.group_directory`);
+  (:mod:`..groups.window_store`), their anonymous label in every group
+  (:mod:`..groups.directory`);
 * in the L3 loop's state: the messages waiting for them (only the loop's
   target user has any) and the knowledge suggestions they made
   (:mod:`.loop_state_row`);
-* the group memories they wrote (writer mark, :data:`~..core.records.META_AUTHOR`):
+* the group memories they wrote (writer mark, :data:`~...core.records.META_AUTHOR`):
   exported, and kept by a forget (they belong to the group) with the mark cleared.
 
-A forget first records the user's tombstone (:mod:`.forgotten`), then removes
+A forget first records the user's tombstone (:mod:`.tombstones`), then removes
 each kind, then rewrites the backup files without the user's rows
 (:class:`BackupFiles`, implemented by ``embedding.forgotten``). Each step is
 idempotent, so a forget that failed half-way (Chroma down) completes when run
@@ -35,14 +35,14 @@ from typing import Any, Protocol
 
 from nonebot import logger
 
-from .archive_store import ArchivedMemory
+from ..archive.store import ArchivedMemory
+from ..groups.stores import GroupStores
+from ..keys import user_key
+from ..memo_store import MemoService
+from ..memory_store import MemoryStore
 from .erase import authored_records, erase_partition, partition_rows, unmark_author
-from .forgotten import ForgottenUsers
-from .group_stores import GroupStores
-from .keys import user_key
 from .loop_state_row import LoopStateAccess, drop_user_items, user_items
-from .memo_store import MemoService
-from .memory_store import MemoryStore
+from .tombstones import ForgottenUsers
 
 __all__ = ["EXPORT_FORMAT", "BackupFiles", "ForgetCounts", "UserData"]
 

@@ -26,10 +26,10 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from ..core.errors import VectorStoreError
-from ..core.records import MemoryRecord
-from .archive_store import REASON_DELETED, ArchiveStore
-from .guard import CollectionGuard
+from ...core.errors import VectorStoreError
+from ...core.records import MemoryRecord
+from ..chroma.remap_markers import CollectionGuard
+from .store import REASON_DELETED, ArchiveStore
 
 if TYPE_CHECKING:
     from chromadb.api.models.Collection import Collection
@@ -51,7 +51,7 @@ T = TypeVar("T")
 
 
 class RemovalStore(Protocol):
-    """What removal needs of :class:`~.memory_store.MemoryStore` (which imports this module)."""
+    """What removal needs of :class:`~..memory_store.MemoryStore` (which imports this module)."""
 
     name: str
     guard: CollectionGuard

@@ -1,7 +1,7 @@
 """Real deletion: what a user's forget removes from the memory collection and its archive.
 
 Everywhere else the plugin keeps data (deletes and sweeps keep an archive
-copy, see :mod:`.archive_store`); a user's forget (:mod:`.user_data`) is the
+copy, see :mod:`..archive.store`); a user's forget (:mod:`.user_data`) is the
 one path that removes it. So nothing here goes through ``MemoryStore.delete``:
 the rows are deleted from the collections directly, under the partition's lock
 and the store's write gate (a sweep, an update or an archive restore of the
@@ -11,7 +11,7 @@ dropped. Every call is idempotent: a forget interrupted half-way completes
 when it runs again.
 
 Group memories the user wrote stay (they belong to the group); only the
-user's writer mark (:data:`~..core.records.META_AUTHOR`) is cleared on them.
+user's writer mark (:data:`~...core.records.META_AUTHOR`) is cleared on them.
 """
 
 from __future__ import annotations
@@ -20,11 +20,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..core.records import META_AUTHOR, MemoryRecord
-from .archive_store import ArchivedMemory
-from .filters import where_partition
-from .memory_store import MemoryStore
-from .paging import iter_pages
+from ...core.records import META_AUTHOR, MemoryRecord, where_partition
+from ..archive.store import ArchivedMemory
+from ..chroma.paging import iter_pages
+from ..memory_store import MemoryStore
 
 if TYPE_CHECKING:
     from chromadb.api.models.Collection import Collection

@@ -2,11 +2,11 @@
 
 The vector channel is the store's nearest-neighbour search (the partition
 index, or Chroma). The keyword channel looks up the query's tokens in the same
-partition's documents (:class:`~..ranking.keywords.KeywordIndex`, cached beside the
-partition's vectors in :class:`~.partition_index.PartitionIndex`), for what a
+partition's documents (:class:`~...ranking.keywords.KeywordIndex`, cached beside the
+partition's vectors in :class:`~.index.PartitionIndex`), for what a
 vector model blurs: numbers, codes, names. Distances are grown by age
-(:func:`~..ranking.scores.decayed_distance`), both channels are combined
-(:func:`~..ranking.scores.combine`: relative vector closeness plus the share of
+(:func:`~...ranking.scores.decayed_distance`), both channels are combined
+(:func:`~...ranking.scores.combine`: relative vector closeness plus the share of
 the query's keywords a memory holds). Nothing else reorders the result: no
 word list decides which memory is "the update" or what a question is about
 (issue #23: such rules put the wrong memory first on data they were not
@@ -24,16 +24,15 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from ..core.config import ConfigFile
-from ..core.records import ORIGIN_GROUP_FLAG, MemoryRecord
-from ..ranking.keywords import CJK_UNIT, KeywordIndex
-from ..ranking.scores import age_days, combine, decay_factor, decayed_distance
-from .filters import where_partition
-from .partition_index import IndexedStore, PartitionIndex
+from ...core.config import ConfigFile
+from ...core.records import ORIGIN_GROUP_FLAG, MemoryRecord, where_partition
+from ...ranking.keywords import CJK_UNIT, KeywordIndex
+from ...ranking.scores import age_days, combine, decay_factor, decayed_distance
+from .index import IndexedStore, PartitionIndex
 
 
 class SearchStore(IndexedStore, Protocol):
-    """What ranking needs of :class:`~.memory_store.MemoryStore` (which imports this module)."""
+    """What ranking needs of :class:`~..memory_store.MemoryStore` (which imports this module)."""
 
     index: PartitionIndex
     clock: Callable[[], str]
@@ -167,7 +166,7 @@ async def _keyword_hits(
     group_origin_only: bool,
 ) -> list[tuple[MemoryRecord, float]]:
     """``(record, keyword part)`` of the best keyword matches: the share of the query's
-    keyword weight a memory holds, CJK terms counted at :data:`~..ranking.keywords.CJK_UNIT`
+    keyword weight a memory holds, CJK terms counted at :data:`~...ranking.keywords.CJK_UNIT`
     (what the ranking adds). Records carry distances when the partition's vectors are
     cached (keyword-only hits are shown like the others)."""
     if entry is not None:

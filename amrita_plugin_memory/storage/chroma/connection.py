@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from nonebot.log import logger
 
-from ..core.config import EnvConfig
-from ..core.errors import DataDirLocked, DimensionMismatch, VectorStoreError
-from ..core.text import short_error
-from .chroma_server import LocalChromaServer, PortTaken, can_supervise
+from ...core.config import EnvConfig
+from ...core.errors import DataDirLocked, DimensionMismatch, VectorStoreError
+from ...core.text import short_error
+from .local_server import LocalChromaServer, PortTaken, can_supervise
 
 if TYPE_CHECKING:
     from chromadb.api import AdminAPI, ClientAPI
@@ -102,7 +102,7 @@ class ChromaConnection:
         self.chroma_dir = chroma_dir
         wanted = env.vector_db_local_server if serve is None else serve
         self.served = self.mode == "local" and (can_supervise() if wanted == "auto" else wanted)
-        """Local mode through a child ``chroma run`` (:mod:`.chroma_server`), not in-process."""
+        """Local mode through a child ``chroma run`` (:mod:`.local_server`), not in-process."""
         self.server: LocalChromaServer | None = None
         self._client: ClientAPI | None = None
         self._lock_fd: int | None = None
@@ -117,7 +117,7 @@ class ChromaConnection:
         """Closed for good (:meth:`close` with ``final``): never reconnects."""
         self.generation = 0
         self.writers_seen = False
-        """Set by the first guarded write (``storage.guard``): this process serves writers,
+        """Set by the first guarded write (``storage.chroma.remap_markers``): this process serves writers,
         so maintenance run in it waits for them like for other processes'."""
 
     @property

@@ -51,11 +51,11 @@ from typing import Any
 import numpy as np
 from nonebot.log import logger
 
-from ..core.records import MemoryRecord
-from ..ranking.scores import parse_time
-from .archive_store import REASON_EXPIRED, REASON_UPDATED, history_id
-from .memory_store import MemoryStore
+from ...core.records import MemoryRecord
+from ...ranking.scores import parse_time
+from ..memory_store import MemoryStore
 from .removal import deleted_count, row_state, unchanged_where
+from .store import REASON_EXPIRED, REASON_UPDATED, history_id
 
 __all__ = ["WRITE_CHUNK", "SweepResult", "expired", "parse_time", "sweep"]
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from nonebot_plugin_orm import get_session
 from sqlalchemy import select
 
-from ..infra.locks import PartitionLocks
-from .models import BotSelfMemory, db_now
+from ...infra.locks import PartitionLocks
+from ..models import BotSelfMemory, db_now
 
 __all__ = ["SelfAddResult", "SelfEntry", "SelfMemoryStore"]
 

@@ -17,7 +17,7 @@ query. Results equal Chroma's: same ids, same order, same distances (float32).
 At exact distance ties the order is by id (Chroma's own order at an exact tie
 is not specified). Chroma's filtered HNSW search is approximate in large
 partitions (it sometimes misses a closer memory); this scan is always exact.
-A cached partition's rows and the scan live in :mod:`.partition_rows` (a write
+A cached partition's rows and the scan live in :mod:`.rows` (a write
 costs ~0.15 ms at 10,000 rows and never changes what a running search sees).
 """
 
@@ -32,18 +32,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 from nonebot import logger
 
-from ..core.records import MemoryRecord
-from ..core.text import short_error
-from . import partition_rows as rows
-from .partition_rows import Entry, build_entry, scan
+from ...core.records import MemoryRecord
+from ...core.text import short_error
+from . import rows as rows
+from .rows import Entry, build_entry, scan
 
 if TYPE_CHECKING:
-    from ..infra.locks import PartitionLocks
-    from .chroma import ChromaConnection
+    from ...infra.locks import PartitionLocks
+    from ..chroma.connection import ChromaConnection
 
 
 class IndexedStore(Protocol):
-    """What the index needs of :class:`~.memory_store.MemoryStore` (no import cycle)."""
+    """What the index needs of :class:`~..memory_store.MemoryStore` (no import cycle)."""
 
     connection: ChromaConnection
     locks: PartitionLocks
@@ -73,7 +73,7 @@ OVERSIZED_MAX = 4096
 """How many too-large partitions are remembered."""
 
 _Entry = Entry
-"""One cached partition (:class:`.partition_rows.Entry`); readers use ``ids``,
+"""One cached partition (:class:`.rows.Entry`); readers use ``ids``,
 ``documents``, ``metadatas``, ``vectors`` and ``derived``."""
 
 
@@ -170,7 +170,7 @@ class PartitionIndex:
         self._apply(partition, lambda e: rows.removed(e, memory_id))
 
     def _apply(self, partition: str, change: Callable[[_Entry], _Entry]) -> None:
-        """Replace the cached entry by ``change(entry)`` (cheap, see :mod:`.partition_rows`);
+        """Replace the cached entry by ``change(entry)`` (cheap, see :mod:`.rows`);
         any error (not cached: another process wrote it; another dimension) drops it, so
         Chroma answers until the partition is read again."""
         entry = self._entries.get(partition)

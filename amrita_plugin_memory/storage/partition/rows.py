@@ -1,4 +1,4 @@
-"""One cached partition's rows for :mod:`.partition_index`: immutable entries, cheap writes.
+"""One cached partition's rows for :mod:`.index`: immutable entries, cheap writes.
 
 An entry is what a search scans (possibly in a worker thread) while the event
 loop goes on writing, so it never changes once built; a write builds the next
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.records import ORIGIN_GROUP_FLAG, MemoryRecord
+from ...core.records import ORIGIN_GROUP_FLAG, MemoryRecord
 
 __all__ = ["Arena", "Entry", "appended", "build_entry", "removed", "scan", "updated"]
 

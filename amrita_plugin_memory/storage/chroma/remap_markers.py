@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from nonebot.log import logger
 
-from ..core.errors import MaintenanceInProgress, VectorStoreError
-from .chroma import ChromaConnection, is_missing_collection
+from ...core.errors import MaintenanceInProgress, VectorStoreError
+from .connection import ChromaConnection, is_missing_collection
 
 T = TypeVar("T")
 

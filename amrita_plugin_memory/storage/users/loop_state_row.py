@@ -18,7 +18,7 @@ from typing import Any, Protocol, TypeVar
 
 from nonebot_plugin_orm import get_session
 
-from .models import SubconsciousState, db_now
+from ..models import SubconsciousState, db_now
 
 __all__ = [
     "LOOP_STATE_UID",
