@@ -12,9 +12,9 @@ from nonebot.log import logger
 
 from .core.config import PluginConfig
 from .embedding.client import EmbeddingClient
-from .embedding.covered import Maintenance
 from .embedding.fingerprint import pin_auto_model
 from .embedding.forgotten import BackupScrubber
+from .embedding.maintenance import Maintenance
 from .storage.chroma.connection import ChromaConnection
 from .storage.groups.stores import GroupStores
 from .storage.memo_store import MemoService

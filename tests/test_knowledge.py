@@ -13,7 +13,7 @@ from tests.conftest import env_for
 from tests.lazy import lazy_import
 from tests.servers import EmbeddingServer, embed_text
 
-KB = lazy_import("amrita_plugin_memory.rethinking.knowledge_base")
+KB = lazy_import("amrita_plugin_memory.subconscious.knowledge_base")
 
 
 @pytest.fixture

@@ -291,7 +291,7 @@ def escapes(tag: str) -> str:
 
 @pytest.fixture
 async def make_runner(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
-    from amrita_plugin_memory.rethinking import create_runner
+    from amrita_plugin_memory.subconscious import create_runner
 
     runners: list[Any] = []
 

@@ -49,7 +49,7 @@ from tests.servers import ChromaServer, EmbeddingServer, embed_text
 E = lazy_import(
     "amrita_plugin_memory.embedding",
     "amrita_plugin_memory.embedding.remap",
-    "amrita_plugin_memory.embedding.covered",
+    "amrita_plugin_memory.embedding.maintenance",
     "amrita_plugin_memory.core.errors",
     "amrita_plugin_memory.storage.chroma.paging",
 )

@@ -291,7 +291,7 @@ async def test_forget_confirmation_expires_and_arguments_are_checked(tmp_path: P
 async def test_forget_removes_waiting_messages_and_suggestions_through_the_loop(
     tmp_path: Path,
 ) -> None:
-    from amrita_plugin_memory.rethinking import create_runner
+    from amrita_plugin_memory.subconscious import create_runner
 
     rt = runtime()
     target, other = 18141, 18142
@@ -347,7 +347,7 @@ async def test_forget_removes_waiting_messages_and_suggestions_through_the_loop(
 
 async def test_forget_without_the_loop_edits_the_stored_state() -> None:
     """The command line (no loop in the process) edits the row itself."""
-    from amrita_plugin_memory.rethinking.state import StateStore
+    from amrita_plugin_memory.subconscious.state import StateStore
 
     rt = runtime()
     me = 18151

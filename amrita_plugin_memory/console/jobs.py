@@ -37,8 +37,8 @@ from ..embedding import (
     restore_backup,
 )
 from ..embedding.report_json import backup_json
-from ..rethinking.knowledge_base import KnowledgeBaseManager, check_knowledge_base
 from ..storage.memory_store import MemoryStore
+from ..subconscious.knowledge_base import KnowledgeBaseManager, check_knowledge_base
 from .catalog import PartitionCatalog
 from .errors import ConsoleError, audit, guarded, not_found
 

@@ -22,9 +22,9 @@ from nonebot.log import logger
 
 from ..infra.files import fsync_dir
 from ..storage.chroma.paging import Item, iter_pages
-from .covered import Maintenance, count_of, meta_of, open_collection, space_of
 from .errors import BackupError
 from .fingerprint import FingerprintInfo
+from .maintenance import Maintenance, count_of, meta_of, open_collection, space_of
 
 if TYPE_CHECKING:
     from chromadb.api.models.Collection import Collection

@@ -23,7 +23,9 @@ from nonebot.log import logger
 
 from ..core.errors import VectorStoreError
 from ..core.text import short_error
-from .covered import (
+from .errors import RemapError
+from .fingerprint import FingerprintInfo
+from .maintenance import (
     MARKER_KEYS,
     META_REEMBED_COMPLETE,
     META_REEMBED_RUNNING,
@@ -35,8 +37,6 @@ from .covered import (
     replace_meta,
     user_meta,
 )
-from .errors import RemapError
-from .fingerprint import FingerprintInfo
 
 __all__ = [
     "VERIFY_SAMPLE",

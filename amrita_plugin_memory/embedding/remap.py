@@ -1,7 +1,7 @@
 """Safe re-embedding: :func:`remap` (live contents) and :func:`restore_backup` (a file).
 
 Both re-embed every covered collection (the memories and the L3 knowledge
-base, see :mod:`.covered`) with the current model; :func:`reset_fingerprint`
+base, see :mod:`.maintenance`) with the current model; :func:`reset_fingerprint`
 is the escape hatch that writes the fingerprint without re-embedding.
 
 Safety of a remap (nothing may ever be lost)
@@ -64,7 +64,10 @@ from ..storage.chroma.paging import READ_PAGE_SIZE, Item, iter_pages
 from ..storage.chroma.remap_markers import WRITE_WINDOW
 from ..storage.keys import migrate_partition_keys
 from .backup import create_backup, load_backup
-from .covered import (
+from .errors import RemapError, RemapFailed
+from .fingerprint import FingerprintInfo, current_fingerprint, write_fingerprint
+from .forgotten import drop_forgotten
+from .maintenance import (
     META_REEMBED_COMPLETE,
     META_REEMBED_SOURCE,
     META_REEMBED_TARGET,
@@ -79,9 +82,6 @@ from .covered import (
     space_of,
     user_meta,
 )
-from .errors import RemapError, RemapFailed
-from .fingerprint import FingerprintInfo, current_fingerprint, write_fingerprint
-from .forgotten import drop_forgotten
 from .recovery import (
     RemapVerifyError,
     clear_running,

@@ -20,7 +20,8 @@ from ..storage.chroma.remap_markers import maintenance_busy
 from ..storage.keys import KEY_FORMAT_META, current_key_format
 from .backup import BackupInfo, list_backups
 from .client import EmbeddingConfigError
-from .covered import (
+from .fingerprint import FingerprintInfo, current_fingerprint
+from .maintenance import (
     META_REEMBED_COMPLETE,
     META_REEMBED_RUNNING,
     META_REEMBED_TARGET,
@@ -29,7 +30,6 @@ from .covered import (
     meta_of,
     open_collection,
 )
-from .fingerprint import FingerprintInfo, current_fingerprint
 
 __all__ = ["RemapMarker", "StatusReport", "collect_status"]
 

@@ -30,10 +30,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ERASE_BATCH",
-    "PartitionRows",
+    "PartitionContents",
     "authored_records",
     "erase_partition",
-    "partition_rows",
+    "partition_contents",
     "unmark_author",
 ]
 
@@ -42,7 +42,7 @@ ERASE_BATCH = 500
 
 
 @dataclass(slots=True)
-class PartitionRows:
+class PartitionContents:
     """What one partition holds in the two collections (the export's and the preview's view)."""
 
     memories: list[MemoryRecord]
@@ -62,7 +62,7 @@ async def _archive_ids(store: MemoryStore, where: dict[str, Any]) -> list[str]:
     return list(res["ids"])
 
 
-async def partition_rows(store: MemoryStore, partition: str) -> PartitionRows:
+async def partition_contents(store: MemoryStore, partition: str) -> PartitionContents:
     """Every live memory and every archive row of ``partition``, with their texts."""
     memories: list[MemoryRecord] = []
     async for page in store.iter_records(partition, with_documents=True):
@@ -74,7 +74,7 @@ async def partition_rows(store: MemoryStore, partition: str) -> PartitionRows:
             archived.extend(ArchivedMemory.from_chroma(i.id, i.document, i.metadata) for i in items)
     memories.sort(key=lambda r: (r.created_at, r.id))
     archived.sort(key=lambda r: (r.archived_at, r.id))
-    return PartitionRows(memories, archived)
+    return PartitionContents(memories, archived)
 
 
 async def authored_records(store: MemoryStore, user_id: str) -> list[MemoryRecord]:

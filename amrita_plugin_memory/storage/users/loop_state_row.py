@@ -1,6 +1,6 @@
 """What the L3 loop's state keeps about one user, and how to reach it with or without the loop.
 
-The loop (``rethinking.state.LoopState``) holds its state document in memory
+The loop (``subconscious.state.LoopState``) holds its state document in memory
 and saves it whole after every change, so while a loop runs in this process
 its document must be changed through it; both it and :class:`LoopStateRow`
 (the stored row, for the command line or a bot without the loop) implement

@@ -40,7 +40,7 @@ from ..groups.stores import GroupStores
 from ..keys import user_key
 from ..memo_store import MemoService
 from ..memory_store import MemoryStore
-from .erase import authored_records, erase_partition, partition_rows, unmark_author
+from .erase import authored_records, erase_partition, partition_contents, unmark_author
 from .loop_state_row import LoopStateAccess, drop_user_items, user_items
 from .tombstones import ForgottenUsers
 
@@ -163,7 +163,7 @@ class UserData:
     async def export(self, user_id: str) -> dict[str, Any]:
         """One JSON-ready document of everything kept about ``user_id``."""
         partition = user_key(user_id)
-        rows = await partition_rows(self.store, partition)
+        rows = await partition_contents(self.store, partition)
         persona = await self.groups.personas.get(user_id)
         messages = await self.groups.windows.messages_of(user_id)
         pending, suggestions = user_items(

@@ -1,4 +1,4 @@
-"""The collections the fingerprint covers, and what maintenance needs to work on them.
+"""What re-embedding maintenance works on: the :class:`Maintenance` bundle and the covered collections.
 
 :class:`Maintenance` is handed to every re-embedding, backup, status and
 start-up function: the connection, the memory store, the embedding client,

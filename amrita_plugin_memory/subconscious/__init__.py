@@ -1,6 +1,9 @@
-"""L3 offline consolidation loop ("subconscious", DMN).
+"""The subconscious: the L3 offline consolidation loop (one name in code, config and logs).
 
-Layer 6. Wired to the chat by :func:`..adapters.subconscious.setup_subconscious`,
+The package, its runner (:class:`SubconsciousRunner`), its config section
+(``[subconscious]``), its log prefix (``[Subconscious]``) and its loop tools
+(``subconscious_*``) all use this name; the docs call it "the L3 loop" (a
+"DMN" in the spec). Wired to the chat by :func:`..adapters.subconscious.setup_subconscious`,
 which does nothing at all (no hooks, no tools, no
 jobs, no files, no tokens) unless ``[subconscious] enabled = true`` and
 ``target_user_id`` is set. The knowledge base (its loop tools, the chat LLM's
