@@ -28,7 +28,6 @@ from ..prompting.labels import SAFE_COLON
 from ..prompting.persona import PersonaField, parse_updates
 from ..storage.groups.stores import GroupStores
 from .amrita_llm import Completion, add_usage, complete_isolated
-from .labels import group_labels
 
 __all__ = ["EXTRACTION_MARKER", "ExtractionResult", "PersonaExtractor"]
 
@@ -159,7 +158,7 @@ class PersonaExtractor:
         now = self.clock()
         self._mark(group_id, targets, now)
         result.analysed = targets
-        labels = await group_labels(self.stores.directory, group_id, entries, [])
+        labels = await self.stores.directory.member_labels(group_id, entries, [])
         messages = self._messages(entries, targets, labels, await self._known(targets))
         try:
             text, usage = await self.complete(messages)

@@ -30,7 +30,6 @@ from ..prompting.group_blocks import (
 from ..storage.groups.stores import GroupStores
 from .amrita_llm import Completion, complete_isolated
 from .extraction import PersonaExtractor
-from .labels import group_labels
 
 __all__ = ["GroupAwareness"]
 
@@ -105,8 +104,8 @@ class GroupAwareness:
             group_id, min(gc.recent_context_messages, gc.context_message_count)
         )
         shown = [e for e in entries if not seen.shows(e)]
-        labels = await group_labels(
-            self.stores.directory, group_id, shown, [(speaker_id, speaker_name)]
+        labels = await self.stores.directory.member_labels(
+            group_id, shown, [(speaker_id, speaker_name)]
         )
         blocks = [render_group_context(shown, lambda e: labels[e.user_id])]
         if self.persona_enabled:

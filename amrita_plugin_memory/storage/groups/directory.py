@@ -1,4 +1,5 @@
-"""Per-group facts: the anonymisation switch and the members' fixed labels.
+"""Per-group facts: the anonymisation switch and the members' fixed labels, and so
+how members are named in one group's blocks (:meth:`GroupDirectory.member_labels`).
 
 Both are read in every group turn, so both are cached in memory after the
 first read of a group; writes go to SQLite first and then to the cache.
@@ -8,14 +9,15 @@ the group already uses) and stored, so a member keeps it across restarts.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from nonebot_plugin_orm import get_session
 from sqlalchemy import delete, select
 
 from ...core.config import GroupContextConfig
 from ...infra.locks import PartitionLocks
-from ...prompting.labels import make_label
+from ...prompting.group_window import WindowEntry
+from ...prompting.labels import make_label, named_label
 from ..models import GroupMemberLabel, GroupSetting, db_now
 
 __all__ = ["GroupDirectory"]
@@ -95,6 +97,30 @@ class GroupDirectory:
                     self._labels.pop(group_id, None)  # re-read next time: never two labels
                     raise
             return {u: known.by_user[u] for u in wanted}
+
+    async def member_labels(
+        self,
+        group_id: str,
+        entries: Sequence[WindowEntry],
+        extra: Iterable[tuple[str, str]],
+    ) -> dict[str, str]:
+        """How the group's blocks name every member in ``entries`` and in ``extra``
+        (``(user_id, nickname)``).
+
+        Anonymised (the default): ``用户_`` + the id's last digits, fixed per
+        member (:meth:`labels`). Otherwise the nickname seen last, followed by the id.
+        """
+        extra = list(extra)
+        if await self.anonymize(group_id):
+            members = [u for u, _ in extra] + [e.user_id for e in entries if not e.is_bot]
+            return await self.labels(group_id, members)
+        names: dict[str, str] = {}
+        for entry in entries:
+            if not entry.is_bot:
+                names[entry.user_id] = entry.nickname
+        for user_id, nickname in extra:
+            names[user_id] = nickname or names.get(user_id, "")
+        return {u: named_label(n, u) for u, n in names.items()}
 
     async def _load(self, group_id: str) -> _Labels:
         known = _Labels()
