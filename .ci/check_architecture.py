@@ -10,13 +10,15 @@ and inside function bodies alike -- and fails on:
 * a module longer than ``MAX_LINES`` lines;
 * a module of a framework-free layer (``FRAMEWORK_FREE``: core, infra, ranking,
   prompting) importing a framework package (``FORBIDDEN_IN_CORE``);
-* an intra-package import that names no module of the package (stale after a move).
+* an intra-package import that names no module of the package (stale after a move);
+* a module of the package importing the launcher ``amrita_plugin_memory_ctl`` (it
+  imports ``cli``; the other way round would be a cycle through the entry point).
 
 Import resolution: ``from X import a`` counts as importing module ``X`` (for a
 package, its ``__init__``) and, when ``X.a`` is itself a module, ``X.a`` too.
 ``import X.Y`` counts as importing ``X.Y`` only. Parent packages' ``__init__``
 files that Python runs implicitly are not counted. Imports of modules outside
-the package (e.g. the top-level ``amrita_plugin_memory_ctl`` launcher) are ignored.
+the package are ignored, except the launcher's.
 
 Usage: ``python .ci/check_architecture.py [REPO_ROOT]``; exit 0 and a one-line
 summary when clean, exit 1 and one line per problem otherwise. Tests call
@@ -79,6 +81,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...], frozenset[str]], ...] = _closure(DIREC
 # the package itself excepted).
 FRAMEWORK_FREE = frozenset({"core", "infra", "ranking", "prompting"})
 FORBIDDEN_IN_CORE = ("nonebot", "amrita", "chromadb")
+
+LAUNCHER = "amrita_plugin_memory_ctl"
+"""The ``ambot memory`` launcher beside the package: it imports ``cli``, never the reverse."""
 
 
 class Import:
@@ -304,6 +309,7 @@ def analyze(
     layers: tuple = LAYERS,
     forbidden_in_core: tuple[str, ...] = FORBIDDEN_IN_CORE,
     framework_free: frozenset[str] = FRAMEWORK_FREE,
+    launcher: str = LAUNCHER,
 ) -> Report:
     root = Path(root)
     report = Report()
@@ -334,6 +340,11 @@ def analyze(
         if layer_of[name] is None:
             rel = modules[name].path.relative_to(root).as_posix()
             report.problems.append(f"{rel}: module {name} belongs to no layer")
+
+    # The launcher imports the package (cli), never the reverse.
+    for rel, line, top, importer in external:
+        if top == launcher:
+            report.problems.append(f"{rel}:{line}: {importer} imports the launcher {launcher}")
 
     # Framework imports from the framework-free layers.
     for rel, line, top, importer in external:

@@ -104,6 +104,17 @@ def test_detects_framework_import_in_core(tmp_path: Path) -> None:
     ]
 
 
+def test_detects_package_importing_the_launcher(tmp_path: Path) -> None:
+    root = _make_package(
+        tmp_path,
+        {"cli/plumbing.py": "def run():\n    from amrita_plugin_memory_ctl import fail\n"},
+    )
+    problems = arch.check(root, package=FAKE)
+    assert problems == [
+        f"{FAKE}/cli/plumbing.py:2: {FAKE}.cli.plumbing imports the launcher amrita_plugin_memory_ctl"
+    ]
+
+
 @pytest.mark.parametrize(("lines", "too_long"), [(500, False), (501, True)])
 def test_detects_overlong_module(tmp_path: Path, lines: int, too_long: bool) -> None:
     root = _make_package(tmp_path, {"core/big.py": "x = 1\n" * lines})

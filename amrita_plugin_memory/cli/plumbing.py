@@ -15,8 +15,6 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from amrita_plugin_memory_ctl import fail as _fail
-
 from ..core.errors import EmbeddingError, VectorStoreError
 from ..embedding import BackupError, RemapError
 from ..infra.bot_link import BotEndpoint, BotLinkError, follow_job, running_bot, serving_bot
@@ -44,8 +42,13 @@ API = "/api/memory"
 
 
 def fail(message: str) -> NoReturn:
-    """One red ``错误：…`` line on stderr and exit code 1 (the launcher's)."""
-    _fail(message)
+    """One red ``错误：…`` line on stderr and exit code 1 (no traceback).
+
+    The same line as the launcher's own ``fail`` (for the failures before the
+    plugin loads); this package never imports the launcher: it imports us.
+    """
+    click.secho(f"错误：{message}", fg="red", err=True)
+    raise click.exceptions.Exit(1)
 
 
 def runtime() -> MemoryRuntime:
