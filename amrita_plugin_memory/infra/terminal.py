@@ -1,10 +1,10 @@
-"""Terminal interaction shared by the startup check and the CLI."""
+"""The terminal and the command line: shared by the plugin entry, the startup check and the CLI."""
 
 from __future__ import annotations
 
 import sys
 
-__all__ = ["ask_yes_no", "stdin_is_tty"]
+__all__ = ["ask_yes_no", "cli_subcommand", "stdin_is_tty"]
 
 
 def stdin_is_tty() -> bool:
@@ -23,3 +23,22 @@ def ask_yes_no(question: str) -> bool:
         return click.confirm(question, default=False)
     except click.Abort:
         return False
+
+
+def cli_subcommand() -> str | None:
+    """The top-level subcommand of the click program running this process, if any.
+
+    ``ambot run`` and ``ambot orm …`` (like ``nb orm …``) load the bot's plugins
+    inside their subcommand, so while the plugin is imported click's current
+    context is that subcommand's (or one below it): ``"run"``, ``"orm"``. ``None``
+    outside a click program (``python bot.py``, the tests' in-process bot) or
+    before a subcommand runs.
+    """
+    import click
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or ctx.parent is None:
+        return None
+    while ctx.parent is not None and ctx.parent.parent is not None:
+        ctx = ctx.parent
+    return ctx.info_name or ctx.command.name
