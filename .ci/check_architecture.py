@@ -12,7 +12,12 @@ and inside function bodies alike -- and fails on:
   prompting) importing a framework package (``FORBIDDEN_IN_CORE``);
 * an intra-package import that names no module of the package (stale after a move);
 * a module of the package importing the launcher ``amrita_plugin_memory_ctl`` (it
-  imports ``cli``; the other way round would be a cycle through the entry point).
+  imports ``cli``; the other way round would be a cycle through the entry point);
+* ARCHITECTURE.md out of step with the code (``architecture_doc.py`` beside this
+  file): a module missing from its layer's row of the layer table, a row naming a
+  module that does not exist, a ``may import`` cell that differs from ``LAYERS``,
+  a layer without a row, or a backticked path / ``module.Name`` / ``Class.member``
+  that points at nothing.
 
 Import resolution: ``from X import a`` counts as importing module ``X`` (for a
 package, its ``__init__``) and, when ``X.a`` is itself a module, ``X.a`` too.
@@ -28,12 +33,15 @@ summary when clean, exit 1 and one line per problem otherwise. Tests call
 from __future__ import annotations
 
 import ast
+import importlib.util
 import sys
 from pathlib import Path
+from types import ModuleType
 
 PACKAGE = "amrita_plugin_memory"
 MAX_LINES = 500
 EXCLUDED_DIRS = ("migrations",)
+DOC = "ARCHITECTURE.md"
 
 # (layer name, sub-module prefixes relative to the package, the layers right below it).
 # The empty prefix "" is the package's own ``__init__``. A layer may import the
@@ -84,6 +92,20 @@ FORBIDDEN_IN_CORE = ("nonebot", "amrita", "chromadb")
 
 LAUNCHER = "amrita_plugin_memory_ctl"
 """The ``ambot memory`` launcher beside the package: it imports ``cli``, never the reverse."""
+
+
+def _load_doc_checks() -> ModuleType:
+    """``architecture_doc.py`` beside this file (loaded by path: ``.ci`` is no package)."""
+    path = Path(__file__).with_name("architecture_doc.py")
+    spec = importlib.util.spec_from_file_location("architecture_doc", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("architecture_doc", module)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+doc_checks = _load_doc_checks()
 
 
 class Import:
@@ -310,7 +332,9 @@ def analyze(
     forbidden_in_core: tuple[str, ...] = FORBIDDEN_IN_CORE,
     framework_free: frozenset[str] = FRAMEWORK_FREE,
     launcher: str = LAUNCHER,
+    doc: str | None = DOC,
 ) -> Report:
+    """Everything wrong under ``root/package`` (and in ``root/doc``, unless ``doc`` is None)."""
     root = Path(root)
     report = Report()
     if not (root / package).is_dir():
@@ -387,6 +411,19 @@ def analyze(
             + ", ".join(f"{h.path}:{h.line}" for h in hops)
             + ")"
         )
+
+    # The document.
+    if doc is not None:
+        doc_path = root / doc
+        if not doc_path.is_file():
+            report.problems.append(f"{doc}: not found under {root}")
+        else:
+            text = doc_path.read_text(encoding="utf-8")
+            report.problems += doc_checks.table_problems(
+                text, doc, root, package, {n: m.is_package for n, m in modules.items()}, layers
+            )
+            trees = {n: m.tree for n, m in modules.items() if m.tree is not None}
+            report.problems += doc_checks.reference_problems(text, doc, root, package, trees)
     return report
 
 
