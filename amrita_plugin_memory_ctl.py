@@ -167,7 +167,12 @@ def archive() -> None:
 @archive.command("list")
 @click.option("--partition", "-p", default=None, help="只列出该分区（如 QQPlatform_Private_10001）")
 @click.option(
-    "--limit", "-n", type=click.IntRange(1, 10_000), default=20, show_default=True, help="最多列出多少条"
+    "--limit",
+    "-n",
+    type=click.IntRange(1, 10_000),
+    default=20,
+    show_default=True,
+    help="最多列出多少条",
 )
 def archive_list(partition: str | None, limit: int) -> None:
     """列出归档（最新的在前，含内容与归档原因）。"""

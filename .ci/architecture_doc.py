@@ -75,7 +75,9 @@ def parse_table(text: str) -> tuple[list[Row], list[str]]:
         if not header or header[0] != "layer":
             continue
         if "modules" not in header or "may import" not in header:
-            return [], [f"line {start + 1}: the layer table needs 'modules' and 'may import' columns"]
+            return [], [
+                f"line {start + 1}: the layer table needs 'modules' and 'may import' columns"
+            ]
         i_mod, i_imp = header.index("modules"), header.index("may import")
         rows: list[Row] = []
         for number, row_line in enumerate(lines[start + 1 :], start + 2):
@@ -176,7 +178,11 @@ def table_problems(
         for name in sorted(set(listed)):
             init = name.removesuffix("__init__").rstrip(".")
             if name not in in_layer and not (name.endswith("__init__") and in_layer.get(init)):
-                if name.endswith("__init__") and not init and folder.joinpath("__init__.py").exists():
+                if (
+                    name.endswith("__init__")
+                    and not init
+                    and folder.joinpath("__init__.py").exists()
+                ):
                     continue
                 problems.append(f"{doc}:{row.line}: layer {layer} lists {name}, no module of it")
         for name, is_pkg in sorted(in_layer.items()):
@@ -227,7 +233,11 @@ def _members(cls: ast.ClassDef) -> set[str]:
         elif isinstance(node, ast.AnnAssign):
             targets = [node.target]
         for t in targets:
-            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+            if (
+                isinstance(t, ast.Attribute)
+                and isinstance(t.value, ast.Name)
+                and t.value.id == "self"
+            ):
                 names.add(t.attr)
     return names
 
@@ -269,9 +279,7 @@ class _Code:
         return None
 
 
-def _resolve_path(
-    token: str, root: Path, package: str, code: _Code
-) -> str | None:
+def _resolve_path(token: str, root: Path, package: str, code: _Code) -> str | None:
     """Why the path-like ``token`` points at nothing, or None (found, or not ours)."""
     parts = token.rstrip("/").split("/")
     pkg_dir = root / package

@@ -99,9 +99,7 @@ def _setup() -> MemoryRuntime | None:
     user_data.forget_hooks.append(active.queue.forget)  # unprocessed messages go too
     users = UserCommands(user_data, rt.config.export_dir)
     register_commands(
-        MemoryCommands(
-            rt.tools, GroupCommands(awareness.stores, rt.memo), users, auto=active
-        )
+        MemoryCommands(rt.tools, GroupCommands(awareness.stores, rt.memo), users, auto=active)
     )
     setup_archive(rt)  # the periodic sweep into the archive ([archive] enabled)
     setup_console(rt, runner, awareness.stores, user_data)  # WebUI page, admin API, ambot memory

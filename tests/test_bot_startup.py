@@ -18,7 +18,11 @@ from tests.botproject import BGE, NOMIC, VENV_BIN, BotProject, sample_memories, 
 from tests.lazy import lazy_import
 from tests.servers import EmbeddingServer, free_port
 
-E = lazy_import("amrita_plugin_memory.embedding", "amrita_plugin_memory.embedding.remap", "amrita_plugin_memory.core.errors")
+E = lazy_import(
+    "amrita_plugin_memory.embedding",
+    "amrita_plugin_memory.embedding.remap",
+    "amrita_plugin_memory.core.errors",
+)
 
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "amrita_plugin_memory" / "migrations"
@@ -47,7 +51,9 @@ def test_orm_upgrade_reaches_head_and_check_is_clean(project: BotProject) -> Non
     db = project.root / "data" / "nonebot_plugin_orm" / "db.sqlite3"
     with sqlite3.connect(db) as conn:
         versions = {row[0] for row in conn.execute("select version_num from alembic_version")}
-        tables = {row[0] for row in conn.execute("select name from sqlite_master where type='table'")}
+        tables = {
+            row[0] for row in conn.execute("select name from sqlite_master where type='table'")
+        }
     assert plugin_head() in versions
     assert {
         "amrita_plugin_memory_user_memo",

@@ -30,7 +30,11 @@ from tests.botproject import (
 from tests.lazy import lazy_import
 from tests.servers import ChromaServer, EmbeddingServer
 
-E = lazy_import("amrita_plugin_memory.embedding", "amrita_plugin_memory.embedding.remap", "amrita_plugin_memory.core.errors")
+E = lazy_import(
+    "amrita_plugin_memory.embedding",
+    "amrita_plugin_memory.embedding.remap",
+    "amrita_plugin_memory.core.errors",
+)
 K = lazy_import("amrita_plugin_memory.storage.keys", "amrita_plugin_memory.adapters.events")
 MEM = "amrita_user_memory"
 KNOW = "amrita_global_knowledge"
@@ -226,7 +230,8 @@ async def test_policy_ask_on_tty_answered_no_keeps_data(
     old.connection.close()
     rt = runtimes(tmp_path, embedding_model_name=BGE, embed_mismatch_policy="ask")
     questions: list[str] = []
-    result = E.run_startup_check(rt.maintenance, interactive=True, confirm=lambda q: questions.append(q) or False
+    result = E.run_startup_check(
+        rt.maintenance, interactive=True, confirm=lambda q: questions.append(q) or False
     )
     assert (result.ok, result.action) == (True, "kept")
     assert len(questions) == 1 and BGE in questions[0] and "25 条" in questions[0]
@@ -265,7 +270,10 @@ async def test_policy_ask_on_tty_answered_yes_remaps_with_dimension_change(
     assert len(backups) == 1 and backups[0].counts == {MEM: 20, KNOW: 5}
     assert stat.S_IMODE(backups[0].path.stat().st_mode) == 0o600
     # Next start: everything matches.
-    assert E.run_startup_check(rt.maintenance, interactive=False, confirm=_never_called).action == "match"
+    assert (
+        E.run_startup_check(rt.maintenance, interactive=False, confirm=_never_called).action
+        == "match"
+    )
 
 
 async def test_policy_auto_remaps_knowledge_even_when_memories_are_empty(
@@ -366,7 +374,9 @@ async def test_explicit_model_with_service_down_fails_the_remap_safely(
     )
     result = E.run_startup_check(rt.maintenance, interactive=False)
     assert (result.ok, result.action) == (True, "remap_failed")
-    assert await snapshot(rt, MEM) == before and (await E.stored_fingerprint(rt.store)).model == NOMIC
+    assert (
+        await snapshot(rt, MEM) == before and (await E.stored_fingerprint(rt.store)).model == NOMIC
+    )
 
 
 async def test_locked_data_dir_refuses_to_register(
@@ -596,7 +606,9 @@ async def test_restore_round_trip_replaces_current_contents(
     # Restore with another model: same ids/documents/metadatas, new vectors.
     rt2 = runtimes(tmp_path, embedding_model_name=BGE, reembed_batch_size=8)
     progress: list[tuple[int, int]] = []
-    report = await E.restore_backup(rt2.maintenance, backup.path, progress=lambda d, t: progress.append((d, t)))
+    report = await E.restore_backup(
+        rt2.maintenance, backup.path, progress=lambda d, t: progress.append((d, t))
+    )
     # The archive (not in this backup) keeps m0002's previous text, re-embedded from its live copy.
     assert report.counts == {MEM: 25, KNOW: 4, rt2.store.archive.name: 1}
     assert await snapshot(rt2, MEM) == mem_before and await snapshot(rt2, KNOW) == know_before
@@ -658,7 +670,9 @@ async def test_remote_chroma_fingerprint_check_and_remap(
     )
     await seed(old, names["memory_name"], sample_memories(12))
     await seed(old, names["knowledge_name"], sample_knowledge(3))
-    assert E.run_startup_check(old.maintenance, interactive=False).action == "refused"  # no fingerprint yet
+    assert (
+        E.run_startup_check(old.maintenance, interactive=False).action == "refused"
+    )  # no fingerprint yet
     await E.reset_fingerprint(old.maintenance)
     assert E.run_startup_check(old.maintenance, interactive=False).action == "match"
     mem_before = await snapshot(old, names["memory_name"])

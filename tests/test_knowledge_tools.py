@@ -679,7 +679,9 @@ async def test_setup_without_knowledge_offers_nothing(
 ) -> None:
     from amrita_core import ToolsManager
 
-    rt = runtime_with(tmp_path, own_data_dir=True, knowledge_collection_name=f"kbt-{uuid.uuid4().hex[:12]}", **sub)
+    rt = runtime_with(
+        tmp_path, own_data_dir=True, knowledge_collection_name=f"kbt-{uuid.uuid4().hex[:12]}", **sub
+    )
     runner = setup_l3(rt)
     assert (runner is None) is (not sub["enabled"])
     if runner is not None:

@@ -244,9 +244,7 @@ class MemoryStore:
         res = await self._run(lambda c: c.get(ids=[memory_id], include=[]))
         return not res["ids"]
 
-    async def delete(
-        self, partition: str, memory_id: str, *, reason: str = REASON_DELETED
-    ) -> bool:
+    async def delete(self, partition: str, memory_id: str, *, reason: str = REASON_DELETED) -> bool:
         """Move a memory of ``partition`` into the archive; ``False`` if it is not there.
 
         Every delete keeps the memory (reason ``deleted``, same id and stored

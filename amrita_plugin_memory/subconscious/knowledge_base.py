@@ -312,7 +312,9 @@ class KnowledgeBaseManager:
             self._write_index_sync(index)
 
         name = self.collection_name
-        col, read_at = await self._guard.for_write(name)  # before the files: a refusal changes nothing
+        col, read_at = await self._guard.for_write(
+            name
+        )  # before the files: a refusal changes nothing
         await asyncio.to_thread(write_files)
         meta = {
             "kid": entry.kid,

@@ -159,7 +159,9 @@ class CollectionGuard:
         assert col is not None
         return col
 
-    async def run(self, name: str, fn: Callable[[Collection], T], on_replaced: Callable[[], None]) -> T:
+    async def run(
+        self, name: str, fn: Callable[[Collection], T], on_replaced: Callable[[], None]
+    ) -> T:
         """One call on ``name``. A replaced collection (remote remap) or a client
         reopened meanwhile (a remap's check) is fetched again once, never re-created;
         ``on_replaced`` lets the owner drop what it cached about the old one."""

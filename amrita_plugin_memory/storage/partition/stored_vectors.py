@@ -33,9 +33,7 @@ async def stored_vectors(
     for start in range(0, len(ids), page_size):
         page = ids[start : start + page_size]
         got = await store._run(
-            lambda c, page=page: c.get(
-                ids=page, include=["documents", "metadatas", "embeddings"]
-            )
+            lambda c, page=page: c.get(ids=page, include=["documents", "metadatas", "embeddings"])
         )
         docs = got.get("documents") or [None] * len(got["ids"])
         metas = got.get("metadatas") or [None] * len(got["ids"])
@@ -47,6 +45,7 @@ async def stored_vectors(
             record = MemoryRecord.from_chroma(memory_id, docs[i], meta)
             out.append((record, [float(x) for x in vecs[i]]))
     return out
+
 
 async def nearest(
     store: MemoryStore, partition: str, vectors: Sequence[Sequence[float]], *, top_k: int

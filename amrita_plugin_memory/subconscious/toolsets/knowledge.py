@@ -45,7 +45,6 @@ LIST_DEFAULT: Final = 50
 LINE_NO_MAX: Final = 1_000_000
 
 
-
 async def guard_kb(name: str, call: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
     """Every expected failure as an error result the model can act on."""
     from ..profile_store import ProfileError

@@ -98,9 +98,7 @@ class ReviewToolset:
 
     async def read_sessions(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         async def run() -> dict[str, Any]:
-            limit = parse_int(
-                args, "limit", low=1, high=SESSIONS_MAX, default=SESSIONS_DEFAULT
-            )
+            limit = parse_int(args, "limit", low=1, high=SESSIONS_MAX, default=SESSIONS_DEFAULT)
             offset = parse_int(args, "offset", low=0, high=100_000, default=0)
             sessions = sorted(
                 await self.data.read_archived_sessions(), key=lambda s: s.created_at, reverse=True
