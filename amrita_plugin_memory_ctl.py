@@ -24,7 +24,8 @@ Without ``-v`` the bot's start-up log is not shown (warnings and errors are).
 
 It lives outside the ``amrita_plugin_memory`` package because importing any
 module of the package runs the plugin's ``__init__``, which needs the plugin
-loader.
+loader. Imports go one way: the launcher imports :mod:`amrita_plugin_memory.cli`
+(once the plugin is loaded), never the reverse.
 """
 
 from __future__ import annotations
@@ -44,7 +45,10 @@ COMMAND_CONTEXT_ENV = "AMBOT_COMMAND_CONTEXT"
 
 
 def fail(message: str) -> NoReturn:
-    """One red ``错误：…`` line on stderr and exit code 1 (no traceback)."""
+    """One red ``错误：…`` line on stderr and exit code 1 (no traceback), before the plugin loads.
+
+    (Once it has loaded, the command bodies end with ``cli.plumbing.fail``, the same line.)
+    """
     click.secho(f"错误：{message}", fg="red", err=True)
     raise click.exceptions.Exit(1)
 
@@ -163,7 +167,12 @@ def archive() -> None:
 @archive.command("list")
 @click.option("--partition", "-p", default=None, help="只列出该分区（如 QQPlatform_Private_10001）")
 @click.option(
-    "--limit", "-n", type=click.IntRange(1, 10_000), default=20, show_default=True, help="最多列出多少条"
+    "--limit",
+    "-n",
+    type=click.IntRange(1, 10_000),
+    default=20,
+    show_default=True,
+    help="最多列出多少条",
 )
 def archive_list(partition: str | None, limit: int) -> None:
     """列出归档（最新的在前，含内容与归档原因）。"""

@@ -8,14 +8,22 @@ and inside function bodies alike -- and fails on:
 * an import cycle between modules of the package (the cycle path is reported);
 * an import that goes against the layer order (see ``LAYERS`` / ARCHITECTURE.md);
 * a module longer than ``MAX_LINES`` lines;
-* a ``core`` module importing a framework package (``FORBIDDEN_IN_CORE``);
-* an intra-package import that names no module of the package (stale after a move).
+* a module of a framework-free layer (``FRAMEWORK_FREE``: core, infra, ranking,
+  prompting) importing a framework package (``FORBIDDEN_IN_CORE``);
+* an intra-package import that names no module of the package (stale after a move);
+* a module of the package importing the launcher ``amrita_plugin_memory_ctl`` (it
+  imports ``cli``; the other way round would be a cycle through the entry point);
+* ARCHITECTURE.md out of step with the code (``architecture_doc.py`` beside this
+  file): a module missing from its layer's row of the layer table, a row naming a
+  module that does not exist, a ``may import`` cell that differs from ``LAYERS``,
+  a layer without a row, or a backticked path / ``module.Name`` / ``Class.member``
+  that points at nothing.
 
 Import resolution: ``from X import a`` counts as importing module ``X`` (for a
 package, its ``__init__``) and, when ``X.a`` is itself a module, ``X.a`` too.
 ``import X.Y`` counts as importing ``X.Y`` only. Parent packages' ``__init__``
 files that Python runs implicitly are not counted. Imports of modules outside
-the package (e.g. the top-level ``amrita_plugin_memory_ctl`` launcher) are ignored.
+the package are ignored, except the launcher's.
 
 Usage: ``python .ci/check_architecture.py [REPO_ROOT]``; exit 0 and a one-line
 summary when clean, exit 1 and one line per problem otherwise. Tests call
@@ -25,86 +33,79 @@ summary when clean, exit 1 and one line per problem otherwise. Tests call
 from __future__ import annotations
 
 import ast
+import importlib.util
 import sys
 from pathlib import Path
+from types import ModuleType
 
 PACKAGE = "amrita_plugin_memory"
 MAX_LINES = 500
 EXCLUDED_DIRS = ("migrations",)
+DOC = "ARCHITECTURE.md"
 
-# (layer name, sub-module prefixes relative to the package, layers it may import).
-# A module may always import modules of its own layer (but not cyclically).
-# The empty prefix "" is the package's own ``__init__``.
-LAYERS: tuple[tuple[str, tuple[str, ...], frozenset[str]], ...] = (
-    ("core", ("core",), frozenset()),
-    ("storage", ("storage",), frozenset({"core"})),
-    ("embedding", ("embedding",), frozenset({"storage", "core"})),
-    ("tools", ("tools",), frozenset({"storage", "core"})),
-    ("services", ("services",), frozenset({"tools", "embedding", "storage", "core"})),
-    (
-        "rethinking",
-        ("rethinking",),
-        frozenset({"services", "tools", "embedding", "storage", "core"}),
-    ),
-    (
-        "groups",
-        ("groups",),
-        frozenset({"services", "tools", "embedding", "storage", "core"}),
-    ),
-    (
-        "active",
-        ("active",),
-        frozenset({"groups", "services", "tools", "embedding", "storage", "core"}),
-    ),
-    (
-        "console",
-        ("console",),
-        frozenset(
-            {"active", "groups", "rethinking", "services", "tools", "embedding", "storage", "core"}
-        ),
-    ),
-    (
-        "adapters",
-        ("adapters",),
-        frozenset(
-            {
-                "active",
-                "console",
-                "groups",
-                "rethinking",
-                "services",
-                "tools",
-                "embedding",
-                "storage",
-                "core",
-            }
-        ),
-    ),
-    ("cli", ("cli",), frozenset({"services", "embedding", "storage", "tools", "core"})),
-    (
-        "plugin",
-        ("",),
-        frozenset(
-            {
-                "cli",
-                "adapters",
-                "active",
-                "console",
-                "groups",
-                "rethinking",
-                "services",
-                "tools",
-                "embedding",
-                "storage",
-                "core",
-            }
-        ),
-    ),
+# (layer name, sub-module prefixes relative to the package, the layers right below it).
+# The empty prefix "" is the package's own ``__init__``. A layer may import the
+# modules of its own layer (but not cyclically) and of every layer reachable
+# downwards from it (:data:`LAYERS`); never a layer beside or above it.
+DIRECT: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("core", ("core",), ()),
+    ("infra", ("infra",), ("core",)),
+    ("ranking", ("ranking",), ("core",)),
+    ("prompting", ("prompting",), ("core",)),
+    ("storage", ("storage",), ("infra", "ranking", "prompting")),
+    ("embedding", ("embedding",), ("storage",)),
+    ("tools", ("tools",), ("storage",)),
+    ("services", ("services",), ("tools", "embedding")),
+    ("subconscious", ("subconscious",), ("services",)),
+    ("groups", ("groups",), ("services",)),
+    ("active", ("active",), ("groups",)),
+    ("console", ("console",), ("active", "subconscious")),
+    ("adapters", ("adapters",), ("console",)),
+    ("cli", ("cli",), ("services",)),
+    ("plugin", ("",), ("cli", "adapters")),
 )
 
-# Top-level distributions a ``core`` module must not import (prefix match on the
-# first dotted component, the package itself excepted).
+
+def _closure(direct: tuple) -> tuple[tuple[str, tuple[str, ...], frozenset[str]], ...]:
+    """(layer, prefixes, every layer it may import): the layers below, transitively."""
+    below = {layer: set(lower) for layer, _, lower in direct}
+    out = []
+    for layer, prefixes, _ in direct:
+        seen: set[str] = set()
+        todo = list(below[layer])
+        while todo:
+            nxt = todo.pop()
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.extend(below[nxt])
+        out.append((layer, prefixes, frozenset(seen)))
+    return tuple(out)
+
+
+LAYERS: tuple[tuple[str, tuple[str, ...], frozenset[str]], ...] = _closure(DIRECT)
+
+# Layers that must run without the framework, and the top-level distributions
+# their modules must not import (prefix match on the first dotted component,
+# the package itself excepted).
+FRAMEWORK_FREE = frozenset({"core", "infra", "ranking", "prompting"})
 FORBIDDEN_IN_CORE = ("nonebot", "amrita", "chromadb")
+
+LAUNCHER = "amrita_plugin_memory_ctl"
+"""The ``ambot memory`` launcher beside the package: it imports ``cli``, never the reverse."""
+
+
+def _load_doc_checks() -> ModuleType:
+    """``architecture_doc.py`` beside this file (loaded by path: ``.ci`` is no package)."""
+    path = Path(__file__).with_name("architecture_doc.py")
+    spec = importlib.util.spec_from_file_location("architecture_doc", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("architecture_doc", module)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+doc_checks = _load_doc_checks()
 
 
 class Import:
@@ -329,7 +330,11 @@ def analyze(
     max_lines: int = MAX_LINES,
     layers: tuple = LAYERS,
     forbidden_in_core: tuple[str, ...] = FORBIDDEN_IN_CORE,
+    framework_free: frozenset[str] = FRAMEWORK_FREE,
+    launcher: str = LAUNCHER,
+    doc: str | None = DOC,
 ) -> Report:
+    """Everything wrong under ``root/package`` (and in ``root/doc``, unless ``doc`` is None)."""
     root = Path(root)
     report = Report()
     if not (root / package).is_dir():
@@ -360,13 +365,19 @@ def analyze(
             rel = modules[name].path.relative_to(root).as_posix()
             report.problems.append(f"{rel}: module {name} belongs to no layer")
 
-    # Framework imports from core.
+    # The launcher imports the package (cli), never the reverse.
     for rel, line, top, importer in external:
-        if layer_of.get(importer) != "core" or top == package:
+        if top == launcher:
+            report.problems.append(f"{rel}:{line}: {importer} imports the launcher {launcher}")
+
+    # Framework imports from the framework-free layers.
+    for rel, line, top, importer in external:
+        layer = layer_of.get(importer)
+        if layer not in framework_free or top == package:
             continue
         if any(top.startswith(prefix) for prefix in forbidden_in_core):
             report.problems.append(
-                f"{rel}:{line}: core module {importer} imports framework package {top}"
+                f"{rel}:{line}: {layer} module {importer} imports framework package {top}"
             )
 
     # Layer order.
@@ -400,6 +411,19 @@ def analyze(
             + ", ".join(f"{h.path}:{h.line}" for h in hops)
             + ")"
         )
+
+    # The document.
+    if doc is not None:
+        doc_path = root / doc
+        if not doc_path.is_file():
+            report.problems.append(f"{doc}: not found under {root}")
+        else:
+            text = doc_path.read_text(encoding="utf-8")
+            report.problems += doc_checks.table_problems(
+                text, doc, root, package, {n: m.is_package for n, m in modules.items()}, layers
+            )
+            trees = {n: m.tree for n, m in modules.items() if m.tree is not None}
+            report.problems += doc_checks.reference_problems(text, doc, root, package, trees)
     return report
 
 

@@ -27,6 +27,7 @@ from .adapters.subconscious import setup_subconscious  # noqa: E402
 from .adapters.surface_tools import register_surface_tools  # noqa: E402
 from .core.config import ConfigError, EnvConfig, PluginConfig  # noqa: E402
 from .embedding.startup import run_startup_check  # noqa: E402
+from .infra.terminal import cli_subcommand  # noqa: E402
 from .services import MemoryRuntime  # noqa: E402
 from .storage import models as models  # noqa: E402  (registers the ORM tables)
 from .tools.commands import MemoryCommands  # noqa: E402
@@ -53,7 +54,13 @@ def _setup() -> MemoryRuntime | None:
 
     A bad configuration value must not take the bot down: the plugin logs one
     clear message and stays inert while the rest of the bot keeps running.
+    Under ``ambot orm …`` (migrations) only the ORM models, registered by the
+    import of :mod:`.storage.models` above, are needed: the plugin stays inert
+    and starts no vector store (no child ``chroma run``) and no embedding client.
     """
+    if cli_subcommand() == "orm":
+        logger.info("[Memory] orm 命令只需要数据表模型：插件不启动向量库与嵌入服务")
+        return None
     try:
         config = PluginConfig.load(
             config_dir=localstore.get_plugin_config_dir(),
@@ -92,9 +99,7 @@ def _setup() -> MemoryRuntime | None:
     user_data.forget_hooks.append(active.queue.forget)  # unprocessed messages go too
     users = UserCommands(user_data, rt.config.export_dir)
     register_commands(
-        MemoryCommands(
-            rt.tools, GroupCommands(awareness.stores, rt.memo), users, auto=active
-        )
+        MemoryCommands(rt.tools, GroupCommands(awareness.stores, rt.memo), users, auto=active)
     )
     setup_archive(rt)  # the periodic sweep into the archive ([archive] enabled)
     setup_console(rt, runner, awareness.stores, user_data)  # WebUI page, admin API, ambot memory

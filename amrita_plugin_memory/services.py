@@ -12,17 +12,17 @@ from nonebot.log import logger
 
 from .core.config import PluginConfig
 from .embedding.client import EmbeddingClient
-from .embedding.covered import Maintenance
 from .embedding.fingerprint import pin_auto_model
 from .embedding.forgotten import BackupScrubber
-from .storage.chroma import ChromaConnection
-from .storage.forgotten import ForgottenUsers
-from .storage.group_stores import GroupStores
-from .storage.loop_state_row import LoopStateAccess, LoopStateRow
+from .embedding.maintenance import Maintenance
+from .storage.chroma.connection import ChromaConnection
+from .storage.groups.stores import GroupStores
 from .storage.memo_store import MemoService
 from .storage.memory_store import MEMORY_COLLECTION, MemoryStore
-from .storage.retrieval import RetrievalSettings
-from .storage.user_data import UserData
+from .storage.partition.retrieval import RetrievalSettings
+from .storage.users.loop_state_row import LoopStateAccess, LoopStateRow
+from .storage.users.tombstones import ForgottenUsers
+from .storage.users.user_data import UserData
 from .tools.memory_tools import MemoryTools
 
 __all__ = ["MemoryRuntime"]

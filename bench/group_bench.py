@@ -147,8 +147,8 @@ def _per_group(events: list[Any]) -> dict[int, int]:
 
 
 async def bench_blocks(rows: list[Row], reps: int) -> None:
-    from amrita_plugin_memory.core.group_blocks import SeenInRequest
     from amrita_plugin_memory.groups.service import GroupAwareness
+    from amrita_plugin_memory.prompting.group_blocks import SeenInRequest
 
     rng = random.Random(7)
     config = _config()

@@ -24,7 +24,7 @@ MEMO = (
 
 
 async def bench_memo(rows: list[Row], *, hits: int, misses: int) -> None:
-    from amrita_plugin_memory.core.blocks import insert_block, render_memo_block
+    from amrita_plugin_memory.prompting.blocks import insert_block, render_memo_block
     from amrita_plugin_memory.storage.memo_store import MemoService
 
     service = MemoService(max_chars=1000)

@@ -55,7 +55,7 @@ def make_runtime(
     )
     rt = MemoryRuntime(config)
     if memory_name:  # and its own archive (deletes and updates write into it)
-        from amrita_plugin_memory.storage.archive_store import ArchiveStore, archive_name
+        from amrita_plugin_memory.storage.archive.store import ArchiveStore, archive_name
 
         rt.store.name = memory_name
         rt.store.archive = ArchiveStore(rt.connection, archive_name(memory_name))

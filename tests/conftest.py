@@ -219,7 +219,7 @@ async def store(
 ) -> AsyncIterator[Any]:
     """A :class:`MemoryStore` on its own collection, embedded or remote."""
     from amrita_plugin_memory.embedding.client import EmbeddingClient
-    from amrita_plugin_memory.storage.chroma import ChromaConnection
+    from amrita_plugin_memory.storage.chroma.connection import ChromaConnection
     from amrita_plugin_memory.storage.memory_store import MemoryStore
 
     chroma = request.getfixturevalue("chroma_server") if request.param == "remote" else None

@@ -381,7 +381,7 @@ async def test_memories_block_related_unrelated_and_group(
 
 
 def test_parse_memory_ops_keeps_only_well_formed_ops() -> None:
-    from amrita_plugin_memory.core.memory_ops import OpLimits, parse_memory_ops
+    from amrita_plugin_memory.prompting.memory_ops import OpLimits, parse_memory_ops
 
     limits = OpLimits(max_ops=5, content_chars=50, tags=2, tag_chars=4)
     answer = """```json

@@ -1,4 +1,5 @@
-"""The layer rules of ARCHITECTURE.md hold, and the checker enforcing them really checks.
+"""The layer rules of ARCHITECTURE.md hold, the document matches the code, and the checker
+enforcing both really checks.
 
 Only the standalone script ``.ci/check_architecture.py`` is imported (by path), never
 the plugin itself.
@@ -55,7 +56,7 @@ def test_clean_fake_package_passes(tmp_path: Path) -> None:
             "tools/memory_tools.py": "from ..storage import store\n",
         },
     )
-    assert arch.check(root, package=FAKE) == []
+    assert arch.check(root, package=FAKE, doc=None) == []
 
 
 def test_detects_cycle_behind_type_checking(tmp_path: Path) -> None:
@@ -73,7 +74,7 @@ def test_detects_cycle_behind_type_checking(tmp_path: Path) -> None:
             ),
         },
     )
-    problems = arch.check(root, package=FAKE)
+    problems = arch.check(root, package=FAKE, doc=None)
     cycles = [p for p in problems if p.startswith("import cycle:")]
     assert len(cycles) == 1, problems
     assert f"{FAKE}.storage.a -> {FAKE}.storage.b -> {FAKE}.storage.a" in cycles[0]
@@ -90,7 +91,7 @@ def test_detects_layer_violation_inside_function(tmp_path: Path) -> None:
             ),
         },
     )
-    problems = arch.check(root, package=FAKE)
+    problems = arch.check(root, package=FAKE, doc=None)
     assert len(problems) == 1, problems
     assert problems[0].startswith(f"{FAKE}/tools/memory_tools.py:2: layer violation:")
     assert "(tools)" in problems[0] and "(adapters)" in problems[0]
@@ -98,17 +99,129 @@ def test_detects_layer_violation_inside_function(tmp_path: Path) -> None:
 
 def test_detects_framework_import_in_core(tmp_path: Path) -> None:
     root = _make_package(tmp_path, {"core/log.py": "import pydantic\nfrom nonebot import logger\n"})
-    problems = arch.check(root, package=FAKE)
+    problems = arch.check(root, package=FAKE, doc=None)
     assert problems == [
         f"{FAKE}/core/log.py:2: core module {FAKE}.core.log imports framework package nonebot"
+    ]
+
+
+def test_detects_package_importing_the_launcher(tmp_path: Path) -> None:
+    root = _make_package(
+        tmp_path,
+        {"cli/plumbing.py": "def run():\n    from amrita_plugin_memory_ctl import fail\n"},
+    )
+    problems = arch.check(root, package=FAKE, doc=None)
+    assert problems == [
+        f"{FAKE}/cli/plumbing.py:2: {FAKE}.cli.plumbing imports the launcher amrita_plugin_memory_ctl"
     ]
 
 
 @pytest.mark.parametrize(("lines", "too_long"), [(500, False), (501, True)])
 def test_detects_overlong_module(tmp_path: Path, lines: int, too_long: bool) -> None:
     root = _make_package(tmp_path, {"core/big.py": "x = 1\n" * lines})
-    problems = arch.check(root, package=FAKE)
+    problems = arch.check(root, package=FAKE, doc=None)
     if too_long:
         assert problems == [f"{FAKE}/core/big.py: module too long: 501 lines (limit 500)"]
     else:
         assert problems == []
+
+
+# -- ARCHITECTURE.md against the code ---------------------------------------------------
+
+SMALL_LAYERS = (
+    ("core", ("core",), frozenset()),
+    ("storage", ("storage",), frozenset({"core"})),
+    ("services", ("services",), frozenset({"storage", "core"})),
+    ("plugin", ("",), frozenset({"services", "storage", "core"})),
+)
+
+TABLE = """# Architecture
+
+| layer | holds | modules | may import |
+| --- | --- | --- | --- |
+| `core/` | vocabulary | errors (the errors, `Boom`), text | nothing |
+| `storage/` | stores | store; `chroma/`: connection (a note, with commas) | core |
+| `services.py` | the runtime, free text | `Runtime` | storage, core |
+| `__init__.py` | entry | | anything |
+
+See `storage/store.Store.save` and `services.Runtime`.
+"""
+
+SMALL_PACKAGE = {
+    "core/errors.py": "class Boom(Exception):\n    pass\n",
+    "core/text.py": "",
+    "storage/store.py": (
+        "class Store:\n    def __init__(self):\n        self.saved = 0\n\n"
+        "    def save(self):\n        pass\n"
+    ),
+    "storage/chroma/connection.py": "",
+    "services.py": "from .storage.store import Store\n\nclass Runtime:\n    store: Store\n",
+}
+
+
+def _doc_check(tmp_path: Path, table: str, **changes: str) -> list[str]:
+    root = _make_package(tmp_path, {**SMALL_PACKAGE, **changes})
+    (root / "ARCHITECTURE.md").write_text(table, encoding="utf-8")
+    return arch.check(root, package=FAKE, layers=SMALL_LAYERS)
+
+
+def test_table_matching_the_code_passes(tmp_path: Path) -> None:
+    assert _doc_check(tmp_path, TABLE) == []
+
+
+def test_module_missing_from_the_table_fails(tmp_path: Path) -> None:
+    problems = _doc_check(tmp_path, TABLE, **{"storage/chroma/paging.py": ""})
+    assert problems == [
+        f"{FAKE}/storage/chroma/paging.py: module {FAKE}.storage.chroma.paging is missing "
+        "from the layer table of ARCHITECTURE.md (row storage/)"
+    ]
+
+
+def test_table_naming_a_module_that_is_gone_fails(tmp_path: Path) -> None:
+    table = TABLE.replace("errors (the errors, `Boom`), text", "errors, text, console")
+    assert _doc_check(tmp_path, table) == [
+        "ARCHITECTURE.md:5: layer core lists console, no module of it"
+    ]
+
+
+def test_may_import_cell_must_equal_the_checker(tmp_path: Path) -> None:
+    table = TABLE.replace("| store; `chroma/`", "| store; `chroma/`").replace(
+        "with commas) | core |", "with commas) | core, services |"
+    )
+    problems = _doc_check(tmp_path, table)
+    assert problems == [
+        "ARCHITECTURE.md:6: layer storage may import core (LAYERS), the table says core, services"
+    ]
+
+
+def test_layer_without_a_row_fails(tmp_path: Path) -> None:
+    table = "\n".join(line for line in TABLE.splitlines() if not line.startswith("| `core/`"))
+    assert "ARCHITECTURE.md: layer core has no row in the layer table" in _doc_check(
+        tmp_path, table
+    )
+
+
+def test_stale_references_fail(tmp_path: Path) -> None:
+    table = TABLE + (
+        "Also `storage/store.Store.load`, `storage/gone.py`, `Store.saved`, `Store.nope`, "
+        "`services.Missing`, `/api/memory/x` and `core/errors.py`.\n"
+    )
+    assert _doc_check(tmp_path, table) == [
+        "ARCHITECTURE.md:11: `storage/store.Store.load` points at nothing (Store has no load)",
+        f"ARCHITECTURE.md:11: `storage/gone.py` points at nothing (no file {FAKE}/storage/gone.py)",
+        "ARCHITECTURE.md:11: `Store.nope` points at nothing (Store has no nope)",
+        f"ARCHITECTURE.md:11: `services.Missing` points at nothing ({FAKE}.services has no Missing)",
+    ]
+
+
+def test_repository_table_misses_a_module_when_its_row_drops_it(tmp_path: Path) -> None:
+    """The issue's example: a module of the package (embedding/local_model.py) not in the table."""
+    text = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    doc = tmp_path / "ARCHITECTURE.md"
+    doc.write_text(text.replace("local_model (`EMBEDDING_PROCTOL=local`), ", ""), encoding="utf-8")
+    problems = arch.check(ROOT, doc=str(doc))
+    assert problems == [
+        "amrita_plugin_memory/embedding/local_model.py: module "
+        "amrita_plugin_memory.embedding.local_model is missing from the layer table of "
+        f"{doc} (row embedding/)"
+    ]

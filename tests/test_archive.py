@@ -12,9 +12,9 @@ import pytest
 from tests.lazy import lazy_import
 
 A = lazy_import(
-    "amrita_plugin_memory.storage.archive_store",
-    "amrita_plugin_memory.storage.archive_restore",
-    "amrita_plugin_memory.storage.sweep",
+    "amrita_plugin_memory.storage.archive.store",
+    "amrita_plugin_memory.storage.archive.restore",
+    "amrita_plugin_memory.storage.archive.sweep",
     "amrita_plugin_memory.core.config",
     "amrita_plugin_memory.core.errors",
 )

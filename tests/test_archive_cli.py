@@ -21,9 +21,9 @@ from tests.reliability_stats import STATS
 from tests.servers import ChromaServer, EmbeddingServer
 
 A = lazy_import(
-    "amrita_plugin_memory.storage.archive_store",
-    "amrita_plugin_memory.storage.archive_restore",
-    "amrita_plugin_memory.storage.sweep",
+    "amrita_plugin_memory.storage.archive.store",
+    "amrita_plugin_memory.storage.archive.restore",
+    "amrita_plugin_memory.storage.archive.sweep",
     "amrita_plugin_memory.embedding",
     "amrita_plugin_memory.embedding.report_json",
     "amrita_plugin_memory.core.config",

@@ -6,6 +6,7 @@ operator does on a server (stdin is not a TTY).
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import subprocess
 import time
@@ -17,7 +18,26 @@ from tests.botproject import BGE, NOMIC, VENV_BIN, BotProject, sample_memories, 
 from tests.lazy import lazy_import
 from tests.servers import EmbeddingServer, free_port
 
-E = lazy_import("amrita_plugin_memory.embedding", "amrita_plugin_memory.embedding.remap", "amrita_plugin_memory.core.errors")
+E = lazy_import(
+    "amrita_plugin_memory.embedding",
+    "amrita_plugin_memory.embedding.remap",
+    "amrita_plugin_memory.core.errors",
+)
+
+
+MIGRATIONS = Path(__file__).resolve().parent.parent / "amrita_plugin_memory" / "migrations"
+
+
+def plugin_head() -> str:
+    """The plugin's newest migration: the revision no other one builds on."""
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for script in MIGRATIONS.glob("*.py"):
+        text = script.read_text(encoding="utf-8")
+        revisions.update(re.findall(r'^revision: str = "(\w+)"', text, re.M))
+        parents.update(re.findall(r'^down_revision: .*= "(\w+)"', text, re.M))
+    (head,) = revisions - parents
+    return head
 
 
 @pytest.fixture
@@ -31,8 +51,10 @@ def test_orm_upgrade_reaches_head_and_check_is_clean(project: BotProject) -> Non
     db = project.root / "data" / "nonebot_plugin_orm" / "db.sqlite3"
     with sqlite3.connect(db) as conn:
         versions = {row[0] for row in conn.execute("select version_num from alembic_version")}
-        tables = {row[0] for row in conn.execute("select name from sqlite_master where type='table'")}
-    assert "3b1e7c9d2a40" in versions
+        tables = {
+            row[0] for row in conn.execute("select name from sqlite_master where type='table'")
+        }
+    assert plugin_head() in versions
     assert {
         "amrita_plugin_memory_user_memo",
         "amrita_plugin_memory_subconscious_state",
@@ -47,7 +69,28 @@ def test_orm_upgrade_reaches_head_and_check_is_clean(project: BotProject) -> Non
     assert check.returncode == 0, check.stdout + check.stderr
     assert "没有检测到新的升级操作" in check.stdout + check.stderr
     heads = project.command("orm", "heads")
-    assert "3b1e7c9d2a40 (amrita_plugin_memory) (head)" in heads.stdout
+    assert f"{plugin_head()} (amrita_plugin_memory) (head)" in heads.stdout
+
+
+def test_orm_command_starts_no_vector_store(
+    project: BotProject, embed_server: EmbeddingServer
+) -> None:
+    """``ambot orm …`` needs only the ORM models: no runtime, no Chroma child, no embedding call."""
+    project.write_env(**{**project.env, "LOG_LEVEL": "INFO"})
+    started = time.monotonic()
+    upgrade = project.command("orm", "upgrade")
+    elapsed = time.monotonic() - started
+    log = upgrade.stdout + upgrade.stderr
+    assert upgrade.returncode == 0, log
+    assert log.count("[Memory]") == 1 and "[Memory] orm 命令只需要数据表模型" in log, log
+    assert "chroma run" not in log, log
+    assert not (project.data_dir / "vector_db.chroma").exists()  # nothing opened it
+    assert embed_server.requests == []  # not even the model list
+    db = project.root / "data" / "nonebot_plugin_orm" / "db.sqlite3"
+    with sqlite3.connect(db) as conn:  # the migrations still see the plugin's models
+        versions = {row[0] for row in conn.execute("select version_num from alembic_version")}
+    assert plugin_head() in versions
+    print(f"ambot orm upgrade: {elapsed:.1f} s")
 
 
 def run_bot_until_started(project: BotProject, timeout: float = 90) -> str:

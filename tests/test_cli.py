@@ -34,7 +34,11 @@ from tests.botproject import (
 from tests.lazy import lazy_import
 from tests.servers import ChromaServer, EmbeddingServer
 
-E = lazy_import("amrita_plugin_memory.embedding", "amrita_plugin_memory.embedding.remap", "amrita_plugin_memory.core.errors")
+E = lazy_import(
+    "amrita_plugin_memory.embedding",
+    "amrita_plugin_memory.embedding.remap",
+    "amrita_plugin_memory.core.errors",
+)
 K = lazy_import("amrita_plugin_memory.storage.keys", "amrita_plugin_memory.adapters.events")
 MEM = "amrita_user_memory"
 KNOW = "amrita_global_knowledge"

@@ -1,10 +1,10 @@
 """The console's building blocks on a real store (embedded and remote ChromaDB).
 
-* ``storage/listing`` pages a partition newest first from a cached id list that
+* ``storage/partition/listing`` pages a partition newest first from a cached id list that
   the store's own writes keep exact, and re-reads it when it is old;
-* ``core/gate.WriteGate``: maintenance refuses new writes at once and waits for
+* ``infra/gate.WriteGate``: maintenance refuses new writes at once and waits for
   running ones, which nothing in between may lose;
-* ``core/bot_link``: the token file is 0600, round-trips, ignores garbage and a
+* ``infra/bot_link``: the token file is 0600, round-trips, ignores garbage and a
   dead bot's file.
 """
 
@@ -21,9 +21,9 @@ import pytest
 from tests.lazy import lazy_import
 
 L = lazy_import(
-    "amrita_plugin_memory.storage.listing",
-    "amrita_plugin_memory.core.gate",
-    "amrita_plugin_memory.core.bot_link",
+    "amrita_plugin_memory.storage.partition.listing",
+    "amrita_plugin_memory.infra.gate",
+    "amrita_plugin_memory.infra.bot_link",
 )
 P = "QQPlatform_Private_31337"
 OTHER = "QQPlatform_Private_31338"

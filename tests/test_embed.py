@@ -25,7 +25,11 @@ def embed_requests(server: EmbeddingServer) -> list[dict]:
 
 @pytest.mark.parametrize("protocol", ["ollama-embed", "openai"])
 async def test_embeds_with_both_protocols(embed_server: EmbeddingServer, protocol: str) -> None:
-    c = client(embed_server, protocol, model="nomic-embed-text:latest" if protocol != "openai" else "text-embedding-3-small")
+    c = client(
+        embed_server,
+        protocol,
+        model="nomic-embed-text:latest" if protocol != "openai" else "text-embedding-3-small",
+    )
     try:
         vectors = await c.embed(["我喜欢吃苹果", "明天去北京出差"])
     finally:
@@ -39,10 +43,17 @@ async def test_embeds_with_both_protocols(embed_server: EmbeddingServer, protoco
 async def test_openai_sends_api_key_and_accepts_v1_base() -> None:
     with EmbeddingServer(api_key="sk-secret") as server:
         good = E.EmbeddingClient(
-            protocol="openai", base_url=server.url + "/v1", model="text-embedding-3-small", api_key="sk-secret"
+            protocol="openai",
+            base_url=server.url + "/v1",
+            model="text-embedding-3-small",
+            api_key="sk-secret",
         )
         bad = E.EmbeddingClient(
-            protocol="openai", base_url=server.url, model="text-embedding-3-small", api_key="wrong", max_retries=0
+            protocol="openai",
+            base_url=server.url,
+            model="text-embedding-3-small",
+            api_key="wrong",
+            max_retries=0,
         )
         try:
             assert len((await good.embed(["你好"]))[0]) == 384
@@ -57,8 +68,13 @@ async def test_openai_sends_api_key_and_accepts_v1_base() -> None:
         assert auth == ["Bearer sk-secret", "Bearer wrong"]
 
 
-@pytest.mark.parametrize(("protocol", "expected"), [("ollama-embed", "nomic-embed-text:latest"), ("openai", "nomic-embed-text:latest")])
-async def test_auto_resolves_an_embedding_model(embed_server: EmbeddingServer, protocol: str, expected: str) -> None:
+@pytest.mark.parametrize(
+    ("protocol", "expected"),
+    [("ollama-embed", "nomic-embed-text:latest"), ("openai", "nomic-embed-text:latest")],
+)
+async def test_auto_resolves_an_embedding_model(
+    embed_server: EmbeddingServer, protocol: str, expected: str
+) -> None:
     c = client(embed_server, protocol, model="auto")
     try:
         assert c.resolved_model is None
@@ -143,7 +159,11 @@ async def test_connection_refused_is_unavailable() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     c = E.EmbeddingClient(
-        protocol="ollama-embed", base_url=f"http://127.0.0.1:{port}", model="m", max_retries=1, backoff=0.01
+        protocol="ollama-embed",
+        base_url=f"http://127.0.0.1:{port}",
+        model="m",
+        max_retries=1,
+        backoff=0.01,
     )
     try:
         with pytest.raises(E.EmbeddingUnavailable, match="无法连接"):

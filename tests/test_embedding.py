@@ -30,7 +30,11 @@ from tests.botproject import (
 from tests.lazy import lazy_import
 from tests.servers import ChromaServer, EmbeddingServer
 
-E = lazy_import("amrita_plugin_memory.embedding", "amrita_plugin_memory.embedding.remap", "amrita_plugin_memory.core.errors")
+E = lazy_import(
+    "amrita_plugin_memory.embedding",
+    "amrita_plugin_memory.embedding.remap",
+    "amrita_plugin_memory.core.errors",
+)
 K = lazy_import("amrita_plugin_memory.storage.keys", "amrita_plugin_memory.adapters.events")
 MEM = "amrita_user_memory"
 KNOW = "amrita_global_knowledge"
@@ -226,7 +230,8 @@ async def test_policy_ask_on_tty_answered_no_keeps_data(
     old.connection.close()
     rt = runtimes(tmp_path, embedding_model_name=BGE, embed_mismatch_policy="ask")
     questions: list[str] = []
-    result = E.run_startup_check(rt.maintenance, interactive=True, confirm=lambda q: questions.append(q) or False
+    result = E.run_startup_check(
+        rt.maintenance, interactive=True, confirm=lambda q: questions.append(q) or False
     )
     assert (result.ok, result.action) == (True, "kept")
     assert len(questions) == 1 and BGE in questions[0] and "25 条" in questions[0]
@@ -265,7 +270,10 @@ async def test_policy_ask_on_tty_answered_yes_remaps_with_dimension_change(
     assert len(backups) == 1 and backups[0].counts == {MEM: 20, KNOW: 5}
     assert stat.S_IMODE(backups[0].path.stat().st_mode) == 0o600
     # Next start: everything matches.
-    assert E.run_startup_check(rt.maintenance, interactive=False, confirm=_never_called).action == "match"
+    assert (
+        E.run_startup_check(rt.maintenance, interactive=False, confirm=_never_called).action
+        == "match"
+    )
 
 
 async def test_policy_auto_remaps_knowledge_even_when_memories_are_empty(
@@ -305,7 +313,7 @@ async def test_failure_in_the_middle_of_a_remap_loses_nothing_and_retry_succeeds
     # Read pages of 7, embed batches of 8, add chunks of 16: batches straddle
     # pages, and the failure hits while the next chunk is embedded ahead of an add.
     monkeypatch.setattr(_real(), "READ_PAGE_SIZE", 7)
-    monkeypatch.setattr(_real("amrita_plugin_memory.storage.paging"), "READ_PAGE_SIZE", 7)
+    monkeypatch.setattr(_real("amrita_plugin_memory.storage.chroma.paging"), "READ_PAGE_SIZE", 7)
     monkeypatch.setattr(_real(), "ADD_BATCH_LOCAL", 16)
     old = await _seeded(runtimes, tmp_path, memories=40, knowledge=6)
     mem_before, know_before = await snapshot(old, MEM), await snapshot(old, KNOW)
@@ -366,7 +374,9 @@ async def test_explicit_model_with_service_down_fails_the_remap_safely(
     )
     result = E.run_startup_check(rt.maintenance, interactive=False)
     assert (result.ok, result.action) == (True, "remap_failed")
-    assert await snapshot(rt, MEM) == before and (await E.stored_fingerprint(rt.store)).model == NOMIC
+    assert (
+        await snapshot(rt, MEM) == before and (await E.stored_fingerprint(rt.store)).model == NOMIC
+    )
 
 
 async def test_locked_data_dir_refuses_to_register(
@@ -596,7 +606,9 @@ async def test_restore_round_trip_replaces_current_contents(
     # Restore with another model: same ids/documents/metadatas, new vectors.
     rt2 = runtimes(tmp_path, embedding_model_name=BGE, reembed_batch_size=8)
     progress: list[tuple[int, int]] = []
-    report = await E.restore_backup(rt2.maintenance, backup.path, progress=lambda d, t: progress.append((d, t)))
+    report = await E.restore_backup(
+        rt2.maintenance, backup.path, progress=lambda d, t: progress.append((d, t))
+    )
     # The archive (not in this backup) keeps the deleted m0001 and m0002's previous text,
     # re-embedded from their live copies.
     assert report.counts == {MEM: 25, KNOW: 4, rt2.store.archive.name: 2}
@@ -659,7 +671,9 @@ async def test_remote_chroma_fingerprint_check_and_remap(
     )
     await seed(old, names["memory_name"], sample_memories(12))
     await seed(old, names["knowledge_name"], sample_knowledge(3))
-    assert E.run_startup_check(old.maintenance, interactive=False).action == "refused"  # no fingerprint yet
+    assert (
+        E.run_startup_check(old.maintenance, interactive=False).action == "refused"
+    )  # no fingerprint yet
     await E.reset_fingerprint(old.maintenance)
     assert E.run_startup_check(old.maintenance, interactive=False).action == "match"
     mem_before = await snapshot(old, names["memory_name"])

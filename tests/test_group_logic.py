@@ -17,10 +17,10 @@ from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 
 C = lazy_import("amrita_plugin_memory.core.config")
-L = lazy_import("amrita_plugin_memory.core.labels")
-P = lazy_import("amrita_plugin_memory.core.persona")
-B = lazy_import("amrita_plugin_memory.core.group_blocks")
-W = lazy_import("amrita_plugin_memory.core.group_window")
+L = lazy_import("amrita_plugin_memory.prompting.labels")
+P = lazy_import("amrita_plugin_memory.prompting.persona")
+B = lazy_import("amrita_plugin_memory.prompting.group_blocks")
+W = lazy_import("amrita_plugin_memory.prompting.group_window")
 
 
 # ---------------------------------------------------------------------------

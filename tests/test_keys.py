@@ -37,14 +37,20 @@ def test_normalize_reads_legacy_and_current(key: str, expected: str | None) -> N
 
 
 def test_group_detection() -> None:
-    assert K.parse_key("group_1") == ("group", 1) and K.parse_key("QQPlatform_Group_1") == ("group", 1)
+    assert K.parse_key("group_1") == ("group", 1) and K.parse_key("QQPlatform_Group_1") == (
+        "group",
+        1,
+    )
     assert K.parse_key("user_1") == ("user", 1) and K.parse_key("nonsense") is None
 
 
 def test_target_from_private_event() -> None:
     target = K.target_from_event(private_event(10001, "hi"))
     assert (target.user, target.group, target.session, target.is_group) == (
-        "QQPlatform_Private_10001", None, "QQPlatform_Private_10001", False
+        "QQPlatform_Private_10001",
+        None,
+        "QQPlatform_Private_10001",
+        False,
     )
 
 

@@ -13,13 +13,13 @@ from tests.conftest import env_for
 from tests.lazy import lazy_import
 from tests.servers import EmbeddingServer, embed_text
 
-KB = lazy_import("amrita_plugin_memory.rethinking.knowledge_base")
+KB = lazy_import("amrita_plugin_memory.subconscious.knowledge_base")
 
 
 @pytest.fixture
 async def kb(tmp_path: Path, embed_server: EmbeddingServer) -> Any:
     from amrita_plugin_memory.embedding.client import EmbeddingClient
-    from amrita_plugin_memory.storage.chroma import ChromaConnection
+    from amrita_plugin_memory.storage.chroma.connection import ChromaConnection
 
     env = env_for("local")
     connection = ChromaConnection(env, tmp_path / "vector_db.chroma")

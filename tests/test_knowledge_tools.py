@@ -72,7 +72,7 @@ def fail_fast_embedding() -> Any:
 async def make_runner(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
     """Runners on their own data dir and knowledge collection; all removed afterwards."""
     from amrita_plugin_memory.adapters.knowledge_surface import SURFACE
-    from amrita_plugin_memory.rethinking import create_runner
+    from amrita_plugin_memory.subconscious import create_runner
 
     runners: list[Any] = []
     collections: set[str] = set()
@@ -379,7 +379,7 @@ def suggestion(i: int) -> dict[str, Any]:
 async def test_suggestion_queue_bounds_and_persistence(
     make_runner: Callable[..., Any], logs: list[str]
 ) -> None:
-    from amrita_plugin_memory.rethinking.toolsets.suggestions import SUGGESTIONS_MAX
+    from amrita_plugin_memory.subconscious.toolsets.suggestions import SUGGESTIONS_MAX
 
     state_uid = f"test-{uuid.uuid4().hex[:12]}"
     runner = make_runner(state_uid=state_uid, knowledge_max_chars=300)
@@ -679,7 +679,9 @@ async def test_setup_without_knowledge_offers_nothing(
 ) -> None:
     from amrita_core import ToolsManager
 
-    rt = runtime_with(tmp_path, own_data_dir=True, knowledge_collection_name=f"kbt-{uuid.uuid4().hex[:12]}", **sub)
+    rt = runtime_with(
+        tmp_path, own_data_dir=True, knowledge_collection_name=f"kbt-{uuid.uuid4().hex[:12]}", **sub
+    )
     runner = setup_l3(rt)
     assert (runner is None) is (not sub["enabled"])
     if runner is not None:

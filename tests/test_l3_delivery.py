@@ -39,7 +39,7 @@ pytestmark = pytest.mark.usefixtures("whole_replies")
 async def make_runner(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
     """Runners with their chat hooks registered; everything removed afterwards."""
     from amrita_plugin_memory.adapters.subconscious_hooks import SubconsciousHooks
-    from amrita_plugin_memory.rethinking import create_runner
+    from amrita_plugin_memory.subconscious import create_runner
 
     runners: list[Any] = []
 
@@ -179,7 +179,7 @@ async def helper_cycle(chat_server: ChatServer, runner: Any) -> dict[str, Any]:
 async def test_duplicate_helper_uses_stored_vectors_in_one_query(
     chat_server: ChatServer, embed_server: EmbeddingServer, make_runner: Callable[..., Any]
 ) -> None:
-    from amrita_plugin_memory.rethinking.toolsets.memory import (
+    from amrita_plugin_memory.subconscious.toolsets.memory import (
         DUPLICATE_NEIGHBOURS,
         find_duplicate_groups,
     )
@@ -343,7 +343,7 @@ def test_strategy_overrides_only_public_core_methods() -> None:
     from amrita_core.agent.strategy import AgentStrategy
     from amrita_core.builtins.agent import ReActAgentStrategy
 
-    from amrita_plugin_memory.rethinking.workflow import SubconsciousStrategy
+    from amrita_plugin_memory.subconscious.workflow import SubconsciousStrategy
 
     private = [
         name

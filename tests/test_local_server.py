@@ -185,7 +185,7 @@ async def test_a_port_taken_by_another_process_is_refused_never_used(
 ) -> None:
     """Another process listens on the port the plugin chose (it took it between the choice
     and the child's bind): a clear error, and not one request reaches that database."""
-    from amrita_plugin_memory.storage import chroma_server
+    from amrita_plugin_memory.storage.chroma import local_server as chroma_server
 
     other = ChromaServer(tmp_path / "other")
     other.start()
@@ -220,7 +220,7 @@ def test_the_parent_death_signal_is_set_in_the_child_not_in_a_preexec_fn(
 ) -> None:
     """No Python code runs between fork and exec of the (multi-threaded) bot; the child's
     own interpreter asks for the signal and refuses to serve if the bot is already gone."""
-    from amrita_plugin_memory.storage import chroma_server
+    from amrita_plugin_memory.storage.chroma import local_server as chroma_server
 
     spawned: list[dict[str, Any]] = []
     real_popen = subprocess.Popen

@@ -1,7 +1,7 @@
 """Merging on write keeps different facts apart and private text out of groups (issue #23).
 
 ``write_memory`` merges into a memory only a true repeat of it (the same
-statement in nearly the same words, ``core/duplicates``) written in the same
+statement in nearly the same words, ``ranking/repeats``) written in the same
 place (same scope, same origin). The embedder is the bundled
 multilingual-e5-small (``EMBEDDING_PROCTOL=local``): every counter-example
 below has stored vectors at least as close as the merge's cosine threshold, so
@@ -19,7 +19,7 @@ import pytest
 from tests.botproject import make_runtime
 from tests.lazy import lazy_import
 
-D = lazy_import("amrita_plugin_memory.core.duplicates")
+D = lazy_import("amrita_plugin_memory.ranking.repeats")
 K = lazy_import("amrita_plugin_memory.storage.keys")
 T = lazy_import("amrita_plugin_memory.tools.memory_tools")
 

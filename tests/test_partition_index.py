@@ -21,8 +21,8 @@ from tests.reliability_stats import STATS
 
 P = lazy_import(
     "amrita_plugin_memory.storage.memory_store",
-    "amrita_plugin_memory.storage.partition_index",
-    "amrita_plugin_memory.storage.chroma",
+    "amrita_plugin_memory.storage.partition.index",
+    "amrita_plugin_memory.storage.chroma.connection",
     "amrita_plugin_memory.embedding.client",
     "amrita_plugin_memory.core.records",
 )

@@ -89,7 +89,7 @@ def test_new_keys_default_render_and_name_the_key_when_bad(tmp_path: Path) -> No
 async def make_runner(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
     """Runners whose knowledge tools are offered to the chat LLM; all removed afterwards."""
     from amrita_plugin_memory.adapters.knowledge_surface import SURFACE
-    from amrita_plugin_memory.rethinking import create_runner
+    from amrita_plugin_memory.subconscious import create_runner
 
     runners: list[Any] = []
 

@@ -9,7 +9,7 @@ import pytest
 
 from tests.lazy import lazy_import
 
-P = lazy_import("amrita_plugin_memory.rethinking.profile_store")
+P = lazy_import("amrita_plugin_memory.subconscious.profile_store")
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Data blocks in prompts: shown verbatim, unbreakable, stable under rewrites.
 
-* The block helper (``core/blocks.py``): for any text without the reserved
+* The block helper (``prompting/blocks.py``): for any text without the reserved
   tag names, what a block shows is exactly the text; for any text at all the
   block cannot be closed (or another opened) from inside, and rendering the
   shown text again changes nothing.
@@ -31,7 +31,7 @@ from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 from tests.servers import ChatServer, Reply
 
-B = lazy_import("amrita_plugin_memory.core.blocks")
+B = lazy_import("amrita_plugin_memory.prompting.blocks")
 
 TAGS = (
     "MEMO",
@@ -154,9 +154,9 @@ def test_every_spelling_of_a_tag_is_neutralised(evil: str) -> None:
 def test_every_block_neutralises_the_tags_of_every_other_block() -> None:
     """A block is unbreakable for all tags, not only its own: a group memo (any member may
     write it) cannot carry a fake ``<SELF>``, a window line cannot open ``<MEMO>``."""
-    from amrita_plugin_memory.core import group_blocks as G
-    from amrita_plugin_memory.core.group_window import WindowEntry
-    from amrita_plugin_memory.core.persona import PersonaField
+    from amrita_plugin_memory.prompting import group_blocks as G
+    from amrita_plugin_memory.prompting.group_window import WindowEntry
+    from amrita_plugin_memory.prompting.persona import PersonaField
 
     for tag in TAGS:
         STATS.inputs_tried += 1
@@ -291,7 +291,7 @@ def escapes(tag: str) -> str:
 
 @pytest.fixture
 async def make_runner(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
-    from amrita_plugin_memory.rethinking import create_runner
+    from amrita_plugin_memory.subconscious import create_runner
 
     runners: list[Any] = []
 

@@ -32,11 +32,24 @@ from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 from tests.servers import ChromaServer, EmbeddingServer
 
-E = lazy_import("amrita_plugin_memory.embedding", "amrita_plugin_memory.embedding.remap", "amrita_plugin_memory.core.errors")
+E = lazy_import(
+    "amrita_plugin_memory.embedding",
+    "amrita_plugin_memory.embedding.remap",
+    "amrita_plugin_memory.core.errors",
+)
 K = lazy_import("amrita_plugin_memory.storage.keys", "amrita_plugin_memory.adapters.events")
 M = lazy_import("amrita_plugin_memory.tools.commands")
-T = lazy_import("amrita_plugin_memory.tools.memory_tools", "amrita_plugin_memory.tools.args", "amrita_plugin_memory.adapters.events")
-V = lazy_import("amrita_plugin_memory.storage.memory_store", "amrita_plugin_memory.storage.chroma", "amrita_plugin_memory.core.errors", "amrita_plugin_memory.core.records")
+T = lazy_import(
+    "amrita_plugin_memory.tools.memory_tools",
+    "amrita_plugin_memory.tools.args",
+    "amrita_plugin_memory.adapters.events",
+)
+V = lazy_import(
+    "amrita_plugin_memory.storage.memory_store",
+    "amrita_plugin_memory.storage.chroma.connection",
+    "amrita_plugin_memory.core.errors",
+    "amrita_plugin_memory.core.records",
+)
 
 
 async def fingerprint_of_store(store: Any) -> tuple[int, str]:

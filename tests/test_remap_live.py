@@ -49,9 +49,9 @@ from tests.servers import ChromaServer, EmbeddingServer, embed_text
 E = lazy_import(
     "amrita_plugin_memory.embedding",
     "amrita_plugin_memory.embedding.remap",
-    "amrita_plugin_memory.embedding.covered",
+    "amrita_plugin_memory.embedding.maintenance",
     "amrita_plugin_memory.core.errors",
-    "amrita_plugin_memory.storage.paging",
+    "amrita_plugin_memory.storage.chroma.paging",
 )
 T = lazy_import("amrita_plugin_memory.storage.keys", "amrita_plugin_memory.tools.memory_tools")
 

@@ -31,7 +31,7 @@ from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 from tests.servers import ChromaServer, free_port
 
-E = lazy_import("amrita_plugin_memory.core.bot_link")
+E = lazy_import("amrita_plugin_memory.infra.bot_link")
 NOW = datetime.now(UTC).isoformat()
 LOCAL_ACTOR = "控制台 ambot memory（本地令牌）"
 

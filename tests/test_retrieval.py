@@ -22,8 +22,8 @@ from tests.botproject import make_runtime
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 
-R = lazy_import("amrita_plugin_memory.core.ranking")
-D = lazy_import("amrita_plugin_memory.core.duplicates")
+R = lazy_import("amrita_plugin_memory.ranking.keywords", "amrita_plugin_memory.ranking.scores")
+D = lazy_import("amrita_plugin_memory.ranking.repeats")
 K = lazy_import("amrita_plugin_memory.storage.keys")
 T = lazy_import("amrita_plugin_memory.tools.memory_tools")
 
@@ -348,7 +348,7 @@ async def test_a_large_partition_is_indexed_off_the_event_loop(rt: Any) -> None:
     import random
     import uuid
 
-    from amrita_plugin_memory.storage import retrieval
+    from amrita_plugin_memory.storage.partition import retrieval
 
     part = K.user_key("60001")
     col = await rt.store.collection()

@@ -64,7 +64,7 @@ KNOWLEDGE_TOOLS = {
 
 @pytest.fixture
 async def make_runner(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
-    from amrita_plugin_memory.rethinking import create_runner
+    from amrita_plugin_memory.subconscious import create_runner
 
     runners: list[Any] = []
 
@@ -227,7 +227,7 @@ async def test_state_saved_and_reloaded_across_a_restart(
 
 
 async def test_garbage_state_row_degrades_to_defaults(make_runner: Callable[..., Any]) -> None:
-    from amrita_plugin_memory.rethinking.state import StateStore
+    from amrita_plugin_memory.subconscious.state import StateStore
 
     state_uid = f"test-{uuid.uuid4().hex[:12]}"
     store = StateStore(state_uid)
@@ -417,7 +417,7 @@ async def test_broken_main_template_fails_cleanly(
 async def test_templates_created_once_and_never_overwritten(
     tmp_path: Path, make_runner: Callable[..., Any]
 ) -> None:
-    from amrita_plugin_memory.rethinking.consts import TEMPLATE_VARIABLES
+    from amrita_plugin_memory.subconscious.consts import TEMPLATE_VARIABLES
 
     runner = make_runner()
     prompt_dir = tmp_path / "config" / "prompt"
@@ -648,7 +648,7 @@ async def test_repeated_calls_are_cut_and_the_budget_ends_the_cycle(
 
 def test_duplicate_groups_are_transitive_and_sorted() -> None:
     from amrita_plugin_memory.core.records import MemoryRecord
-    from amrita_plugin_memory.rethinking.toolsets.memory import find_duplicate_groups
+    from amrita_plugin_memory.subconscious.toolsets.memory import find_duplicate_groups
 
     texts = {"a": "用户养了一只猫", "b": "用户养了一只猫", "c": "用户养了一只猫",
              "d": "用户喜欢跑步", "e": "用户很喜欢跑步"}  # fmt: skip
@@ -691,7 +691,7 @@ async def test_more_tool_groups_plug_in(
     """The next issue's knowledge base and profile come as tool groups like this one."""
     from amrita_core import ToolsManager
 
-    from amrita_plugin_memory.rethinking.toolsets.base import LoopTool
+    from amrita_plugin_memory.subconscious.toolsets.base import LoopTool
     from amrita_plugin_memory.tools.schemas import define, prop
 
     runner = make_runner(enable_knowledge=False)  # the real knowledge group owns these names

@@ -36,7 +36,7 @@ def logs() -> Iterator[list[str]]:
 async def make_runner(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
     """Runners with hooks registered on request; everything removed afterwards."""
     from amrita_plugin_memory.adapters.subconscious_hooks import SubconsciousHooks
-    from amrita_plugin_memory.rethinking import create_runner
+    from amrita_plugin_memory.subconscious import create_runner
 
     runners: list[Any] = []
 
@@ -68,7 +68,7 @@ async def make_runner(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
 
 
 async def test_penalty_and_planned_run_time(make_runner: Callable[..., Any]) -> None:
-    from amrita_plugin_memory.rethinking.scheduling import compute_delay
+    from amrita_plugin_memory.subconscious.scheduling import compute_delay
 
     runner = make_runner()
     scheduler = runner.planner.scheduler

@@ -15,7 +15,11 @@ from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 
 K = lazy_import("amrita_plugin_memory.storage.keys", "amrita_plugin_memory.adapters.events")
-T = lazy_import("amrita_plugin_memory.tools.memory_tools", "amrita_plugin_memory.tools.args", "amrita_plugin_memory.adapters.events")
+T = lazy_import(
+    "amrita_plugin_memory.tools.memory_tools",
+    "amrita_plugin_memory.tools.args",
+    "amrita_plugin_memory.adapters.events",
+)
 
 UID, GID, OTHER = 13001, 23001, 13002
 

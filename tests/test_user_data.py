@@ -31,11 +31,11 @@ from tests.reliability_stats import STATS
 from tests.servers import ChromaServer, EmbeddingServer
 
 U = lazy_import(
-    "amrita_plugin_memory.storage.user_data",
-    "amrita_plugin_memory.storage.group_stores",
-    "amrita_plugin_memory.storage.forgotten",
-    "amrita_plugin_memory.storage.loop_state_row",
-    "amrita_plugin_memory.storage.archive_restore",
+    "amrita_plugin_memory.storage.users.user_data",
+    "amrita_plugin_memory.storage.groups.stores",
+    "amrita_plugin_memory.storage.users.tombstones",
+    "amrita_plugin_memory.storage.users.loop_state_row",
+    "amrita_plugin_memory.storage.archive.restore",
     "amrita_plugin_memory.storage.keys",
     "amrita_plugin_memory.tools.memory_tools",
     "amrita_plugin_memory.tools.user_commands",
@@ -291,7 +291,7 @@ async def test_forget_confirmation_expires_and_arguments_are_checked(tmp_path: P
 async def test_forget_removes_waiting_messages_and_suggestions_through_the_loop(
     tmp_path: Path,
 ) -> None:
-    from amrita_plugin_memory.rethinking import create_runner
+    from amrita_plugin_memory.subconscious import create_runner
 
     rt = runtime()
     target, other = 18141, 18142
@@ -347,7 +347,7 @@ async def test_forget_removes_waiting_messages_and_suggestions_through_the_loop(
 
 async def test_forget_without_the_loop_edits_the_stored_state() -> None:
     """The command line (no loop in the process) edits the row itself."""
-    from amrita_plugin_memory.rethinking.state import StateStore
+    from amrita_plugin_memory.subconscious.state import StateStore
 
     rt = runtime()
     me = 18151

@@ -15,7 +15,7 @@ from tests.servers import EmbeddingServer
 
 V = lazy_import(
     "amrita_plugin_memory.storage.memory_store",
-    "amrita_plugin_memory.storage.chroma",
+    "amrita_plugin_memory.storage.chroma.connection",
     "amrita_plugin_memory.core.errors",
     "amrita_plugin_memory.core.records",
 )

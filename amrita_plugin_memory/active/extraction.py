@@ -5,7 +5,7 @@ messages and nothing else (no history, no tools): a system message that
 starts with :data:`EXTRACTION_MARKER`, and the batch with the user's related
 memories behind short references (``M1``, ``M2``, …). The model — not a word
 list — decides what is new, what repeats a memory and what replaces one.
-Its answer is parsed by :func:`~..core.memory_ops.parse_memory_ops`; what
+Its answer is parsed by :func:`~..prompting.memory_ops.parse_memory_ops`; what
 that drops changes nothing.
 
 Privacy: a batch from a group is shown only the memories a group chat may
@@ -20,12 +20,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..core.errors import MemoryLimitReached
-from ..core.memory_ops import MemoryOp, OpLimits, ParsedOps, parse_memory_ops, reference
 from ..core.records import ORIGIN_PRIVATE, SOURCE_AUTO, MemoryRecord
 from ..core.text import cut, single_line
-from ..storage.archive_store import REASON_OUTDATED
+from ..prompting.memory_ops import MemoryOp, OpLimits, ParsedOps, parse_memory_ops, reference
+from ..storage.archive.store import REASON_OUTDATED
 from ..storage.memory_store import MemoryStore
-from ..storage.retrieval import search
+from ..storage.partition.retrieval import search
 from ..tools.args import LIMITS
 from .batches import BatchKey, Turn
 

@@ -1,7 +1,7 @@
 """Active recall: the memories most relevant to a message, as a ``<MEMORIES>`` block.
 
 One query embedding per turn, then the same ranking as ``read_memory``
-(:func:`~..storage.retrieval.search`, over the partition index: about a
+(:func:`~..storage.partition.retrieval.search`, over the partition index: about a
 millisecond). Only memories whose vector is close enough to the message
 (cosine similarity ≥ ``recall_min_similarity`` for a message with CJK
 characters, ``recall_min_similarity_non_cjk`` for any other: the embedding
@@ -18,11 +18,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..core.blocks import render_memories_block
 from ..core.records import MemoryRecord
+from ..prompting.blocks import render_memories_block
 from ..storage.keys import ChatTarget
 from ..storage.memory_store import MemoryStore
-from ..storage.retrieval import search
+from ..storage.partition.retrieval import search
 
 __all__ = ["MemoryRecall", "cosine_similarities", "has_cjk"]
 

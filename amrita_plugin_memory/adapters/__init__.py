@@ -1,4 +1,4 @@
-"""Layer 7: everything that touches the framework (NoneBot, Amrita, amrita-core hooks).
+"""Everything that touches the framework (NoneBot, Amrita, amrita-core hooks).
 
 Thin glue: events become :class:`~..tools.memory_tools.Caller` objects
 (:mod:`.events`), tools and hooks are registered, replies are sent. The logic

@@ -17,7 +17,7 @@ from amrita_core import CompletionEvent, PreCompletionEvent
 from nonebot import logger
 
 from ..active import ActiveMemory
-from ..core.blocks import insert_block
+from ..prompting.blocks import insert_block
 from ..services import MemoryRuntime
 from .events import amrita_event, target_from_event
 from .subconscious_hooks import remove_sense_matcher

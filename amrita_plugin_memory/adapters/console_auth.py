@@ -4,7 +4,7 @@ Browser requests pass the WebUI's own login middleware (a 401 JSON without
 a session). ``ambot memory`` cannot log in (it does not know the WebUI
 password, and must not need it), so while the bot runs it sends the random
 token the bot wrote at start into ``<data_dir>/.console_token.json`` (0600,
-see :mod:`..core.bot_link`). :class:`LocalTokenMiddleware` sits in front of
+see :mod:`..infra.bot_link`). :class:`LocalTokenMiddleware` sits in front of
 the WebUI's middleware: a request to ``/api/memory/...`` that carries the
 token header from a local address is answered by a private app holding the
 same routes; a wrong or foreign token is a 401; a request without the header
@@ -21,7 +21,7 @@ from typing import Any
 
 from nonebot import logger
 
-from ..core.bot_link import (
+from ..infra.bot_link import (
     TOKEN_HEADER,
     BotEndpoint,
     remove_token_file,

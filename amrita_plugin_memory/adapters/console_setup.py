@@ -15,10 +15,10 @@ from fastapi import FastAPI, Request
 from nonebot import get_driver, logger
 
 from ..console.service import ConsoleService
-from ..rethinking.runner import SubconsciousRunner
 from ..services import MemoryRuntime
-from ..storage.group_stores import GroupStores
-from ..storage.user_data import UserData
+from ..storage.groups.stores import GroupStores
+from ..storage.users.user_data import UserData
+from ..subconscious.runner import SubconsciousRunner
 from .console_auth import API_PREFIX, LocalToken, LocalTokenMiddleware, webui_actor
 from .console_http import build_router
 

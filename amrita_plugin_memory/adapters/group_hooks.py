@@ -25,9 +25,9 @@ from amrita_core import CompletionEvent, PreCompletionEvent
 from nonebot import logger
 from nonebot.adapters import Event
 
-from ..core.blocks import insert_block
-from ..core.group_blocks import SeenInRequest, prepend_block
 from ..groups.service import GroupAwareness
+from ..prompting.blocks import insert_block
+from ..prompting.group_blocks import SeenInRequest, prepend_block
 from ..services import MemoryRuntime
 from .events import amrita_event
 from .subconscious_hooks import remove_sense_matcher

@@ -15,17 +15,12 @@ from typing import Any, Final
 from amrita_core import FunctionDefinitionSchema, ToolContext
 from nonebot import logger
 
-from ..rethinking.knowledge_base import SUMMARY_MAX, TITLE_MAX
-from ..rethinking.profile_store import MAX_WINDOW
-from ..rethinking.runner import SubconsciousRunner
-from ..rethinking.toolsets.knowledge import (
-    LIST_MAX,
-    kid_prop,
-    line_props,
-    search_props,
-)
-from ..rethinking.toolsets.suggestions import REASON_CHARS, SUGGESTION_BODY_MAX
-from ..rethinking.types import SUGGESTION_ACTIONS
+from ..subconscious.knowledge_base import SUMMARY_MAX, TITLE_MAX
+from ..subconscious.profile_store import MAX_WINDOW
+from ..subconscious.runner import SubconsciousRunner
+from ..subconscious.toolsets.knowledge import LIST_MAX, kid_prop, line_props, search_props
+from ..subconscious.toolsets.suggestions import REASON_CHARS, SUGGESTION_BODY_MAX
+from ..subconscious.types import SUGGESTION_ACTIONS
 from ..tools.args import dump_result, tool_error
 from ..tools.schemas import define, prop
 from .events import caller_from_tool_context

@@ -6,7 +6,7 @@ and the start-up migration of its keys."""
 
 from amrita_core import PreCompletionEvent
 
-from ..core.blocks import insert_block, render_memo_block
+from ..prompting.blocks import insert_block, render_memo_block
 from ..storage.memo_store import MemoService
 from .events import target_from_event
 

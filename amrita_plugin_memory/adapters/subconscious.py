@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from nonebot import logger
 
-from ..rethinking import create_runner
-from ..rethinking.runner import SubconsciousRunner
 from ..services import MemoryRuntime
+from ..subconscious import create_runner
+from ..subconscious.runner import SubconsciousRunner
 from .knowledge_surface import SURFACE
 from .subconscious_hooks import SubconsciousHooks
 

@@ -1,7 +1,7 @@
 """Chat hooks of the L3 loop.
 
 * Every message of the target user (private or group, addressed to the bot
-  or not) → :meth:`~..rethinking.runner.SubconsciousRunner.on_target_message` (cancel the planned
+  or not) → :meth:`~..subconscious.runner.SubconsciousRunner.on_target_message` (cancel the planned
   run, add a penalty, plan one run), after recording the bot it came through
   (proactive messages go through that bot only). A NoneBot message matcher at
   priority 1 that never blocks.
@@ -23,9 +23,9 @@ from amrita_core import CompletionEvent, PreCompletionEvent
 from nonebot import logger
 from nonebot.adapters import Bot, Event
 
-from ..core.blocks import insert_block, render_block
-from ..rethinking.runner import SubconsciousRunner
-from ..rethinking.types import PendingMessage
+from ..prompting.blocks import insert_block, render_block
+from ..subconscious.runner import SubconsciousRunner
+from ..subconscious.types import PendingMessage
 from .events import amrita_event
 
 __all__ = ["NOTES_HOOK_PRIORITY", "SubconsciousHooks", "remove_sense_matcher", "render_notes_block"]

@@ -7,7 +7,6 @@ from typing import Any
 
 import click
 
-from ..core.console import ask_yes_no
 from ..embedding import (
     BackupError,
     create_backup,
@@ -17,6 +16,7 @@ from ..embedding import (
     restore_backup,
 )
 from ..embedding.report_json import backup_json
+from ..infra.terminal import ask_yes_no
 from .output import counts_text, fp, fpj, print_backups, size, when
 from .plumbing import Progress, ask, bot_of, fail, follow, require_confirmation, run, runtime
 

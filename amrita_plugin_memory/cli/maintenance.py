@@ -12,8 +12,6 @@ from typing import Any
 import click
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
-from ..core.bot_link import BotEndpoint
-from ..core.console import ask_yes_no
 from ..core.errors import VectorStoreError
 from ..core.text import short_error
 from ..embedding import (
@@ -26,6 +24,8 @@ from ..embedding import (
     stored_fingerprint,
 )
 from ..embedding.report_json import backup_json, status_json
+from ..infra.bot_link import BotEndpoint
+from ..infra.terminal import ask_yes_no
 from ..storage.keys import migrate_partition_keys
 from ..storage.memo_store import dispose_memo_engine
 from .output import counts_text, fp, fpj, print_backups, print_status

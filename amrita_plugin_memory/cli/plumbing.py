@@ -3,7 +3,7 @@
 Commands open the plugin's :class:`~..services.MemoryRuntime` in this process,
 unless the project's bot is running (:func:`bot_of`; local or remote mode):
 then the commands that support it ask the bot through its admin API (local
-token, see :mod:`..core.bot_link`), and the others refuse. Expected failures
+token, see :mod:`..infra.bot_link`), and the others refuse. Expected failures
 become one ``错误：…`` line and exit 1.
 """
 
@@ -15,14 +15,12 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from amrita_plugin_memory_ctl import fail as _fail
-
-from ..core.bot_link import BotEndpoint, BotLinkError, follow_job, running_bot, serving_bot
-from ..core.console import stdin_is_tty
 from ..core.errors import EmbeddingError, VectorStoreError
 from ..embedding import BackupError, RemapError
+from ..infra.bot_link import BotEndpoint, BotLinkError, follow_job, running_bot, serving_bot
+from ..infra.terminal import stdin_is_tty
 from ..services import MemoryRuntime
-from ..storage.chroma import LOCK_FILE_NAME
+from ..storage.chroma.connection import LOCK_FILE_NAME
 
 __all__ = [
     "API",
@@ -44,8 +42,13 @@ API = "/api/memory"
 
 
 def fail(message: str) -> NoReturn:
-    """One red ``错误：…`` line on stderr and exit code 1 (the launcher's)."""
-    _fail(message)
+    """One red ``错误：…`` line on stderr and exit code 1 (no traceback).
+
+    The same line as the launcher's own ``fail`` (for the failures before the
+    plugin loads); this package never imports the launcher: it imports us.
+    """
+    click.secho(f"错误：{message}", fg="red", err=True)
+    raise click.exceptions.Exit(1)
 
 
 def runtime() -> MemoryRuntime:

@@ -1,6 +1,6 @@
 """``ambot memory export --user <QQ号> [--out FILE]`` and ``ambot memory forget --user <QQ号>``.
 
-The work is :class:`~..storage.user_data.UserData`. While a bot of this
+The work is :class:`~..storage.users.user_data.UserData`. While a bot of this
 project runs (either vector store mode: the bot keeps memos, personas, group
 windows and the L3 loop's state in memory), the command asks it through the
 admin API (``GET /api/memory/users/{id}/export``, ``GET …/forget``,
@@ -17,13 +17,13 @@ from typing import Any, TypeVar
 import click
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
-from ..core.console import ask_yes_no
-from ..core.files import atomic_write_text
 from ..core.text import short_error
+from ..infra.files import atomic_write_text
+from ..infra.terminal import ask_yes_no
 from ..services import MemoryRuntime
-from ..storage.group_stores import GroupStores
+from ..storage.groups.stores import GroupStores
 from ..storage.memo_store import dispose_memo_engine
-from ..storage.user_data import UserData
+from ..storage.users.user_data import UserData
 from ..tools.args import ToolArgError, parse_user_id
 from .plumbing import ask, bot_of, fail, require_confirmation, run, runtime
 

@@ -1,10 +1,10 @@
 """The archive in the console: list archived memories, restore one, run a sweep.
 
 The operations of ``ambot memory archive`` and of the page's 归档 view. The
-work is the storage layer's (:mod:`..storage.archive_store`,
-:mod:`..storage.archive_restore`, :mod:`..storage.sweep`); the answers carry
+work is the storage layer's (:mod:`..storage.archive.store`,
+:mod:`..storage.archive.restore`, :mod:`..storage.archive.sweep`); the answers carry
 both the rows (for the page) and the very lines ``ambot memory archive``
-prints when it does the work itself (:mod:`..storage.archive_view`), so the
+prints when it does the work itself (:mod:`..storage.archive.view`), so the
 command's output is the same whether or not the bot is running.
 """
 
@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..core.config import ConfigFile
-from ..storage.archive_restore import ArchiveRestoreError, restore
-from ..storage.archive_store import ArchivedMemory
-from ..storage.archive_view import REASON_TEXT, listing_lines, sweep_message
+from ..storage.archive.restore import ArchiveRestoreError, restore
+from ..storage.archive.store import ArchivedMemory
+from ..storage.archive.sweep import sweep
+from ..storage.archive.view import REASON_TEXT, listing_lines, sweep_message
 from ..storage.memory_store import MemoryStore
-from ..storage.sweep import sweep
 from ..tools.args import parse_int
 from . import params
 from .catalog import PartitionCatalog
@@ -88,7 +88,7 @@ class ArchiveAdmin:
         return await guarded("console_archive_list", run)
 
     async def restore(self, actor: str, row_id: Any) -> dict[str, Any]:
-        """Restore one row (:func:`..storage.archive_restore.restore`, the partition limit
+        """Restore one row (:func:`..storage.archive.restore.restore`, the partition limit
         applies): 404 for an id the archive does not hold, 409 when it cannot come back."""
         rid = params.archive_id(row_id)
 

@@ -22,8 +22,8 @@ from ..core.errors import (
 )
 from ..core.text import cut
 from ..embedding.errors import BackupError
-from ..rethinking.knowledge_base import KnowledgeError
-from ..rethinking.profile_store import ProfileError
+from ..subconscious.knowledge_base import KnowledgeError
+from ..subconscious.profile_store import ProfileError
 from ..tools.args import ToolArgError, guard_tool_call
 
 __all__ = ["ConsoleError", "audit", "bad_request", "guarded", "not_found"]

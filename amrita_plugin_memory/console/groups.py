@@ -1,7 +1,7 @@
 """Group awareness in the console: member personas and the bot's self memory.
 
 Through the stores group awareness itself uses
-(:class:`~..storage.group_stores.GroupStores`): their locks, caches and limits
+(:class:`~..storage.groups.stores.GroupStores`): their locks, caches and limits
 apply, so an edit here is what the next group turn injects. Listing personas
 reads the table page by page (the store has no listing of its own).
 """
@@ -17,9 +17,9 @@ from nonebot_plugin_orm import get_session
 from sqlalchemy import func, select
 
 from ..core.config import PersonaConfig
-from ..core.persona import FIELD_MAX_CHARS, VALUE_MAX_CHARS, PersonaField, fields_from_json
 from ..core.text import short_error, single_line
-from ..storage.group_stores import GroupStores
+from ..prompting.persona import FIELD_MAX_CHARS, VALUE_MAX_CHARS, PersonaField, fields_from_json
+from ..storage.groups.stores import GroupStores
 from ..storage.models import MemberPersona
 from ..tools.args import parse_int, parse_text
 from . import params

@@ -8,7 +8,7 @@ and to :meth:`MaintenanceJobs.current` (polled by the command line). Only one
 maintenance operation runs at a time; a second one is refused with 409.
 
 During a re-embedding or a restore the memory store's write gate is closed
-(:class:`~..core.gate.WriteGate`): a memory written meanwhile would land in
+(:class:`~..infra.gate.WriteGate`): a memory written meanwhile would land in
 the collection that is about to be replaced, so writes fail at once with a
 clear message instead. Knowledge entries live in files first; the knowledge
 base is re-validated after the swap, so an entry the loop wrote meanwhile is
@@ -37,8 +37,8 @@ from ..embedding import (
     restore_backup,
 )
 from ..embedding.report_json import backup_json
-from ..rethinking.knowledge_base import KnowledgeBaseManager, check_knowledge_base
 from ..storage.memory_store import MemoryStore
+from ..subconscious.knowledge_base import KnowledgeBaseManager, check_knowledge_base
 from .catalog import PartitionCatalog
 from .errors import ConsoleError, audit, guarded, not_found
 

@@ -1,9 +1,9 @@
 """The global knowledge base and the user profile in the console.
 
 Both belong to the L3 loop: the knowledge base is the runner's own
-:class:`~..rethinking.knowledge_base.KnowledgeBaseManager` (files, index and
+:class:`~..subconscious.knowledge_base.KnowledgeBaseManager` (files, index and
 vectors kept in step by it, under its lock), the profile its
-:class:`~..rethinking.profile_store.ProfileStore`. The console never writes
+:class:`~..subconscious.profile_store.ProfileStore`. The console never writes
 their files itself, so every check (kid format, sizes, line limits) is the
 one the loop's tools get.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..rethinking.knowledge_base import KnowledgeBaseManager, KnowledgeEntry, KnowledgeError
-from ..rethinking.profile_store import ProfileStore
+from ..subconscious.knowledge_base import KnowledgeBaseManager, KnowledgeEntry, KnowledgeError
+from ..subconscious.profile_store import ProfileStore
 from . import params
 from .errors import audit, bad_request, guarded, not_found
 

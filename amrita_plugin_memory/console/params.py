@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..core.records import IMPORTANCE_LEVELS
-from ..storage.archive_restore import ArchiveRestoreError, parse_row_id
+from ..storage.archive.restore import ArchiveRestoreError, parse_row_id
 from ..storage.keys import normalize_key
 from ..tools.args import (
     LIMITS,
@@ -101,7 +101,7 @@ def optional_partition(value: Any) -> str | None:
 
 
 def archive_id(value: Any) -> str:
-    """An archive row id (:func:`..storage.archive_restore.parse_row_id`, a 400 if refused)."""
+    """An archive row id (:func:`..storage.archive.restore.parse_row_id`, a 400 if refused)."""
     try:
         return parse_row_id(value)
     except ArchiveRestoreError as exc:

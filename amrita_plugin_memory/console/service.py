@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from ..rethinking.profile_store import ProfileStore
-from ..rethinking.runner import SubconsciousRunner
 from ..services import MemoryRuntime
-from ..storage.group_stores import GroupStores
-from ..storage.user_data import UserData
+from ..storage.groups.stores import GroupStores
+from ..storage.users.user_data import UserData
+from ..subconscious.profile_store import ProfileStore
+from ..subconscious.runner import SubconsciousRunner
 from .archive import ArchiveAdmin
 from .catalog import PartitionCatalog
 from .errors import guarded

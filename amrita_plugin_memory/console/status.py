@@ -15,9 +15,9 @@ from typing import Any
 
 from ..core.config import ConfigFile
 from ..embedding import collect_status
-from ..embedding.covered import Maintenance
+from ..embedding.maintenance import Maintenance
 from ..embedding.report_json import status_json
-from ..rethinking.runner import SubconsciousRunner
+from ..subconscious.runner import SubconsciousRunner
 
 __all__ = ["StatusCache", "group_awareness_json", "l3_json"]
 

@@ -1,7 +1,7 @@
 """One user's data in the console: the export (a download), what a forget removes, the forget.
 
 ``GET /api/memory/users/{user_id}/export`` (the document of
-:meth:`~..storage.user_data.UserData.export`), ``GET …/forget`` (the counts a
+:meth:`~..storage.users.user_data.UserData.export`), ``GET …/forget`` (the counts a
 forget would remove, for the page's confirmation) and ``DELETE
 /api/memory/users/{user_id}`` (the forget). ``ambot memory export|forget``
 asks a running bot the same. Every call leaves an audit line with the user id
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..storage.user_data import UserData
+from ..storage.users.user_data import UserData
 from . import params
 from .catalog import PartitionCatalog
 from .errors import ConsoleError, audit, guarded

@@ -1,5 +1,6 @@
-"""Layer 1: configuration, errors, records, locks, text and file utilities.
+"""The shared vocabulary: configuration, errors, the memory record, interfaces, text helpers.
 
-Nothing here imports NoneBot or Amrita, so every other layer (and the tests)
-can use it without a running bot.
+The bottom layer. Nothing here imports NoneBot, Amrita or ChromaDB (nor any
+other module of the package), so every layer (and the tests) can use it
+without a running bot.
 """

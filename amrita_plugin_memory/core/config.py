@@ -226,7 +226,7 @@ class RetrievalConfig(_Section):
     hybrid: bool = True
     keyword_weight: float = Field(default=0.25, ge=0, le=10)
     # A write that truly repeats a memory of the same partition, scope and origin
-    # (the same statement in nearly the same words, core/duplicates) refreshes it
+    # (the same statement in nearly the same words, ranking/repeats) refreshes it
     # instead of adding a copy, if their vectors are also this close (cosine).
     dedup_on_write: bool = True
     dedup_min_cosine: float = Field(default=0.95, ge=0.5, le=1)
@@ -357,13 +357,28 @@ def _per_level(
 
 _SECTIONS: dict[str, tuple[type[_Section], str]] = {
     "subconscious": (SubconsciousConfig, "L3 离线巩固循环"),
-    "group_context": (GroupContextConfig, "群聊上下文窗口（Openmim L1，默认关闭：会增加每轮的 token）"),
-    "persona": (PersonaConfig, "群成员画像（Openmim L2，需要 group_context；每轮额外一次提取请求）"),
+    "group_context": (
+        GroupContextConfig,
+        "群聊上下文窗口（Openmim L1，默认关闭：会增加每轮的 token）",
+    ),
+    "persona": (
+        PersonaConfig,
+        "群成员画像（Openmim L2，需要 group_context；每轮额外一次提取请求）",
+    ),
     "self_memory": (SelfMemoryConfig, "机器人自我记忆（Openmim L3，超级用户用 /memory self 维护）"),
     "retrieval": (RetrievalConfig, "检索：关键词通道（混合检索）与写入去重"),
-    "decay": (DecayConfig, "检索时的时间衰减（不删除任何记忆）；半衰期留空 = 取 short/long_term_expiry_days"),
-    "archive": (ArchiveConfig, "归档：超过寿命的记忆移入归档（可恢复，从不删除）；寿命留空 = 取 short/long_term_expiry_days"),
-    "active_memory": (ActiveMemoryConfig, "主动记忆：回答后由聊天模型提取要记住的内容（每批一次额外请求），每轮自动召回相关记忆"),
+    "decay": (
+        DecayConfig,
+        "检索时的时间衰减（不删除任何记忆）；半衰期留空 = 取 short/long_term_expiry_days",
+    ),
+    "archive": (
+        ArchiveConfig,
+        "归档：超过寿命的记忆移入归档（可恢复，从不删除）；寿命留空 = 取 short/long_term_expiry_days",
+    ),
+    "active_memory": (
+        ActiveMemoryConfig,
+        "主动记忆：回答后由聊天模型提取要记住的内容（每批一次额外请求），每轮自动召回相关记忆",
+    ),
 }
 """The ``[section]`` tables of the file, in the order they are rendered."""
 

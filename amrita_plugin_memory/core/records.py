@@ -21,6 +21,7 @@ __all__ = [
     "encode_tags",
     "origin_of_group",
     "utc_now",
+    "where_partition",
 ]
 
 IMPORTANCE_LEVELS: tuple[str, ...] = ("low", "medium", "high")
@@ -167,3 +168,14 @@ def decode_tags(value: Any) -> list[str]:
     except ValueError:
         return [t.strip() for t in value.split(",") if t.strip()]
     return [str(v) for v in parsed] if isinstance(parsed, list) else []
+
+
+def where_partition(
+    partition: str, *, group_origin_only: bool = False, **filters: str | None
+) -> dict[str, Any]:
+    """The Chroma ``where`` filter that confines a read to one partition (and ``filters``)."""
+    clauses: list[dict[str, Any]] = [{"user_id": partition}]
+    if group_origin_only:  # memories written in a group chat (see ORIGIN_GROUP_FLAG)
+        clauses.append({ORIGIN_GROUP_FLAG: True})
+    clauses += [{k: v} for k, v in filters.items() if v is not None]
+    return clauses[0] if len(clauses) == 1 else {"$and": clauses}

@@ -1,15 +1,15 @@
-"""Layer 3: the embedding client, the fingerprint and everything that re-embeds.
+"""The embedding client, the fingerprint and everything that re-embeds.
 
-* :mod:`.client` — the HTTP client (Ollama / OpenAI protocols).
+* :mod:`.client` — the HTTP client (Ollama / OpenAI protocols); :mod:`.local_model`
+  — the bundled in-process model (``EMBEDDING_PROCTOL=local``).
 * :mod:`.fingerprint` — which model the stored vectors come from.
-* :mod:`.covered` — :class:`Maintenance`, what the functions below work on.
+* :mod:`.maintenance` — :class:`Maintenance`, what the functions below work on.
 * :mod:`.backup`, :mod:`.remap`, :mod:`.recovery` — safe re-embedding.
 * :mod:`.status`, :mod:`.startup` — ``ambot memory status`` and the start-up check.
 """
 
 from .backup import BackupInfo, create_backup, list_backups, load_backup
 from .client import EmbeddingClient
-from .covered import Maintenance
 from .errors import BackupError, RemapError, RemapFailed
 from .fingerprint import (
     FingerprintInfo,
@@ -17,6 +17,7 @@ from .fingerprint import (
     current_fingerprint,
     stored_fingerprint,
 )
+from .maintenance import Maintenance
 from .recovery import recover_interrupted_remap
 from .remap import RemapReport, remap, reset_fingerprint, restore_backup
 from .startup import StartupResult, run_startup_check, run_startup_check_async

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from nonebot.log import logger
 
-from ..core.files import fsync_dir
-from ..storage.paging import Item, iter_pages
-from .covered import Maintenance, count_of, meta_of, open_collection, space_of
+from ..infra.files import fsync_dir
+from ..storage.chroma.paging import Item, iter_pages
 from .errors import BackupError
 from .fingerprint import FingerprintInfo
+from .maintenance import Maintenance, count_of, meta_of, open_collection, space_of
 
 if TYPE_CHECKING:
     from chromadb.api.models.Collection import Collection

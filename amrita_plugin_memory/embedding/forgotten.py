@@ -1,7 +1,7 @@
 """Backups and forgotten users: rewrite the files without them, and never restore them.
 
-A user's forget (``storage.user_data``) records a tombstone
-(``storage.forgotten``) and then calls :meth:`BackupScrubber.scrub`: every
+A user's forget (``storage.users.user_data``) records a tombstone
+(``storage.users.tombstones``) and then calls :meth:`BackupScrubber.scrub`: every
 backup file is rewritten without the rows the tombstones bury (the user's
 partition, live and archived, from before the forget) and with the user's
 writer mark cleared on group memories. Each file is written under a temporary
@@ -21,11 +21,11 @@ from pathlib import Path
 
 from nonebot.log import logger
 
-from ..core.files import fsync_dir
-from ..storage.forgotten import ForgottenUsers, Tombstones
+from ..infra.files import fsync_dir
+from ..storage.chroma.paging import Item
 from ..storage.keys import normalize_key
 from ..storage.memory_store import MemoryStore
-from ..storage.paging import Item
+from ..storage.users.tombstones import ForgottenUsers, Tombstones
 from .backup import (
     COLLECTION_END,
     FILE_END,
@@ -108,7 +108,7 @@ def _rewrite(path: Path, stones: Tombstones) -> tuple[bool, int]:
 
 class BackupScrubber:
     """The backup files of one data directory, as a forget rewrites them
-    (``storage.user_data.BackupFiles``)."""
+    (``storage.users.user_data.BackupFiles``)."""
 
     def __init__(self, backup_dir: Path, forgotten: ForgottenUsers) -> None:
         self.backup_dir = backup_dir

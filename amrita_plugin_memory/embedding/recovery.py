@@ -23,7 +23,9 @@ from nonebot.log import logger
 
 from ..core.errors import VectorStoreError
 from ..core.text import short_error
-from .covered import (
+from .errors import RemapError
+from .fingerprint import FingerprintInfo
+from .maintenance import (
     MARKER_KEYS,
     META_REEMBED_COMPLETE,
     META_REEMBED_RUNNING,
@@ -35,8 +37,6 @@ from .covered import (
     replace_meta,
     user_meta,
 )
-from .errors import RemapError
-from .fingerprint import FingerprintInfo
 
 __all__ = [
     "VERIFY_SAMPLE",
@@ -76,7 +76,7 @@ async def mark_running(maint: Maintenance, kind: str) -> None:
     """Set the "remap running" marker on every existing covered collection.
 
     Writers (memory tools, the knowledge base) refuse while it is set, in
-    this and in every other process (see ``storage.guard.CollectionGuard``).
+    this and in every other process (see ``storage.chroma.remap_markers.CollectionGuard``).
     """
     note = json.dumps(
         {

@@ -1,7 +1,7 @@
 """Safe re-embedding: :func:`remap` (live contents) and :func:`restore_backup` (a file).
 
 Both re-embed every covered collection (the memories and the L3 knowledge
-base, see :mod:`.covered`) with the current model; :func:`reset_fingerprint`
+base, see :mod:`.maintenance`) with the current model; :func:`reset_fingerprint`
 is the escape hatch that writes the fingerprint without re-embedding.
 
 Safety of a remap (nothing may ever be lost)
@@ -9,7 +9,7 @@ Safety of a remap (nothing may ever be lost)
 1. A JSON backup (ids, documents, metadatas; no vectors) of every covered
    collection is written first, atomically, readable only by the owner.
 2. The live collections get a "running" marker: writers in every process
-   refuse ("记忆库维护中") while it is set (``storage.guard.CollectionGuard``).
+   refuse ("记忆库维护中") while it is set (``storage.chroma.remap_markers.CollectionGuard``).
    A restore waits ``REMAP_GRACE`` before its backup, so every write
    acknowledged before the marker took effect is in that backup.
 3. Every covered collection ``X`` is re-embedded page by page into a new
@@ -59,12 +59,15 @@ from typing import TYPE_CHECKING, Any
 
 from nonebot.log import logger
 
-from ..storage.chroma import ChromaConnection
-from ..storage.guard import WRITE_WINDOW
+from ..storage.chroma.connection import ChromaConnection
+from ..storage.chroma.paging import READ_PAGE_SIZE, Item, iter_pages
+from ..storage.chroma.remap_markers import WRITE_WINDOW
 from ..storage.keys import migrate_partition_keys
-from ..storage.paging import READ_PAGE_SIZE, Item, iter_pages
 from .backup import create_backup, load_backup
-from .covered import (
+from .errors import RemapError, RemapFailed
+from .fingerprint import FingerprintInfo, current_fingerprint, write_fingerprint
+from .forgotten import drop_forgotten
+from .maintenance import (
     META_REEMBED_COMPLETE,
     META_REEMBED_SOURCE,
     META_REEMBED_TARGET,
@@ -79,9 +82,6 @@ from .covered import (
     space_of,
     user_meta,
 )
-from .errors import RemapError, RemapFailed
-from .fingerprint import FingerprintInfo, current_fingerprint, write_fingerprint
-from .forgotten import drop_forgotten
 from .recovery import (
     RemapVerifyError,
     clear_running,

@@ -11,11 +11,10 @@ from typing import Any, Literal, TypeVar
 
 from nonebot.log import logger
 
-from ..core.console import ask_yes_no, stdin_is_tty
 from ..core.errors import DataDirLocked, EmbeddingError, VectorStoreError
+from ..infra.terminal import ask_yes_no, stdin_is_tty
 from ..storage.keys import KeyMigrationReport, migrate_partition_keys
 from .client import EmbeddingConfigError
-from .covered import Maintenance, count_of, meta_of, open_collection, replace_meta, user_meta
 from .errors import BackupError, RemapError
 from .fingerprint import (
     FINGERPRINT_KEYS,
@@ -24,6 +23,7 @@ from .fingerprint import (
     stored_fingerprint,
     write_fingerprint,
 )
+from .maintenance import Maintenance, count_of, meta_of, open_collection, replace_meta, user_meta
 from .recovery import recover_interrupted_remap
 from .remap import RemapReport, remap
 

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..core.errors import EmbeddingError
-from ..storage.guard import maintenance_busy
+from ..storage.chroma.remap_markers import maintenance_busy
 from ..storage.keys import KEY_FORMAT_META, current_key_format
 from .backup import BackupInfo, list_backups
 from .client import EmbeddingConfigError
-from .covered import (
+from .fingerprint import FingerprintInfo, current_fingerprint
+from .maintenance import (
     META_REEMBED_COMPLETE,
     META_REEMBED_RUNNING,
     META_REEMBED_TARGET,
@@ -29,7 +30,6 @@ from .covered import (
     meta_of,
     open_collection,
 )
-from .fingerprint import FingerprintInfo, current_fingerprint
 
 __all__ = ["RemapMarker", "StatusReport", "collect_status"]
 
@@ -159,7 +159,7 @@ class StatusReport:
     knowledge_name: str
     knowledge_count: int | None
     archive_count: int
-    """Archived memories and previous versions (``storage.archive_store``)."""
+    """Archived memories and previous versions (``storage.archive.store``)."""
     key_format_stored: str | None
     key_format_current: str
     pending_temps: list[str]

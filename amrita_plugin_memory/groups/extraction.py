@@ -8,7 +8,7 @@ from those who spoke in the analysed messages (the turn's speaker first,
 then the most recent), skipping members who opted out and members analysed
 in this group within ``update_interval_seconds``; at most
 ``max_users_per_turn``. The answer is parsed by
-:func:`~..core.persona.parse_updates`; whatever it rejects is logged at
+:func:`~..prompting.persona.parse_updates`; whatever it rejects is logged at
 debug level (never the text) and changes nothing.
 """
 
@@ -22,13 +22,12 @@ from dataclasses import dataclass, field
 from nonebot import logger
 
 from ..core.config import ConfigFile
-from ..core.group_blocks import render_group_context, render_personas
-from ..core.group_window import WindowEntry
-from ..core.labels import SAFE_COLON
-from ..core.persona import PersonaField, parse_updates
-from ..storage.group_stores import GroupStores
+from ..prompting.group_blocks import render_group_context, render_personas
+from ..prompting.group_window import WindowEntry
+from ..prompting.labels import SAFE_COLON
+from ..prompting.persona import PersonaField, parse_updates
+from ..storage.groups.stores import GroupStores
 from .amrita_llm import Completion, add_usage, complete_isolated
-from .labels import group_labels
 
 __all__ = ["EXTRACTION_MARKER", "ExtractionResult", "PersonaExtractor"]
 
@@ -159,7 +158,7 @@ class PersonaExtractor:
         now = self.clock()
         self._mark(group_id, targets, now)
         result.analysed = targets
-        labels = await group_labels(self.stores.directory, group_id, entries, [])
+        labels = await self.stores.directory.member_labels(group_id, entries, [])
         messages = self._messages(entries, targets, labels, await self._known(targets))
         try:
             text, usage = await self.complete(messages)

@@ -2,7 +2,7 @@
 
 * :meth:`GroupAwareness.observe` — every group message and every bot reply
   in a group (the hot path: memory only, see
-  :class:`~..storage.group_window_store.GroupWindowStore`).
+  :class:`~..storage.groups.window_store.GroupWindowStore`).
 * :meth:`GroupAwareness.turn_blocks` — the ``<GROUP_CONTEXT>`` and
   ``<PERSONAS>`` blocks of a group turn.
 * :meth:`GroupAwareness.self_block` — the ``<SELF>`` block of every turn.
@@ -21,11 +21,15 @@ from collections.abc import Callable
 from nonebot import logger
 
 from ..core.config import ConfigFile
-from ..core.group_blocks import SeenInRequest, render_group_context, render_personas, render_self
-from ..storage.group_stores import GroupStores
+from ..prompting.group_blocks import (
+    SeenInRequest,
+    render_group_context,
+    render_personas,
+    render_self,
+)
+from ..storage.groups.stores import GroupStores
 from .amrita_llm import Completion, complete_isolated
 from .extraction import PersonaExtractor
-from .labels import group_labels
 
 __all__ = ["GroupAwareness"]
 
@@ -100,8 +104,8 @@ class GroupAwareness:
             group_id, min(gc.recent_context_messages, gc.context_message_count)
         )
         shown = [e for e in entries if not seen.shows(e)]
-        labels = await group_labels(
-            self.stores.directory, group_id, shown, [(speaker_id, speaker_name)]
+        labels = await self.stores.directory.member_labels(
+            group_id, shown, [(speaker_id, speaker_name)]
         )
         blocks = [render_group_context(shown, lambda e: labels[e.user_id])]
         if self.persona_enabled:

@@ -26,7 +26,7 @@ from nonebot_plugin_orm import get_session
 from sqlalchemy import Engine, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ..core.locks import PartitionLocks
+from ..infra.locks import PartitionLocks
 from .keys import normalize_key
 from .models import UserMemo, db_now
 

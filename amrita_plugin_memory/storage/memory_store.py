@@ -16,22 +16,21 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..core.errors import MemoryLimitReached, VectorStoreError
-from ..core.gate import WriteGate
-from ..core.locks import PartitionLocks
 from ..core.protocols import Embedder, TextKind
-from ..core.records import ORIGIN_PRIVATE, MemoryRecord, utc_now
-from .archive_store import REASON_DELETED, REASON_UPDATED, ArchiveStore, archive_name
-from .chroma import ChromaConnection
-from .counts import PartitionCounts
-from .filters import where_partition
-from .forgotten import ForgottenUsers
-from .guard import CollectionGuard
+from ..core.records import ORIGIN_PRIVATE, MemoryRecord, utc_now, where_partition
+from ..infra.gate import WriteGate
+from ..infra.locks import PartitionLocks
+from .archive.removal import erase, move_to_archive
+from .archive.store import REASON_DELETED, REASON_UPDATED, ArchiveStore, archive_name
+from .chroma.connection import ChromaConnection
+from .chroma.paging import iter_pages
+from .chroma.remap_markers import CollectionGuard
 from .merge import MERGE_NEIGHBOURS, WriteResult, merge_candidates, merge_into
-from .paging import iter_pages
-from .partition_index import PartitionIndex
-from .recent import RecentIds
-from .removal import erase, move_to_archive
-from .retrieval import RetrievalSettings, search
+from .partition.counts import PartitionCounts
+from .partition.index import PartitionIndex
+from .partition.recent import RecentIds
+from .partition.retrieval import RetrievalSettings, search
+from .users.tombstones import ForgottenUsers
 
 if TYPE_CHECKING:
     from chromadb.api.models.Collection import Collection
@@ -58,7 +57,7 @@ class MemoryStore:
         self.locks = PartitionLocks()
         self.counts = PartitionCounts()
         self.recent = RecentIds()
-        """Id lists of partitions listed newest first (admin console, :mod:`.listing`)."""
+        """Id lists of partitions listed newest first (admin console, :mod:`.partition.listing`)."""
         self.gate = WriteGate()
         """Closed by maintenance that replaces the collection inside the bot (reindex, restore)."""
         self.clock: Callable[[], str] = utc_now
@@ -68,13 +67,13 @@ class MemoryStore:
         self.index = PartitionIndex(ttl=60.0 if connection.mode == "remote" else None)
         """Exact per-partition vector index: searches cost O(partition), not O(collection)."""
         self.archive = ArchiveStore(connection, archive_name(name))
-        """Swept memories and previous versions (``storage.archive_store``), same Chroma store."""
+        """Swept memories and previous versions (``storage.archive.store``), same Chroma store."""
         self.keep_versions = True
         """Whether a changed text keeps the previous one in the archive (``[archive] keep_history``)."""
         self.settings = RetrievalSettings()
         """Ranking (hybrid, decay) and merging settings (``[retrieval]``, ``[decay]``)."""
         self.forgotten: ForgottenUsers | None = None
-        """Users whose data a forget removed (``storage.forgotten``): every restore path
+        """Users whose data a forget removed (``storage.users.tombstones``): every restore path
         drops their rows from before it. Set by the runtime (it knows the data dir)."""
 
     # -- collection handle --------------------------------------------------
@@ -245,15 +244,13 @@ class MemoryStore:
         res = await self._run(lambda c: c.get(ids=[memory_id], include=[]))
         return not res["ids"]
 
-    async def delete(
-        self, partition: str, memory_id: str, *, reason: str = REASON_DELETED
-    ) -> bool:
+    async def delete(self, partition: str, memory_id: str, *, reason: str = REASON_DELETED) -> bool:
         """Move a memory of ``partition`` into the archive; ``False`` if it is not there.
 
         Every delete keeps the memory (reason ``deleted``, same id and stored
         vector, restorable): it is archived under the partition's lock before
         the live row goes, and if that fails nothing is deleted
-        (:func:`.removal.move_to_archive`). Only :meth:`erase` removes data.
+        (:func:`.archive.removal.move_to_archive`). Only :meth:`erase` removes data.
         """
         async with self.gate.writing(), self.locks.hold(partition):
             # Ownership is checked under the partition's lock; only key
@@ -385,7 +382,7 @@ class MemoryStore:
         group_origin_only: bool = False,
     ) -> list[MemoryRecord]:
         """The best memories of ``partition`` for ``text``: vector and keyword
-        channels, age decay (:mod:`.retrieval`; ``distance`` is the vector distance)."""
+        channels, age decay (:mod:`.partition.retrieval`; ``distance`` is the vector distance)."""
         vector = (await self._embed([text], "query"))[0]
         return await search(
             self,

@@ -2,7 +2,7 @@
 
 Chat models write the same fact again and again; copies of one fact push other
 memories out of a top-5 and fill the partition limit. A write whose text is a
-true repeat (:mod:`..core.duplicates`: the same statement in nearly the same
+true repeat (:mod:`..ranking.repeats`: the same statement in nearly the same
 words, written in the same place: same scope, same origin) of a memory of the
 same partition, with close vectors, updates that memory instead: the newer
 text (unless the stored one already holds it), the union of the tags, the
@@ -19,13 +19,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from ..core.duplicates import cosine, repeats_memory
 from ..core.records import IMPORTANCE_LEVELS, MemoryRecord
-from .archive_store import REASON_MERGED
-from .retrieval import RetrievalSettings
+from ..ranking.repeats import cosine, repeats_memory
+from .archive.store import REASON_MERGED
+from .partition.retrieval import RetrievalSettings
 
 if TYPE_CHECKING:
-    from .partition_index import PartitionIndex
+    from .partition.index import PartitionIndex
 
 __all__ = ["MERGE_NEIGHBOURS", "WriteResult", "merge_candidates", "merge_into", "merged_record"]
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..core.records import SOURCE_AUTO
-from ..storage.archive_restore import ArchiveRestoreError, restore
-from ..storage.archive_view import describe_row
+from ..storage.archive.restore import ArchiveRestoreError, restore
+from ..storage.archive.view import describe_row
 from .args import guard_tool_call, parse_memory_id
 from .group_commands import GroupCommands
 from .memory_tools import Caller, MemoryTools
@@ -232,7 +232,9 @@ class AutoSwitch(Protocol):
     async def set_consent(self, user_id: str, allowed: bool) -> bool: ...
 
 
-AUTO_ON = "我会在回答你之后自动记下你提到的关于自己的事（每几条消息整理一次），并在聊天时想起相关的记忆。"
+AUTO_ON = (
+    "我会在回答你之后自动记下你提到的关于自己的事（每几条消息整理一次），并在聊天时想起相关的记忆。"
+)
 AUTO_OFF = "不会自动记录你的消息，也不会自动想起记忆；已记下的记忆保留（/memory user list 查看，delete 删除）。"
 
 
@@ -284,6 +286,7 @@ class MemoryCommands:
         state = "开启" if allowed else "关闭"
         prefix = f"已{state}主动记忆" if changed else f"主动记忆本来就是{state}的"
         return f"{prefix}：{AUTO_ON if allowed else AUTO_OFF}"
+
     async def _own_data(
         self,
         request: CommandRequest,
@@ -415,9 +418,7 @@ class MemoryCommands:
         async def run() -> dict[str, Any]:
             row_id = parse_memory_id({"id": argument})
             partition = tools.partition_for(caller, "user")
-            done = await restore(
-                tools.store, row_id, partition=partition, limit=tools.memory_limit
-            )
+            done = await restore(tools.store, row_id, partition=partition, limit=tools.memory_limit)
             return {"ok": True, "message": done.describe()}
 
         result = await guard_tool_call(

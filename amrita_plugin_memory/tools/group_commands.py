@@ -13,9 +13,9 @@ dispatches here). Permissions:
 
 from __future__ import annotations
 
-from ..core.persona import render_persona
 from ..core.text import single_line
-from ..storage.group_stores import GroupStores
+from ..prompting.persona import render_persona
+from ..storage.groups.stores import GroupStores
 from ..storage.memo_store import MemoService
 from .memory_tools import Caller
 

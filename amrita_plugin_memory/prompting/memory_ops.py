@@ -1,0 +1,157 @@
+"""Active memory's extraction answer as plain data: what to add, update or archive.
+
+The extraction model sees a batch of one user's messages and the user's
+related memories, each behind a short reference (``M1``, ``M2``, …, never a
+raw id), and answers with JSON::
+
+    {"memories": [
+        {"op": "add", "content": "…", "importance": "low|medium|high", "tags": ["…"]},
+        {"op": "update", "ref": "M2", "content": "<the new full text>"},
+        {"op": "archive", "ref": "M3"}
+    ]}
+
+Everything in that answer is untrusted. :func:`parse_memory_ops` keeps only
+well-formed operations on references that were shown, at most ``max_ops`` of
+them and at most one per reference, and gives one reason per dropped item
+(for a debug log; never the text). An answer that is not such a JSON object
+at all is *malformed*: the caller writes nothing and offers the batch again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..core.records import IMPORTANCE_LEVELS
+from ..core.text import load_model_json
+
+__all__ = ["OPS", "MemoryOp", "OpLimits", "ParsedOps", "parse_memory_ops", "reference"]
+
+OPS: tuple[str, ...] = ("add", "update", "archive")
+
+OpName = Literal["add", "update", "archive"]
+
+
+def reference(index: int) -> str:
+    """The reference shown to the model for the ``index``-th related memory (0-based)."""
+    return f"M{index + 1}"
+
+
+@dataclass(frozen=True, slots=True)
+class OpLimits:
+    """Bounds an operation must keep (the same as the chat tools' where they overlap)."""
+
+    max_ops: int
+    content_chars: int
+    tags: int
+    tag_chars: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryOp:
+    """One valid operation; ``ref`` is set for update and archive."""
+
+    op: OpName
+    content: str = ""
+    ref: str = ""
+    importance: str = "medium"
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class ParsedOps:
+    """The operations to apply, one reason per dropped item, and whether the answer was malformed."""
+
+    ops: list[MemoryOp] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+    malformed: bool = False
+
+
+def parse_memory_ops(text: str, *, refs: Collection[str], limits: OpLimits) -> ParsedOps:
+    """The valid operations of the model's answer ``text`` (see the module docstring).
+
+    ``refs`` are the references that were shown. Items past ``limits.max_ops``
+    are dropped whatever they hold, so a runaway answer cannot do more than
+    the configured amount of work.
+    """
+    result = ParsedOps()
+    try:
+        data = load_model_json(text.strip())
+    except ValueError as exc:
+        result.ignored.append(f"not JSON ({exc.__class__.__name__})")
+        result.malformed = True
+        return result
+    items = data.get("memories") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        result.ignored.append('no "memories" list')
+        result.malformed = True
+        return result
+    used: set[str] = set()
+    for index, item in enumerate(items):
+        if index >= limits.max_ops:
+            result.ignored.append(f"memories[{index}:]: beyond max_ops={limits.max_ops}")
+            break
+        checked = _check_item(item, refs, used, limits)
+        if isinstance(checked, str):
+            result.ignored.append(f"memories[{index}]: {checked}")
+            continue
+        if checked.ref:
+            used.add(checked.ref)
+        result.ops.append(checked)
+    return result
+
+
+def _content(item: Mapping[str, Any], limits: OpLimits) -> str:
+    """The stripped ``content`` of ``item``, or an empty string when it is not valid text."""
+    value = item.get("content")
+    if not isinstance(value, str):
+        return ""
+    value = value.strip()
+    return value if len(value) <= limits.content_chars else ""
+
+
+def _tags(value: Any, limits: OpLimits) -> tuple[str, ...] | None:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or len(value) > limits.tags:
+        return None
+    tags: list[str] = []
+    for tag in value:
+        if not isinstance(tag, str) or not tag.strip() or len(tag.strip()) > limits.tag_chars:
+            return None
+        tags.append(tag.strip())
+    return tuple(dict.fromkeys(tags))
+
+
+def _check_item(
+    item: Any, refs: Collection[str], used: set[str], limits: OpLimits
+) -> MemoryOp | str:
+    if not isinstance(item, dict):
+        return "not an object"
+    op = item.get("op")
+    if op not in OPS:
+        return "unknown op"
+    if op == "add":
+        content = _content(item, limits)
+        if not content:
+            return "content missing, not text, empty or over-long"
+        importance = item.get("importance", "medium")
+        if importance not in IMPORTANCE_LEVELS:
+            return "unknown importance"
+        tags = _tags(item.get("tags"), limits)
+        if tags is None:
+            return "tags not a list of short texts"
+        return MemoryOp("add", content=content, importance=importance, tags=tags)
+    ref = item.get("ref")
+    if not isinstance(ref, str) or ref.strip() not in refs:
+        return "ref not shown"
+    ref = ref.strip()
+    if ref in used:
+        return "ref already changed by an earlier op"
+    if op == "archive":
+        return MemoryOp("archive", ref=ref)
+    content = _content(item, limits)
+    if not content:
+        return "content missing, not text, empty or over-long"
+    return MemoryOp("update", content=content, ref=ref)

@@ -1,0 +1,83 @@
+"""Archive rows as text, and the ``ambot memory archive …`` work.
+
+One line format for the command line and the ``/memory user archive`` chat
+command, so both say the same thing: the row id (what ``restore`` takes),
+why and when it was archived, and the text. The command bodies in ``cli/``
+only print what :func:`archive_command` returns, or (while the bot runs) the
+same lines built by the admin API's archive operations (:func:`listing_lines`,
+:func:`sweep_message`).
+"""
+
+from __future__ import annotations
+
+from ...core.config import ConfigFile
+from ...core.text import cut
+from ..memory_store import MemoryStore
+from .restore import parse_row_id, restore
+from .store import ArchivedMemory
+from .sweep import SweepResult, parse_time, sweep
+
+__all__ = ["REASON_TEXT", "archive_command", "describe_row", "listing_lines", "sweep_message"]
+
+REASON_TEXT = {
+    "expired": "超过寿命",
+    "updated": "更新前的旧版本",
+    "merged": "合并前的旧版本",
+    "deleted": "已删除",
+    "outdated": "不再成立（主动记忆）",
+}
+
+
+def _day(iso: str) -> str:
+    parsed = parse_time(iso)
+    return parsed.astimezone().strftime("%Y-%m-%d %H:%M") if parsed is not None else (iso or "?")
+
+
+def describe_row(row: ArchivedMemory, *, chars: int | None = None, partition: bool = False) -> str:
+    """``<id>  [why，归档于 …]  text`` (``chars``: cut the text; ``partition``: show it)."""
+    why = REASON_TEXT.get(row.reason, row.reason)
+    if row.is_version:
+        why += f"（记忆 {row.memory_id}）"
+    text = cut(row.record.content, chars) if chars is not None else row.record.content
+    where = f"  分区 {row.record.partition}" if partition else ""
+    return f"{row.id}  [{why}，归档于 {_day(row.archived_at)}]{where}  {text}"
+
+
+def listing_lines(partition: str | None, total: int, rows: list[ArchivedMemory]) -> list[str]:
+    """``ambot memory archive list`` output (the same whether the bot answered or not)."""
+    where = f"分区 {partition} " if partition else ""
+    lines = [f"{where}归档共 {total} 条（最新的在前，显示 {len(rows)} 条）："]
+    lines += [f"  {describe_row(row, partition=partition is None)}" for row in rows]
+    if total:
+        lines.append("恢复：ambot memory archive restore <id>")
+    return lines
+
+
+def sweep_message(result: SweepResult) -> str:
+    return f"归档清理完成：{result.describe()}"
+
+
+async def archive_command(
+    store: MemoryStore,
+    config: ConfigFile,
+    action: str,
+    *,
+    partition: str | None = None,
+    limit: int = 20,
+    row_id: str | None = None,
+) -> list[str]:
+    """``list`` / ``restore`` / ``sweep`` for ``ambot memory archive`` (lines to print).
+
+    Raises ``VectorStoreError`` (and its subclasses) for every expected
+    failure: the command prints it as one line.
+    """
+    if action == "sweep":
+        result = await sweep(store, config.lifetime_days, batch_size=config.archive.batch_size)
+        return [sweep_message(result)]
+    if action == "restore":
+        checked = parse_row_id(row_id)
+        done = await restore(store, checked, limit=config.per_session_memory_limit)
+        return [done.describe()]
+    total = await store.archive.count(partition)
+    rows = await store.archive.list(partition, limit=limit)
+    return listing_lines(partition, total, rows)

@@ -1,0 +1,159 @@
+"""Per-group facts: the anonymisation switch and the members' fixed labels, and so
+how members are named in one group's blocks (:meth:`GroupDirectory.member_labels`).
+
+Both are read in every group turn, so both are cached in memory after the
+first read of a group; writes go to SQLite first and then to the cache.
+A label is given once (:func:`~...prompting.labels.make_label` against the labels
+the group already uses) and stored, so a member keeps it across restarts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from nonebot_plugin_orm import get_session
+from sqlalchemy import delete, select
+
+from ...core.config import GroupContextConfig
+from ...infra.locks import PartitionLocks
+from ...prompting.group_window import WindowEntry
+from ...prompting.labels import make_label, named_label
+from ..models import GroupMemberLabel, GroupSetting, db_now
+
+__all__ = ["GroupDirectory"]
+
+
+class _Labels:
+    __slots__ = ("by_user", "taken")
+
+    def __init__(self) -> None:
+        self.by_user: dict[str, str] = {}
+        self.taken: set[str] = set()
+
+    def add(self, user_id: str, label: str) -> None:
+        self.by_user[user_id] = label
+        self.taken.add(label)
+
+
+class GroupDirectory:
+    """Anonymisation switches and member labels of every group."""
+
+    def __init__(self, config: GroupContextConfig) -> None:
+        self.config = config
+        self._anonymize: dict[str, bool | None] = {}
+        """The group's own switch; ``None``: follow ``[group_context] anonymize``."""
+        self._labels: dict[str, _Labels] = {}
+        self._locks = PartitionLocks()
+
+    # -- anonymisation --------------------------------------------------------------
+
+    async def anonymize(self, group_id: str) -> bool:
+        """Whether the group's blocks show labels (``True``) or nicknames."""
+        if group_id not in self._anonymize:
+            async with get_session() as session:
+                row = await session.get(GroupSetting, group_id)
+                self._anonymize[group_id] = row.anonymize if row is not None else None
+        own = self._anonymize[group_id]
+        return self.config.anonymize if own is None else own
+
+    async def set_anonymize(self, group_id: str, value: bool) -> None:
+        async with self._locks.hold(f"setting:{group_id}"):
+            async with get_session() as session:
+                row = await session.get(GroupSetting, group_id)
+                if row is None:
+                    session.add(
+                        GroupSetting(group_id=group_id, anonymize=value, updated_at=db_now())
+                    )
+                else:
+                    row.anonymize = value
+                    row.updated_at = db_now()
+                await session.commit()
+            self._anonymize[group_id] = value
+
+    # -- labels --------------------------------------------------------------------------
+
+    async def labels(self, group_id: str, user_ids: Iterable[str]) -> dict[str, str]:
+        """The label of each of ``user_ids`` in the group, giving (and storing) new ones."""
+        wanted = list(dict.fromkeys(user_ids))
+        known = self._labels.get(group_id)
+        if known is not None and all(u in known.by_user for u in wanted):
+            return {u: known.by_user[u] for u in wanted}
+        async with self._locks.hold(f"labels:{group_id}"):
+            known = self._labels.get(group_id)
+            if known is None:
+                known = await self._load(group_id)
+            new = [u for u in wanted if u not in known.by_user]
+            if new:
+                rows = []
+                for user_id in new:
+                    label = make_label(user_id, known.taken)
+                    known.add(user_id, label)
+                    rows.append(GroupMemberLabel(group_id=group_id, user_id=user_id, label=label))
+                try:
+                    async with get_session() as session:
+                        session.add_all(rows)
+                        await session.commit()
+                except Exception:
+                    self._labels.pop(group_id, None)  # re-read next time: never two labels
+                    raise
+            return {u: known.by_user[u] for u in wanted}
+
+    async def member_labels(
+        self,
+        group_id: str,
+        entries: Sequence[WindowEntry],
+        extra: Iterable[tuple[str, str]],
+    ) -> dict[str, str]:
+        """How the group's blocks name every member in ``entries`` and in ``extra``
+        (``(user_id, nickname)``).
+
+        Anonymised (the default): ``用户_`` + the id's last digits, fixed per
+        member (:meth:`labels`). Otherwise the nickname seen last, followed by the id.
+        """
+        extra = list(extra)
+        if await self.anonymize(group_id):
+            members = [u for u, _ in extra] + [e.user_id for e in entries if not e.is_bot]
+            return await self.labels(group_id, members)
+        names: dict[str, str] = {}
+        for entry in entries:
+            if not entry.is_bot:
+                names[entry.user_id] = entry.nickname
+        for user_id, nickname in extra:
+            names[user_id] = nickname or names.get(user_id, "")
+        return {u: named_label(n, u) for u, n in names.items()}
+
+    async def _load(self, group_id: str) -> _Labels:
+        known = _Labels()
+        stmt = select(GroupMemberLabel).where(GroupMemberLabel.group_id == group_id)
+        async with get_session() as session:
+            for row in (await session.scalars(stmt)).all():
+                known.add(row.user_id, row.label)
+        self._labels[group_id] = known
+        return known
+
+    # -- one member (a user's export and forget) ----------------------------------------
+
+    async def labels_of(self, user_id: str) -> dict[str, str]:
+        """The label of member ``user_id`` in every group that gave one: ``{group id: label}``."""
+        stmt = select(GroupMemberLabel).where(GroupMemberLabel.user_id == user_id)
+        async with get_session() as session:
+            rows = (await session.scalars(stmt)).all()
+        return {row.group_id: row.label for row in sorted(rows, key=lambda r: r.group_id)}
+
+    async def forget_user(self, user_id: str) -> int:
+        """Delete member ``user_id``'s label in every group; how many. Speaking again
+        later gives them a label anew (possibly another one)."""
+        removed = 0
+        for group_id in await self.labels_of(user_id):
+            async with self._locks.hold(f"labels:{group_id}"):
+                async with get_session() as session:
+                    result = await session.execute(
+                        delete(GroupMemberLabel).where(
+                            GroupMemberLabel.group_id == group_id,
+                            GroupMemberLabel.user_id == user_id,
+                        )
+                    )
+                    await session.commit()
+                removed += int(getattr(result, "rowcount", 0) or 0)
+                self._labels.pop(group_id, None)  # read again on next use
+        return removed

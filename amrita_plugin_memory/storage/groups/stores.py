@@ -1,0 +1,38 @@
+"""The stores of group awareness, built together from one configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...core.config import ConfigFile
+from .directory import GroupDirectory
+from .persona_store import PersonaStore
+from .self_store import SelfMemoryStore
+from .window_store import GroupWindowStore
+
+__all__ = ["GroupStores"]
+
+
+@dataclass(slots=True)
+class GroupStores:
+    """Windows, per-group facts, personas and the self memory of one process."""
+
+    windows: GroupWindowStore
+    directory: GroupDirectory
+    personas: PersonaStore
+    self_memory: SelfMemoryStore
+
+    @classmethod
+    def build(cls, config: ConfigFile) -> GroupStores:
+        return cls(
+            windows=GroupWindowStore(config.group_context),
+            directory=GroupDirectory(config.group_context),
+            personas=PersonaStore(),
+            self_memory=SelfMemoryStore(config.self_memory.max_chars),
+        )
+
+    def configure(self, config: ConfigFile) -> None:
+        """Apply another configuration to the live stores (their data stays)."""
+        self.windows.config = config.group_context
+        self.directory.config = config.group_context
+        self.self_memory.max_chars = config.self_memory.max_chars

@@ -1,0 +1,314 @@
+"""Group windows (Openmim's L1): in memory for every turn, in SQLite across restarts.
+
+:meth:`GroupWindowStore.append` runs for every group message the bot sees, so
+it only touches memory (:class:`~...prompting.group_window.GroupWindow`) and, when
+the flush rule says so, starts a background write: every
+``context_persist_every`` member messages, and at once for a bot reply. A
+restart therefore loses at most the last ``context_persist_every - 1``
+member messages of a group that were not flushed; :meth:`close` (driver
+shutdown) flushes those too.
+
+A group's persisted rows are read on first use (:meth:`recent`, or before
+its first flush), cut to ``context_message_count`` and merged before what
+this process saw. :meth:`compact` runs once at start-up and cuts what is
+stored beyond the current limits (rows beyond the count, texts beyond the
+character limits), so lowering a limit takes effect on the stored data too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+from nonebot import logger
+from nonebot_plugin_orm import get_session
+from sqlalchemy import delete, func, or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from ...core.config import GroupContextConfig
+from ...infra.locks import PartitionLocks
+from ...prompting.group_window import GroupWindow, WindowEntry, cut_text
+from ..models import GroupMessage
+
+__all__ = ["CompactReport", "GroupWindowStore"]
+
+
+def _timestamp(value: datetime) -> float:
+    return value.replace(tzinfo=UTC).timestamp()
+
+
+def _db_time(at: float) -> datetime:
+    return datetime.fromtimestamp(at, UTC).replace(tzinfo=None)
+
+
+class CompactReport:
+    """What :meth:`GroupWindowStore.compact` cut."""
+
+    __slots__ = ("cut", "dropped")
+
+    def __init__(self, dropped: int = 0, cut: int = 0) -> None:
+        self.dropped = dropped
+        self.cut = cut
+
+
+class GroupWindowStore:
+    """Every group's window, kept in memory and flushed to the ``GroupMessage`` table."""
+
+    def __init__(self, config: GroupContextConfig) -> None:
+        self._config = config
+        self._windows: dict[str, GroupWindow] = {}
+        self._locks = PartitionLocks()
+        self._flushing: dict[str, asyncio.Task[None]] = {}
+
+    @property
+    def config(self) -> GroupContextConfig:
+        return self._config
+
+    @config.setter
+    def config(self, value: GroupContextConfig) -> None:
+        self._config = value
+        for window in self._windows.values():
+            window.resize(value.context_message_count)
+
+    def _window(self, group_id: str) -> GroupWindow:
+        window = self._windows.get(group_id)
+        if window is None:
+            window = self._windows[group_id] = GroupWindow(self._config.context_message_count)
+        return window
+
+    # -- the hot path -----------------------------------------------------------
+
+    def append(
+        self, group_id: str, user_id: str, nickname: str, text: str, *, is_bot: bool, at: float
+    ) -> None:
+        """Add one message (cut at its limit) to the group's window; never waits."""
+        limit = (
+            self._config.bot_context_max_chars if is_bot else self._config.context_max_text_chars
+        )
+        window = self._window(group_id)
+        window.append(WindowEntry(user_id, nickname, cut_text(text, limit), is_bot, at))
+        if is_bot or window.pending_members >= self._config.context_persist_every:
+            self._schedule_flush(group_id)
+
+    def _schedule_flush(self, group_id: str) -> None:
+        running = self._flushing.get(group_id)
+        if running is not None and not running.done():
+            return  # it re-checks the pending entries before it ends
+        task = asyncio.get_running_loop().create_task(self._flush_until_done(group_id))
+        self._flushing[group_id] = task
+        task.add_done_callback(lambda t, g=group_id: self._flush_done(g, t))
+
+    def _flush_done(self, group_id: str, task: asyncio.Task[None]) -> None:
+        if self._flushing.get(group_id) is task:
+            del self._flushing[group_id]
+
+    async def _flush_until_done(self, group_id: str) -> None:
+        window = self._window(group_id)
+        while True:
+            if not await self.flush(group_id):
+                return  # the write failed; the entries stay pending for the next rule hit
+            due = window.pending and (
+                any(e.is_bot for e in window.pending)
+                or window.pending_members >= self._config.context_persist_every
+            )
+            if not due:
+                return
+
+    # -- reads ---------------------------------------------------------------------
+
+    async def recent(self, group_id: str, count: int) -> list[WindowEntry]:
+        """The newest ``count`` messages of the group, oldest first."""
+        window = self._window(group_id)
+        if not window.loaded:
+            async with self._locks.hold(group_id):
+                await self._load(group_id, window)
+        return window.recent(count)
+
+    async def _load(self, group_id: str, window: GroupWindow) -> None:
+        """Merge the persisted rows in (once; the caller holds the group's lock)."""
+        if window.loaded:
+            return
+        stmt = (
+            select(GroupMessage)
+            .where(GroupMessage.group_id == group_id)
+            .order_by(GroupMessage.id.desc())
+            .limit(window.capacity)
+        )
+        async with get_session() as session:
+            rows = list((await session.scalars(stmt)).all())
+        rows.reverse()
+        window.merge_persisted(
+            WindowEntry(r.user_id, r.nickname, r.text, r.is_bot, _timestamp(r.created_at))
+            for r in rows
+        )
+
+    # -- writes -------------------------------------------------------------------------
+
+    async def flush(self, group_id: str) -> bool:
+        """Write the group's pending messages and drop rows beyond the count; ``False`` on failure."""
+        window = self._window(group_id)
+        async with self._locks.hold(group_id):
+            try:
+                await self._load(group_id, window)  # before the first write: no duplicates
+            except Exception as exc:
+                logger.warning(
+                    f"[Memory] 读取群 {group_id} 的上下文窗口失败：{exc.__class__.__name__}"
+                )
+                return False
+            entries = window.take_pending()
+            if not entries:
+                return True
+            try:
+                async with get_session() as session:
+                    session.add_all(
+                        GroupMessage(
+                            group_id=group_id,
+                            user_id=e.user_id,
+                            nickname=e.nickname[:64],
+                            is_bot=e.is_bot,
+                            text=e.text,
+                            created_at=_db_time(e.at),
+                        )
+                        for e in entries
+                    )
+                    await session.flush()
+                    await self._trim(session, group_id, self._config.context_message_count)
+                    await session.commit()
+            except Exception as exc:
+                window.restore_pending(entries)
+                logger.warning(
+                    f"[Memory] 群 {group_id} 的上下文窗口写入失败（{len(entries)} 条留待下次）："
+                    f"{exc.__class__.__name__}"
+                )
+                return False
+            return True
+
+    @staticmethod
+    async def _trim(session: AsyncSession, group_id: str, keep: int) -> int:
+        """Delete the group's rows older than the newest ``keep``; how many went."""
+        threshold = await session.scalar(
+            select(GroupMessage.id)
+            .where(GroupMessage.group_id == group_id)
+            .order_by(GroupMessage.id.desc())
+            .offset(keep - 1)
+            .limit(1)
+        )
+        if threshold is None:
+            return 0
+        result = await session.execute(
+            delete(GroupMessage).where(
+                GroupMessage.group_id == group_id, GroupMessage.id < threshold
+            )
+        )
+        return int(getattr(result, "rowcount", 0) or 0)
+
+    async def clear(self, group_id: str) -> None:
+        """Forget the group's window, in memory and stored."""
+        window = self._window(group_id)
+        async with self._locks.hold(group_id):
+            async with get_session() as session:
+                await session.execute(delete(GroupMessage).where(GroupMessage.group_id == group_id))
+                await session.commit()
+            window.clear()
+            window.loaded = True
+
+    # -- one member's messages (a user's export and forget) ---------------------------
+
+    async def messages_of(self, user_id: str) -> list[tuple[str, WindowEntry]]:
+        """Every message of member ``user_id`` the windows keep, as ``(group id, entry)``,
+        oldest first: the stored rows and those not written yet."""
+        stmt = (
+            select(GroupMessage)
+            .where(GroupMessage.user_id == user_id, GroupMessage.is_bot.is_(False))
+            .order_by(GroupMessage.id)
+        )
+        async with get_session() as session:
+            rows = list((await session.scalars(stmt)).all())
+        out = [
+            (
+                r.group_id,
+                WindowEntry(r.user_id, r.nickname, r.text, r.is_bot, _timestamp(r.created_at)),
+            )
+            for r in rows
+        ]
+        for group_id, window in self._windows.items():
+            out += [(group_id, e) for e in window.pending if e.user_id == user_id and not e.is_bot]
+        out.sort(key=lambda pair: pair[1].at)
+        return out
+
+    async def forget_user(self, user_id: str) -> int:
+        """Remove member ``user_id``'s messages from every window, stored and in memory.
+
+        Each group under its lock, so a background write of the group finishes
+        first (its rows are then deleted too). The bot's replies stay. Returns
+        how many messages went (stored rows plus those not written yet).
+        """
+        stmt = select(GroupMessage.group_id).where(
+            GroupMessage.user_id == user_id, GroupMessage.is_bot.is_(False)
+        )
+        async with get_session() as session:
+            groups = set((await session.scalars(stmt.distinct())).all())
+        groups |= {
+            g
+            for g, w in self._windows.items()
+            if any(e.user_id == user_id for e in [*w.entries, *w.pending])
+        }
+        removed = 0
+        for group_id in sorted(groups):
+            async with self._locks.hold(group_id):
+                async with get_session() as session:
+                    result = await session.execute(
+                        delete(GroupMessage).where(
+                            GroupMessage.group_id == group_id,
+                            GroupMessage.user_id == user_id,
+                            GroupMessage.is_bot.is_(False),
+                        )
+                    )
+                    await session.commit()
+                removed += int(getattr(result, "rowcount", 0) or 0)
+                window = self._windows.get(group_id)
+                if window is not None:
+                    removed += sum(
+                        1 for e in window.pending if e.user_id == user_id and not e.is_bot
+                    )
+                    window.drop_user(user_id)
+        return removed
+
+    async def drain(self) -> None:
+        """Wait for the background writes started so far."""
+        while self._flushing:
+            await asyncio.gather(*list(self._flushing.values()), return_exceptions=True)
+
+    async def close(self) -> None:
+        """Finish the background writes and flush every window (driver shutdown)."""
+        await self.drain()
+        for group_id, window in list(self._windows.items()):
+            if window.pending:
+                await self.flush(group_id)
+
+    async def compact(self) -> CompactReport:
+        """Cut what is stored beyond the current limits (once, at start-up)."""
+        report = CompactReport()
+        config = self._config
+        async with get_session() as session:
+            groups = list((await session.scalars(select(GroupMessage.group_id).distinct())).all())
+            for group_id in groups:
+                report.dropped += await self._trim(session, group_id, config.context_message_count)
+            too_long = await session.scalars(
+                select(GroupMessage).where(
+                    or_(
+                        (GroupMessage.is_bot.is_(True))
+                        & (func.length(GroupMessage.text) > config.bot_context_max_chars),
+                        (GroupMessage.is_bot.is_(False))
+                        & (func.length(GroupMessage.text) > config.context_max_text_chars),
+                    )
+                )
+            )
+            for row in too_long:
+                limit = (
+                    config.bot_context_max_chars if row.is_bot else config.context_max_text_chars
+                )
+                row.text = cut_text(row.text, limit)
+                report.cut += 1
+            await session.commit()
+        return report

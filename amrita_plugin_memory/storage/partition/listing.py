@@ -1,0 +1,112 @@
+"""Paged, newest-first reads of one partition, and finding a memory by id alone.
+
+For the admin console (see :mod:`.recent` for why pages are read by id).
+Every read here is bounded: a page is at most ``limit`` memories fetched by
+id, whatever the size of the partition or of the collection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+from ...core.records import MemoryRecord
+from ..memory_store import MemoryStore
+
+__all__ = ["locate", "newest_page", "partition_ids"]
+
+_refreshing: dict[tuple[int, str], asyncio.Task[None]] = {}
+"""Background re-reads of stale id lists, one per (store, partition)."""
+
+
+async def _read_ids(store: MemoryStore, partition: str) -> list[str]:
+    """Read the partition's ids (insertion order) and cache them, under the partition's lock.
+
+    The store's adds and deletes hold the same lock while they change the
+    collection and the cached list, so the list read here misses none of them.
+    """
+    async with store.locks.hold(partition):
+        col = await store.collection()
+        res = await store.connection.run(
+            functools.partial(col.get, where={"user_id": partition}, include=[])
+        )
+        ids = list(res["ids"])
+        store.recent.set(partition, ids)
+        return ids
+
+
+def _refresh_later(store: MemoryStore, partition: str) -> None:
+    key = (id(store), partition)
+    if key in _refreshing:
+        return
+
+    async def refresh() -> None:
+        try:
+            await _read_ids(store, partition)
+        except Exception:  # the next listing tries again; the old list stays usable
+            store.recent.drop(partition)
+        finally:
+            _refreshing.pop(key, None)
+
+    _refreshing[key] = asyncio.get_running_loop().create_task(refresh())
+
+
+async def partition_ids(store: MemoryStore, partition: str) -> list[str]:
+    """The ids of ``partition``, oldest first (cached; see :mod:`.recent`).
+
+    The returned list is the cache's own: slice it at once, do not keep it.
+    """
+    cached = store.recent.get(partition)
+    if cached is None:
+        return await _read_ids(store, partition)
+    ids, fresh = cached
+    if not fresh:
+        _refresh_later(store, partition)
+    return ids
+
+
+def _records(
+    res: Mapping[str, Any], wanted: list[str], partition: str | None
+) -> list[MemoryRecord]:
+    """The items of a ``get(ids=...)`` in the order of ``wanted`` (Chroma keeps its own order)."""
+    docs = res.get("documents") or [None] * len(res["ids"])
+    metas = res.get("metadatas") or [None] * len(res["ids"])
+    found = {i: (d, m) for i, d, m in zip(res["ids"], docs, metas, strict=False)}
+    out: list[MemoryRecord] = []
+    for memory_id in wanted:
+        if memory_id not in found:
+            continue  # deleted meanwhile
+        doc, meta = found[memory_id]
+        if partition is not None and (meta or {}).get("user_id") != partition:
+            continue  # moved meanwhile (key migration)
+        out.append(MemoryRecord.from_chroma(memory_id, doc, meta))
+    return out
+
+
+async def newest_page(
+    store: MemoryStore, partition: str, *, offset: int = 0, limit: int = 20
+) -> tuple[list[MemoryRecord], int]:
+    """Memories ``offset .. offset+limit`` of ``partition``, newest first, and its size."""
+    ids = await partition_ids(store, partition)
+    total = len(ids)
+    stop = max(total - max(offset, 0), 0)
+    page = ids[max(stop - limit, 0) : stop][::-1]
+    if not page:
+        return [], total
+    col = await store.collection()
+    res = await store.connection.run(
+        functools.partial(col.get, ids=page, include=["documents", "metadatas"])
+    )
+    return _records(res, page, partition), total
+
+
+async def locate(store: MemoryStore, memory_id: str) -> MemoryRecord | None:
+    """The memory ``memory_id`` in whatever partition it is (admin only; tools never do this)."""
+    col = await store.collection()
+    res = await store.connection.run(
+        functools.partial(col.get, ids=[memory_id], include=["documents", "metadatas"])
+    )
+    records = _records(res, [memory_id], None)
+    return records[0] if records else None

@@ -1,0 +1,182 @@
+"""Tombstones of forgotten users: no restore, now or later, brings a forgotten user back.
+
+A user's forget (:mod:`.user_data`) removes their rows everywhere, the backup
+files included; but a backup copied elsewhere, or one written while the forget
+ran, may still hold them. So the forget also records the user here, with its
+time, and every restore path (a backup restore: ``embedding.forgotten``; an
+archive restore: :mod:`..archive.restore`) drops the rows of the user's
+partition last changed no later than that time, and clears the user's writer
+mark (:data:`~...core.records.META_AUTHOR`) on group memories as old. A user
+who talks again after the forget is not blocked: what they say afterwards is
+newer than the tombstone, so it is restored like anyone's.
+
+The file is ``<data_dir>/forgotten_users.json`` (mode 0600, written
+atomically), one entry per user id::
+
+    {"format": "amrita_plugin_memory/forgotten_users", "version": 1,
+     "users": {"10001": {"partition": "QQPlatform_Private_10001",
+                         "at": "2025-06-01T12:00:00.123456+00:00"}}}
+
+A file that cannot be read makes every restore refuse (:class:`ForgottenFileError`):
+restoring without it could bring a forgotten user back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ...core.records import META_AUTHOR
+from ...infra.files import atomic_write_text
+
+__all__ = [
+    "FORGOTTEN_FILE_NAME",
+    "ForgottenFileError",
+    "ForgottenUsers",
+    "Tombstones",
+    "parse_time",
+    "row_time",
+]
+
+FORGOTTEN_FILE_NAME = "forgotten_users.json"
+_FORMAT = "amrita_plugin_memory/forgotten_users"
+_VERSION = 1
+_TIME_KEYS = ("created_at", "updated_at", "archived_at")
+
+Normalize = Callable[[str], str | None]
+"""A partition key in its current form (``storage.keys.normalize_key``; ``None``: unknown form)."""
+
+
+class ForgottenFileError(OSError):
+    """The tombstone file exists but cannot be read: restores refuse rather than guess."""
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An ISO timestamp as stored in metadata (naive means UTC); ``None`` if unusable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def row_time(meta: Mapping[str, Any]) -> datetime | None:
+    """When a row was last changed: the latest of its creation, update and archiving."""
+    times = [t for t in (parse_time(meta.get(k)) for k in _TIME_KEYS) if t is not None]
+    return max(times) if times else None
+
+
+def _older(meta: Mapping[str, Any], forgot_at: datetime) -> bool:
+    """A row without a usable time counts as old: it cannot prove it is newer."""
+    changed = row_time(meta)
+    return changed is None or changed <= forgot_at
+
+
+@dataclass(frozen=True, slots=True)
+class Tombstones:
+    """The forgotten users as a restore checks them (partition keys already normalised)."""
+
+    partitions: Mapping[str, datetime] = field(default_factory=dict)
+    """Current-form partition key → time of the user's last forget."""
+    authors: Mapping[str, datetime] = field(default_factory=dict)
+    """User id → time of their last forget (writer marks of group memories)."""
+    normalize: Normalize = lambda key: key
+
+    def __bool__(self) -> bool:
+        return bool(self.partitions)
+
+    def buries(self, meta: Mapping[str, Any] | None) -> bool:
+        """Whether a row (its metadata) is a forgotten user's from before their forget."""
+        if not meta or not self.partitions:
+            return False
+        key = str(meta.get("user_id") or "")
+        forgot_at = self.partitions.get(self.normalize(key) or key)
+        return forgot_at is not None and _older(meta, forgot_at)
+
+    def unmarks(self, meta: Mapping[str, Any] | None) -> bool:
+        """Whether a row carries a forgotten user's writer mark from before their forget."""
+        if not meta or not self.authors:
+            return False
+        forgot_at = self.authors.get(str(meta.get(META_AUTHOR) or ""))
+        return forgot_at is not None and _older(meta, forgot_at)
+
+    def cleaned(self, meta: dict[str, Any]) -> dict[str, Any]:
+        """``meta`` with an old writer mark of a forgotten user cleared (see :meth:`unmarks`)."""
+        return {**meta, META_AUTHOR: ""} if self.unmarks(meta) else meta
+
+
+class ForgottenUsers:
+    """The tombstone file of one data directory."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    def in_dir(cls, data_dir: Path) -> ForgottenUsers:
+        return cls(data_dir / FORGOTTEN_FILE_NAME)
+
+    def _read(self) -> dict[str, dict[str, str]]:
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {}
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ForgottenFileError(f"无法读取遗忘记录 {self.path}：{exc}") from None
+        try:
+            document = json.loads(text)
+        except ValueError:
+            document = None
+        users = document.get("users") if isinstance(document, dict) else None
+        if not isinstance(document, dict) or document.get("format") != _FORMAT:
+            users = None
+        if not isinstance(users, dict):
+            raise ForgottenFileError(
+                f"遗忘记录 {self.path} 已损坏：为免恢复出已被遗忘的用户的数据，本次恢复未执行"
+            )
+        out: dict[str, dict[str, str]] = {}
+        for user_id, entry in users.items():
+            if isinstance(entry, dict) and parse_time(entry.get("at")) is not None:
+                out[str(user_id)] = {
+                    "partition": str(entry.get("partition") or ""),
+                    "at": str(entry["at"]),
+                }
+        return out
+
+    async def entries(self) -> dict[str, dict[str, str]]:
+        """Every recorded user: ``{user id: {"partition": key, "at": ISO time}}``."""
+        return await asyncio.to_thread(self._read)
+
+    async def load(self, normalize: Normalize) -> Tombstones:
+        """The tombstones as restores check them (raises :class:`ForgottenFileError`)."""
+        entries = await self.entries()
+        partitions: dict[str, datetime] = {}
+        authors: dict[str, datetime] = {}
+        for user_id, entry in entries.items():
+            at = parse_time(entry["at"])
+            assert at is not None
+            key = entry["partition"]
+            if key:
+                partitions[normalize(key) or key] = at
+            authors[user_id] = at
+        return Tombstones(partitions, authors, normalize)
+
+    async def add(self, user_id: str, partition: str, at: datetime) -> None:
+        """Record (or move forward) the forget of ``user_id``; persisted before it returns."""
+
+        def write() -> None:
+            users = self._read()
+            users[user_id] = {"partition": partition, "at": at.isoformat()}
+            document = {"format": _FORMAT, "version": _VERSION, "users": users}
+            text = json.dumps(document, ensure_ascii=False, indent=1, sort_keys=True) + "\n"
+            atomic_write_text(self.path, text, mode=0o600)
+
+        async with self._lock:
+            await asyncio.to_thread(write)

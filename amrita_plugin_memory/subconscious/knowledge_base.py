@@ -1,0 +1,492 @@
+"""The global knowledge base: Markdown files + a JSON index + a Chroma collection.
+
+Every entry ``<kid>`` lives in three places that are kept in step:
+
+* ``knowledge/KNOWLEDGE_<kid>.md`` — the source of truth (title, summary, body);
+* ``knowledge_index.json`` — ``kid → {title, summary, checksum, created_at, updated_at}``
+  for cheap listing;
+* the Chroma collection ``knowledge_collection_name`` — one vector per entry
+  (id = kid, metadata carries the file checksum), embedded with the shared
+  embedding client and therefore covered by the embedding fingerprint.
+
+Writes embed first (an embedding failure leaves nothing behind), then write
+the file and the index atomically (temporary file + rename), then upsert the
+vector. :meth:`KnowledgeBaseManager.validate_on_startup` repairs any drift a
+crash or a hand edit left, in every direction, and reports what it fixed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import re
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ..core.protocols import Embedder
+from ..core.text import single_line
+from ..infra.files import atomic_write_text
+from ..storage.chroma.connection import ChromaConnection
+from ..storage.chroma.remap_markers import CollectionGuard
+
+__all__ = [
+    "KnowledgeBaseManager",
+    "KnowledgeEntry",
+    "KnowledgeError",
+    "ValidationReport",
+    "check_knowledge_base",
+]
+
+FILE_PREFIX = "KNOWLEDGE_"
+INDEX_FILE = "knowledge_index.json"
+TITLE_MAX = 100
+SUMMARY_MAX = 500
+_KID_RE = re.compile(r"^[a-z0-9]{6,32}$")
+
+
+class KnowledgeError(ValueError):
+    """A knowledge operation cannot be done; the message is meant for the model."""
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _header_field(value: Any, name: str, limit: int) -> str:
+    """A validated one-line header value (newlines would break the file header)."""
+    if not isinstance(value, str):
+        raise KnowledgeError(f"参数 {name} 必须是字符串")
+    text = single_line(value)
+    if not text:
+        raise KnowledgeError(f"参数 {name} 不能为空")
+    if len(text) > limit:
+        raise KnowledgeError(f"参数 {name} 过长（{len(text)} 字，上限 {limit} 字）")
+    return text
+
+
+@dataclass(slots=True)
+class KnowledgeEntry:
+    kid: str
+    title: str
+    summary: str
+    body: str
+    created_at: str = ""
+    updated_at: str = ""
+
+    def render(self) -> str:
+        """The file text. Header values are JSON strings: any text round-trips."""
+        header = {
+            "kid": self.kid,
+            "title": self.title,
+            "summary": self.summary,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+        lines = ["<!-- amrita_plugin_memory knowledge -->"]
+        lines += [
+            f"{key}: {json.dumps(value, ensure_ascii=False)}" for key, value in header.items()
+        ]
+        return (
+            "\n".join(lines) + "\n\n" + self.body + ("\n" if not self.body.endswith("\n") else "")
+        )
+
+    @classmethod
+    def parse(cls, text: str) -> KnowledgeEntry:
+        head, sep, body = text.partition("\n\n")
+        if not sep:
+            raise KnowledgeError("知识文件缺少正文分隔空行")
+        values: dict[str, str] = {}
+        for line in head.splitlines()[1:]:
+            key, _, raw = line.partition(": ")
+            try:
+                values[key] = json.loads(raw)
+            except ValueError:
+                raise KnowledgeError(f"知识文件头部无法解析：{line[:60]!r}") from None
+        try:
+            return cls(
+                kid=values["kid"],
+                title=values["title"],
+                summary=values["summary"],
+                body=body[:-1] if body.endswith("\n") else body,
+                created_at=values.get("created_at", ""),
+                updated_at=values.get("updated_at", ""),
+            )
+        except KeyError as exc:
+            raise KnowledgeError(f"知识文件头部缺少 {exc.args[0]}") from None
+
+    @property
+    def document(self) -> str:
+        """The text that is embedded."""
+        return f"{self.title}\n{self.summary}\n{self.body}"
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.render().encode("utf-8")).hexdigest()
+
+    def brief(self) -> dict[str, Any]:
+        return {
+            "kid": self.kid,
+            "title": self.title,
+            "summary": self.summary,
+            "updated_at": self.updated_at,
+        }
+
+
+@dataclass(slots=True)
+class ValidationReport:
+    """What :meth:`KnowledgeBaseManager.validate_on_startup` repaired."""
+
+    indexed_files: list[str] = field(default_factory=list)
+    dropped_index_entries: list[str] = field(default_factory=list)
+    reembedded: list[str] = field(default_factory=list)
+    removed_vectors: list[str] = field(default_factory=list)
+    unreadable_files: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return any(asdict(self).values())
+
+
+class KnowledgeBaseManager:
+    """Three-way synced knowledge store (files, index, vectors)."""
+
+    def __init__(
+        self,
+        *,
+        root: Path,
+        connection: ChromaConnection,
+        embedder: Embedder,
+        collection_name: str,
+        max_chars: int,
+        log: Callable[[str], None] = lambda _msg: None,
+    ) -> None:
+        self.root = root
+        self.dir = root / "knowledge"
+        self.index_path = root / INDEX_FILE
+        self.connection = connection
+        self.embedder = embedder
+        self.collection_name = collection_name
+        self.max_chars = max_chars
+        self.log = log
+        self._lock = asyncio.Lock()
+        self._guard = CollectionGuard(connection)
+        """Refuses writes while a remap re-embeds the collection; never re-creates it mid-swap."""
+
+    # -- paths and files ----------------------------------------------------------
+
+    def path_for(self, kid: str) -> Path:
+        return self.dir / f"{FILE_PREFIX}{kid}.md"
+
+    @staticmethod
+    def check_kid(kid: Any) -> str:
+        if not isinstance(kid, str) or not _KID_RE.match(kid.strip()):
+            raise KnowledgeError(f"知识 ID {str(kid)[:40]!r} 格式无效")
+        return kid.strip()
+
+    def _read_index_sync(self) -> dict[str, dict[str, Any]]:
+        try:
+            data = json.loads(self.index_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except ValueError:
+            self.log(f"[Subconscious] 知识索引 {self.index_path} 损坏，将从文件重建")
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _write_index_sync(self, index: dict[str, dict[str, Any]]) -> None:
+        atomic_write_text(
+            self.index_path, json.dumps(index, ensure_ascii=False, indent=2, sort_keys=True)
+        )
+
+    def _load_sync(self, kid: str) -> KnowledgeEntry | None:
+        try:
+            return KnowledgeEntry.parse(self.path_for(kid).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+
+    async def _collection(self) -> Any:
+        return await self._guard.collection(self.collection_name)
+
+    # -- reads ------------------------------------------------------------------------
+
+    async def list(self) -> list[dict[str, Any]]:
+        index = await asyncio.to_thread(self._read_index_sync)
+        entries = [
+            {"kid": kid, **{k: v.get(k, "") for k in ("title", "summary", "updated_at")}}
+            for kid, v in index.items()
+        ]
+        return sorted(entries, key=lambda e: e["updated_at"], reverse=True)
+
+    async def get(self, kid: str) -> KnowledgeEntry:
+        kid = self.check_kid(kid)
+        entry = await asyncio.to_thread(self._load_sync, kid)
+        if entry is None:
+            raise KnowledgeError(f"知识条目 {kid} 不存在")
+        return entry
+
+    async def read(
+        self, kid: str, start_line: int = 1, end_line: int | None = None
+    ) -> dict[str, Any]:
+        """A window of the body's lines (1-based, inclusive)."""
+        entry = await self.get(kid)
+        lines = entry.body.splitlines()
+        total = len(lines)
+        if isinstance(start_line, bool) or not isinstance(start_line, int) or start_line < 1:
+            raise KnowledgeError("start_line 必须是 ≥ 1 的整数")
+        if end_line is not None and (
+            isinstance(end_line, bool) or not isinstance(end_line, int) or end_line < start_line
+        ):
+            raise KnowledgeError("end_line 必须是 ≥ start_line 的整数")
+        end = total if end_line is None else end_line
+        end = min(end, total, start_line + 199)  # at most 200 lines per read
+        window = (
+            [f"{n}: {lines[n - 1]}" for n in range(start_line, end + 1)]
+            if start_line <= total
+            else []
+        )
+        return {
+            **entry.brief(),
+            "total_lines": total,
+            "start_line": start_line,
+            "end_line": end if window else start_line - 1,
+            "lines": window,
+        }
+
+    async def search(self, query: str, top_k: int = 5) -> list[dict[str, Any]]:
+        vector = (await self.embedder.embed([query], "query"))[0]
+        col = await self._collection()
+        res = await self.connection.run(
+            lambda: col.query(
+                query_embeddings=[vector], n_results=top_k, include=["metadatas", "distances"]
+            )
+        )
+        ids = res["ids"][0] if res["ids"] else []
+        metas = (res.get("metadatas") or [[]])[0]
+        dists = (res.get("distances") or [[]])[0]
+        out = []
+        for kid, meta, dist in zip(ids, metas, dists, strict=False):
+            meta = meta or {}
+            out.append(
+                {
+                    "kid": kid,
+                    "title": meta.get("title", ""),
+                    "summary": meta.get("summary", ""),
+                    "distance": round(float(dist), 4),
+                }
+            )
+        return out
+
+    # -- writes -------------------------------------------------------------------------
+
+    def _validate_body(self, body: Any) -> str:
+        if not isinstance(body, str):
+            raise KnowledgeError("参数 body 必须是字符串")
+        body = body.strip("\n")
+        if not body.strip():
+            raise KnowledgeError("参数 body 不能为空")
+        if len(body) > self.max_chars:
+            raise KnowledgeError(
+                f"正文过长（{len(body)} 字，上限 {self.max_chars} 字），请拆分或精简"
+            )
+        return body
+
+    async def _commit(self, entry: KnowledgeEntry, vector: list[float]) -> None:
+        """File, then index, then vector (the file is the source of truth)."""
+
+        def write_files() -> None:
+            atomic_write_text(self.path_for(entry.kid), entry.render())
+            index = self._read_index_sync()
+            index[entry.kid] = {
+                "title": entry.title,
+                "summary": entry.summary,
+                "checksum": entry.checksum,
+                "created_at": entry.created_at,
+                "updated_at": entry.updated_at,
+            }
+            self._write_index_sync(index)
+
+        name = self.collection_name
+        col, read_at = await self._guard.for_write(
+            name
+        )  # before the files: a refusal changes nothing
+        await asyncio.to_thread(write_files)
+        meta = {
+            "kid": entry.kid,
+            "title": entry.title,
+            "summary": entry.summary,
+            "checksum": entry.checksum,
+        }
+        await self.connection.run(
+            lambda: col.upsert(
+                ids=[entry.kid], documents=[entry.document], embeddings=[vector], metadatas=[meta]
+            )
+        )
+        await self._guard.after_write(name, col, read_at)
+
+    async def create(self, title: Any, summary: Any, body: Any) -> KnowledgeEntry:
+        now = _now()
+        entry = KnowledgeEntry(
+            kid=uuid.uuid4().hex[:12],
+            title=_header_field(title, "title", TITLE_MAX),
+            summary=_header_field(summary, "summary", SUMMARY_MAX),
+            body=self._validate_body(body),
+            created_at=now,
+            updated_at=now,
+        )
+        vector = (await self.embedder.embed([entry.document]))[0]
+        async with self._lock:
+            await self._commit(entry, vector)
+        self.log(f"[Subconscious] 新建知识 {entry.kid}")
+        return entry
+
+    async def update(
+        self, kid: Any, *, title: Any = None, summary: Any = None, body: Any = None
+    ) -> KnowledgeEntry:
+        kid = self.check_kid(kid)
+        if title is None and summary is None and body is None:
+            raise KnowledgeError("至少提供 title、summary、body 之一")
+        async with self._lock:
+            entry = await self.get(kid)
+            if title is not None:
+                entry.title = _header_field(title, "title", TITLE_MAX)
+            if summary is not None:
+                entry.summary = _header_field(summary, "summary", SUMMARY_MAX)
+            if body is not None:
+                entry.body = self._validate_body(body)
+            entry.updated_at = _now()
+            vector = (await self.embedder.embed([entry.document]))[0]
+            await self._commit(entry, vector)
+        self.log(f"[Subconscious] 更新知识 {kid}")
+        return entry
+
+    async def delete(self, kid: Any) -> None:
+        kid = self.check_kid(kid)
+        async with self._lock:
+            await self.get(kid)  # clear error when missing
+            name = self.collection_name
+            col, read_at = await self._guard.for_write(name)
+            # Vector first: a crash after it leaves a file that validation re-embeds,
+            # never a vector that answers searches for a deleted entry.
+            await self.connection.run(lambda: col.delete(ids=[kid]))
+            await self._guard.after_write(name, col, read_at)
+
+            def remove_files() -> None:
+                index = self._read_index_sync()
+                index.pop(kid, None)
+                self._write_index_sync(index)
+                with contextlib.suppress(FileNotFoundError):
+                    self.path_for(kid).unlink()
+
+            await asyncio.to_thread(remove_files)
+        self.log(f"[Subconscious] 删除知识 {kid}")
+
+    # -- repair -----------------------------------------------------------------------------
+
+    async def validate_on_startup(self) -> ValidationReport:
+        """Bring index and vectors in line with the files, logging each repair."""
+        report = ValidationReport()
+        async with self._lock:
+
+            def scan() -> tuple[dict[str, KnowledgeEntry], dict[str, dict[str, Any]]]:
+                self.dir.mkdir(parents=True, exist_ok=True)
+                entries: dict[str, KnowledgeEntry] = {}
+                for path in sorted(self.dir.glob(f"{FILE_PREFIX}*.md")):
+                    kid = path.stem[len(FILE_PREFIX) :]
+                    try:
+                        entry = KnowledgeEntry.parse(path.read_text(encoding="utf-8"))
+                    except (KnowledgeError, OSError, UnicodeDecodeError):
+                        report.unreadable_files.append(path.name)
+                        continue
+                    if entry.kid != kid:
+                        report.unreadable_files.append(path.name)
+                        continue
+                    entries[kid] = entry
+                return entries, self._read_index_sync()
+
+            entries, index = await asyncio.to_thread(scan)
+            new_index: dict[str, dict[str, Any]] = {}
+            for kid, entry in entries.items():
+                if kid not in index:
+                    report.indexed_files.append(kid)
+                new_index[kid] = {
+                    "title": entry.title,
+                    "summary": entry.summary,
+                    "checksum": entry.checksum,
+                    "created_at": entry.created_at,
+                    "updated_at": entry.updated_at,
+                }
+            report.dropped_index_entries = sorted(set(index) - set(entries))
+            if new_index != index:
+                await asyncio.to_thread(self._write_index_sync, new_index)
+
+            col = await self._collection()
+            stored = await self.connection.run(lambda: col.get(include=["metadatas"]))
+            stored_sums = {
+                i: (m or {}).get("checksum")
+                for i, m in zip(stored["ids"], stored.get("metadatas") or [], strict=False)
+            }
+            stale = [kid for kid, e in entries.items() if stored_sums.get(kid) != e.checksum]
+            orphans = sorted(set(stored_sums) - set(entries))
+            if orphans:
+                await self.connection.run(lambda: col.delete(ids=orphans))
+                report.removed_vectors = orphans
+            for start in range(0, len(stale), 32):
+                batch = [entries[k] for k in stale[start : start + 32]]
+                vectors = await self.embedder.embed([e.document for e in batch])
+                metas = [
+                    {"kid": e.kid, "title": e.title, "summary": e.summary, "checksum": e.checksum}
+                    for e in batch
+                ]
+                await self.connection.run(
+                    lambda b=batch, v=vectors, m=metas: col.upsert(
+                        ids=[e.kid for e in b],
+                        documents=[e.document for e in b],
+                        embeddings=v,
+                        metadatas=m,
+                    )
+                )
+                report.reembedded += [e.kid for e in batch]
+        if report.changed:
+            self.log(
+                "[Subconscious] 知识库校验修复："
+                f"补入索引 {len(report.indexed_files)}，移除失效索引 {len(report.dropped_index_entries)}，"
+                f"重嵌入 {len(report.reembedded)}，删除孤立向量 {len(report.removed_vectors)}，"
+                f"无法解析的文件 {len(report.unreadable_files)}"
+            )
+        return report
+
+
+async def check_knowledge_base(kb: KnowledgeBaseManager) -> ValidationReport | None:
+    """Repair drift between knowledge files, index and vectors; never raises.
+
+    What was repaired is logged by the knowledge base itself; a failure
+    (embedding service or vector store down) is logged and retried at the
+    next start, the loop runs anyway.
+    """
+    from nonebot import logger
+
+    try:
+        report = await kb.validate_on_startup()
+        entries = len(await kb.list())
+    except Exception as exc:
+        logger.warning(
+            "[Subconscious] 知识库启动校验失败（不影响运行，下次启动时重试）："
+            f"{exc.__class__.__name__}: {exc}"
+        )
+        return None
+    if report.unreadable_files:
+        logger.warning(
+            "[Subconscious] 知识库中有无法解析的文件（已跳过，请手工检查）："
+            + ", ".join(report.unreadable_files)
+        )
+    logger.info(
+        f"[Subconscious] Knowledge base checked: {entries} entries"
+        + ("" if report.changed else ", nothing to repair")
+    )
+    return report
