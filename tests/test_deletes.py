@@ -118,21 +118,6 @@ async def test_a_delete_that_cannot_archive_deletes_nothing(store: Any) -> None:
     assert got is not None and got.content == "用户住在上海"
 
 
-async def test_erase_removes_for_good_and_only_the_partitions_own(store: Any) -> None:
-    mine = await store.add(ALICE, "user", "要被遗忘的事")
-    kept = await store.add(ALICE, "user", "留下的事")
-    theirs = await store.add(BOB, "user", "Bob 的事")
-    assert await store.count(ALICE) == 2
-
-    erased = await store.erase(ALICE, [mine.id, theirs.id, "no-such-id", mine.id])
-
-    assert erased == [mine.id]
-    assert await store.get(ALICE, mine.id) is None and await store.count(ALICE) == 1
-    assert await store.get(ALICE, kept.id) is not None
-    assert await store.get(BOB, theirs.id) is not None
-    assert await store.archive.count() == 0  # nothing kept: that is what forget is for
-
-
 # ---------------------------------------------------------------------------
 # Another process changes a memory while it is being swept or deleted
 # ---------------------------------------------------------------------------

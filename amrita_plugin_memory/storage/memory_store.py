@@ -20,7 +20,7 @@ from ..core.protocols import Embedder, TextKind
 from ..core.records import ORIGIN_PRIVATE, MemoryRecord, utc_now, where_partition
 from ..infra.gate import WriteGate
 from ..infra.locks import PartitionLocks
-from .archive.removal import erase, move_to_archive
+from .archive.removal import move_to_archive
 from .archive.store import REASON_DELETED, REASON_UPDATED, ArchiveStore, archive_name
 from .chroma.connection import ChromaConnection
 from .chroma.paging import iter_pages
@@ -250,7 +250,7 @@ class MemoryStore:
         Every delete keeps the memory (reason ``deleted``, same id and stored
         vector, restorable): it is archived under the partition's lock before
         the live row goes, and if that fails nothing is deleted
-        (:func:`.archive.removal.move_to_archive`). Only :meth:`erase` removes data.
+        (:func:`.archive.removal.move_to_archive`). Only a forget (``storage/users/erase``) removes data.
         """
         async with self.gate.writing(), self.locks.hold(partition):
             # Ownership is checked under the partition's lock; only key
@@ -266,18 +266,6 @@ class MemoryStore:
                 self.recent.removed(partition, memory_id)
                 self.index.removed(partition, memory_id)
         return moved
-
-    async def erase(self, partition: str, memory_ids: Sequence[str]) -> list[str]:
-        """Remove memories of ``partition`` for good, without archiving them; the ids removed.
-
-        For a user's or operator's forget only: every other removal is
-        :meth:`delete`. Ids of other partitions are left alone.
-        """
-        async with self.gate.writing(), self.locks.hold(partition):
-            try:
-                return await erase(self, partition, memory_ids)
-            finally:
-                self.drop_views(partition)
 
     def drop_views(self, partition: str) -> None:
         """Drop what is cached about ``partition`` (rebuilt from Chroma on its next use)."""

@@ -5,8 +5,8 @@ the console, the L3 loop's ``subconscious_delete_memory``) goes through
 ``MemoryStore.delete`` → :func:`move_to_archive`: the row is saved into the
 archive with its stored vector (reason ``deleted``, same id, restorable like
 a swept memory) before it leaves the live collection; if that save fails,
-nothing is deleted. :func:`erase` removes rows without archiving them: it
-exists for a user's or operator's forget, and nothing else calls it.
+nothing is deleted. Only a user's or operator's forget removes rows without
+archiving them (``storage/users/erase``).
 
 **Deleting only what was read.** Chroma has no transactions, but its
 ``delete`` takes ``ids`` and a ``where`` filter together and removes only the
@@ -38,7 +38,6 @@ __all__ = [
     "MOVE_ATTEMPTS",
     "RemovalStore",
     "deleted_count",
-    "erase",
     "move_to_archive",
     "row_state",
     "unchanged_where",
@@ -148,21 +147,3 @@ async def move_to_archive(
         # Changed by another process after the read (or the server did not
         # say): read again; a memory gone now is archived and deleted.
     raise VectorStoreError(f"记忆 {memory_id} 正被另一个进程频繁修改，未删除，请稍后重试")
-
-
-async def erase(store: RemovalStore, partition: str, memory_ids: Sequence[str]) -> list[str]:
-    """Remove the memories of ``partition`` among ``memory_ids`` for good, without
-    archiving them; the ids removed. Only a forget (user or operator) calls this."""
-    wanted = list(dict.fromkeys(memory_ids))
-    if not wanted:
-        return []
-    res = await store._run(lambda c: c.get(ids=wanted, include=["metadatas"]))
-    metas = res.get("metadatas") or [None] * len(res["ids"])
-    mine = [
-        memory_id
-        for memory_id, meta in zip(res["ids"], metas, strict=False)
-        if (meta or {}).get("user_id") == partition
-    ]
-    if mine:
-        await store._write(lambda c: c.delete(ids=mine))
-    return mine
