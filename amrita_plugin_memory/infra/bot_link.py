@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .files import atomic_write_text
+
 __all__ = [
     "TOKEN_FILE_NAME",
     "TOKEN_HEADER",
@@ -146,21 +148,7 @@ def write_token_file(data_dir: Path, host: str, port: int) -> BotEndpoint:
         "port": endpoint.port,
         "pid": endpoint.pid,
     }
-    data_dir.mkdir(parents=True, exist_ok=True)
-    path = data_dir / TOKEN_FILE_NAME
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with contextlib.suppress(FileNotFoundError):
-        tmp.unlink()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(document, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+    atomic_write_text(data_dir / TOKEN_FILE_NAME, json.dumps(document), mode=0o600)
     return endpoint
 
 
