@@ -31,8 +31,6 @@ __all__ = [
     "USER",
     "RunningBot",
     "assert_nothing_lost",
-    "command_ok",
-    "command_refused",
     "login",
     "run_async",
     "seeded_bot",
@@ -208,44 +206,16 @@ def seeded_bot(
     l3: bool = True,
     then: Callable[[Any], Awaitable[None]] | None = None,
 ) -> RunningBot:
-    """A started bot whose memory collection holds ``items`` (fingerprint written, keys
-    migrated first, so it starts without a remap); stop it with :meth:`RunningBot.stop`.
-    ``then(runtime)`` adds more (archive rows, versions) after the items."""
+    """A started bot whose memory collection holds ``items`` (through :func:`start_seeded`:
+    fingerprint written, keys migrated, so it starts without a remap); stop it with
+    :meth:`RunningBot.stop`. ``then(runtime)`` adds more (archive rows, versions) after the items."""
 
-    async def prepare() -> None:
-        from amrita_plugin_memory.embedding import reset_fingerprint
-        from amrita_plugin_memory.storage.keys import migrate_partition_keys
+    async def fill(rt: Any) -> None:
+        await seed(rt, rt.store.name, items)
+        if then is not None:
+            await then(rt)
 
-        rt = project.runtime()
-        try:
-            await seed(rt, rt.store.name, items)
-            if then is not None:
-                await then(rt)
-            await reset_fingerprint(rt.maintenance)
-            await migrate_partition_keys(rt.store)
-        finally:
-            await rt.close()
-
-    EMBED.reset()
-    run_async(prepare())
-    running = RunningBot(project, l3=l3)
-    running.start()
-    return running
-
-
-def command_ok(proc: subprocess.CompletedProcess[str]) -> str:
-    """The output of an ``ambot`` command that must succeed without a traceback."""
-    assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    assert "Traceback" not in proc.stdout + proc.stderr
-    return proc.stdout
-
-
-def command_refused(proc: subprocess.CompletedProcess[str]) -> str:
-    """The one ``错误：…`` line of an ``ambot`` command that must fail (exit 1, no traceback)."""
-    assert proc.returncode == 1, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    assert "Traceback" not in proc.stdout + proc.stderr
-    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("错误：")]
-    return line
+    return start_seeded(project, fill, l3=l3)
 
 
 def assert_nothing_lost(

@@ -19,16 +19,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tests.botproject import ALICE, BOB, BotProject, memory_meta
+from tests.botproject import ALICE, BOB, BotProject, ambot_ok, ambot_refused, memory_meta
 from tests.console_bot import (
     RunningBot,
     assert_nothing_lost,
-    command_ok,
-    command_refused,
     seeded_bot,
 )
 from tests.lazy import lazy_import
-from tests.reliability_stats import STATS
 from tests.servers import ChromaServer, free_port
 
 E = lazy_import("amrita_plugin_memory.infra.bot_link")
@@ -56,13 +53,13 @@ def bot(
 
 def test_archive_sweep_and_restore_run_inside_the_bot(bot: RunningBot) -> None:
     project = bot.project
-    out = command_ok(project.ambot("archive", "sweep"))
+    out = ambot_ok(project.ambot("archive", "sweep"))
     assert out.startswith(f"归档清理完成：扫描 {len(SEEDED)} 条记忆，归档 {len(EXPIRED)} 条"), out
     assert f"{LOCAL_ACTOR}：归档清理 archived={len(EXPIRED)}" in bot.log(), "not done by the bot"
 
-    assert command_ok(project.ambot("archive", "restore", "old001")).strip() == "已恢复记忆 old001"
+    assert ambot_ok(project.ambot("archive", "restore", "old001")).strip() == "已恢复记忆 old001"
     assert f"{LOCAL_ACTOR}：恢复归档 partition={ALICE} id=old001" in bot.log()
-    listing = command_ok(project.ambot("archive", "list", "-p", ALICE))
+    listing = ambot_ok(project.ambot("archive", "list", "-p", ALICE))
     assert listing.startswith(f"分区 {ALICE} 归档共 {len(EXPIRED) - 1} 条")
     assert f"{LOCAL_ACTOR}：" in bot.log()
 
@@ -75,13 +72,13 @@ def _bot_pid(project: BotProject) -> int:
 def test_every_other_writing_command_asks_the_bot_or_refuses(bot: RunningBot) -> None:
     project = bot.project
     pid = _bot_pid(project)
-    made = command_ok(project.ambot("backup", "create"))
+    made = ambot_ok(project.ambot("backup", "create"))
     assert f"（由运行中的 Bot 创建，PID {pid}）" in made, made
 
-    status = command_ok(project.ambot("status"))
+    status = ambot_ok(project.ambot("status"))
     assert "Bot 正在运行" in status
 
-    reindex = command_ok(project.ambot("reindex", "--yes"))
+    reindex = ambot_ok(project.ambot("reindex", "--yes"))
     assert "在运行中的 Bot 内执行" in reindex and "重映射完成" in reindex
     assert f"{LOCAL_ACTOR}：开始重映射" in bot.log()
 
@@ -89,15 +86,14 @@ def test_every_other_writing_command_asks_the_bot_or_refuses(bot: RunningBot) ->
         (("migrate-keys",), "迁移分区键"),
         (("reset-fingerprint",), "重置指纹"),
     ):
-        line = command_refused(project.ambot(*args))
-        STATS.inputs_tried += 1
+        line = ambot_refused(project.ambot(*args))  # counted as a hostile input tried
         assert line.startswith(f"错误：Bot 正在运行（PID {pid}），{what}"), line
         assert "需要先停止 Bot（它正在读写同一个远程向量库" in line, line
 
 
 def test_a_token_file_left_by_a_killed_bot_is_ignored(bot: RunningBot) -> None:
     project = bot.project
-    through_bot = command_ok(project.ambot("archive", "list", "-n", "50"))
+    through_bot = ambot_ok(project.ambot("archive", "list", "-n", "50"))
     bot.stop()
     # A token file whose PID is alive (this test process) but nobody listens
     # at its address: what a bot killed with -9 leaves, its PID reused.
@@ -115,8 +111,8 @@ def test_a_token_file_left_by_a_killed_bot_is_ignored(bot: RunningBot) -> None:
         encoding="utf-8",
     )
     try:
-        assert command_ok(project.ambot("archive", "list", "-n", "50")) == through_bot
-        assert "归档清理完成" in command_ok(project.ambot("archive", "sweep"))
+        assert ambot_ok(project.ambot("archive", "list", "-n", "50")) == through_bot
+        assert "归档清理完成" in ambot_ok(project.ambot("archive", "sweep"))
     finally:
         token.unlink()
 
