@@ -96,7 +96,7 @@ def _setup() -> MemoryRuntime | None:
         runner.loop_state if runner is not None else None,
         runner.target_user_id if runner is not None else None,
     )
-    user_data.forget_hooks.append(active.queue.forget)  # unprocessed messages go too
+    user_data.forget_hooks.append(active.forget)  # unprocessed messages go, work in flight stops
     users = UserCommands(user_data, rt.config.export_dir)
     register_commands(
         MemoryCommands(rt.tools, GroupCommands(awareness.stores, rt.memo), users, auto=active)

@@ -15,11 +15,13 @@ from .embedding.client import EmbeddingClient
 from .embedding.fingerprint import pin_auto_model
 from .embedding.forgotten import BackupScrubber
 from .embedding.maintenance import Maintenance
+from .infra.fences import UserEpochs
 from .storage.chroma.connection import ChromaConnection
 from .storage.groups.stores import GroupStores
 from .storage.memo_store import MemoService
 from .storage.memory_store import MEMORY_COLLECTION, MemoryStore
 from .storage.partition.retrieval import RetrievalSettings
+from .storage.users.fences import UserFences
 from .storage.users.loop_state_row import LoopStateAccess, LoopStateRow
 from .storage.users.tombstones import ForgottenUsers
 from .storage.users.user_data import UserData
@@ -46,6 +48,8 @@ class MemoryRuntime:
         self.store.settings = RetrievalSettings.from_config(config.file)
         self.forgotten = ForgottenUsers.in_dir(config.data_dir)
         self.store.forgotten = self.forgotten  # checked by every restore path
+        self.fences = UserFences(UserEpochs(), self.forgotten)
+        """Background work for a user (extractions) is voided by their forget or opt-out."""
         # EMBEDDING_MODEL_NAME=auto keeps the model of the stored fingerprint.
         pin_auto_model(self.embedder, self.store)
         self.memo = MemoService(config.file.memo_max_chars)
@@ -81,7 +85,7 @@ class MemoryRuntime:
         if loop is None:
             loop = LoopStateRow()
             loop_target = self.config.file.subconscious.target_user_id.strip() or None
-        return UserData(
+        data = UserData(
             self.store,
             self.memo,
             groups,
@@ -90,6 +94,8 @@ class MemoryRuntime:
             loop_target=loop_target,
             backups=BackupScrubber(self.config.backup_dir, self.forgotten),
         )
+        data.forget_hooks.append(self.fences.epochs.bump)  # work in flight writes nothing
+        return data
 
     async def close(self) -> None:
         """Release everything, for good (the bot's shutdown, the end of a command).

@@ -205,7 +205,7 @@ async def _cost(convs: list[dict[str, Any]], rt: Any) -> list[str]:
         tail = obs[200:] or obs[-8:]
         for i in range(0, len(tail) - 3, 4):
             turns = [Turn(o["text"], "好的，我记住了。") for o in tail[i : i + 4]]
-            request, _ = await extractor.prepare(key, turns)
+            request, _, _ = await extractor.prepare(key, turns)
             chars = sum(len(m["content"]) for m in request)
             sizes.append(chars)
             per_message.append(chars / 4)

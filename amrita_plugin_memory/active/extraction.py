@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..core.errors import MemoryLimitReached
+from ..core.errors import MemoryLimitReached, WriteFenced
+from ..core.protocols import Fence
 from ..core.records import ORIGIN_PRIVATE, SOURCE_AUTO, MemoryRecord
 from ..core.text import cut, single_line
 from ..prompting.memory_ops import MemoryOp, OpLimits, ParsedOps, parse_memory_ops, reference
@@ -66,6 +67,10 @@ class ExtractionOutcome:
     archived: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
     request_chars: int = 0
+    sent: int = 0
+    """Turns of the batch the request carried (the rest did not fit its budget)."""
+    fenced: bool = False
+    """The user was forgotten or opted out before every op was applied: the rest was dropped."""
     error: str = ""
 
     @property
@@ -150,10 +155,22 @@ class MemoryExtractor:
         )
 
     async def prepare(
-        self, key: BatchKey, turns: Sequence[Turn]
-    ) -> tuple[list[dict[str, str]], list[MemoryRecord]]:
+        self, key: BatchKey, turns: Sequence[Turn], *, budget: int = 20_000
+    ) -> tuple[list[dict[str, str]], list[MemoryRecord], int]:
+        """The request for the first turns that fit in ``budget`` characters (all of its
+        messages, instructions included), the related memories shown, and how many turns.
+
+        The related memories take at most half of the budget (the least related
+        go first); then turns are taken in order while the request fits. One
+        turn always goes: each message and reply is cut to a fixed length.
+        """
         related = await self.related(key, turns)
-        return build_messages(turns, related), related
+        while related and _chars(build_messages([], related)) > budget // 2:
+            related.pop()
+        sent = len(turns)
+        while sent > 1 and _chars(build_messages(turns[:sent], related)) > budget:
+            sent -= 1
+        return build_messages(turns[:sent], related), related, sent
 
     async def apply(
         self,
@@ -161,8 +178,15 @@ class MemoryExtractor:
         answer: str,
         related: Sequence[MemoryRecord],
         outcome: ExtractionOutcome,
+        *,
+        fence: Fence | None = None,
     ) -> ParsedOps:
-        """Parse the model's ``answer`` and carry out its valid operations."""
+        """Parse the model's ``answer`` and carry out its valid operations.
+
+        ``fence`` is checked under the partition's lock before each write: once
+        it fails (the user was forgotten or opted out) nothing more is written.
+        An automatic ``add`` into a full partition may displace an automatic
+        memory of its importance or lower (``storage/room``)."""
         by_ref = {reference(i): r for i, r in enumerate(related)}
         parsed = parse_memory_ops(answer, refs=by_ref.keys(), limits=self.limits)
         outcome.ignored.extend(parsed.ignored)
@@ -170,9 +194,12 @@ class MemoryExtractor:
             return parsed
         for op in parsed.ops:
             try:
-                await self._apply_one(key, op, by_ref, outcome)
+                await self._apply_one(key, op, by_ref, outcome, fence)
             except MemoryLimitReached:
                 outcome.ignored.append(f"{op.op}: partition full ({self.memory_limit})")
+            except WriteFenced:
+                outcome.fenced = True
+                break
         return parsed
 
     async def _apply_one(
@@ -181,17 +208,21 @@ class MemoryExtractor:
         op: MemoryOp,
         by_ref: dict[str, MemoryRecord],
         outcome: ExtractionOutcome,
+        fence: Fence | None,
     ) -> None:
         if op.op == "add":
             written = await self.store.remember(
                 key.partition, "user", op.content, tags=op.tags, importance=op.importance,
                 limit=self.memory_limit, origin=key.origin, source=SOURCE_AUTO,
+                displace=op.importance, fence=fence,
             )  # fmt: skip
             (outcome.updated if written.merged else outcome.added).append(written.record.id)
             return
         target = by_ref[op.ref]
         if op.op == "archive":
-            if await self.store.delete(key.partition, target.id, reason=REASON_OUTDATED):
+            if await self.store.delete(
+                key.partition, target.id, reason=REASON_OUTDATED, fence=fence
+            ):
                 outcome.archived.append(target.id)
             else:
                 outcome.ignored.append(f"{op.ref}: gone before archive")
@@ -201,12 +232,16 @@ class MemoryExtractor:
         if origin == target.origin:
             origin = None
         changed = await self.store.update(
-            key.partition, target.id, content=op.content, origin=origin
+            key.partition, target.id, content=op.content, origin=origin, fence=fence
         )
         if changed is None:
             outcome.ignored.append(f"{op.ref}: gone before update")
         else:
             outcome.updated.append(changed.id)
+
+
+def _chars(messages: Sequence[dict[str, str]]) -> int:
+    return sum(len(m["content"]) for m in messages)
 
 
 def describe(outcome: ExtractionOutcome) -> str:

@@ -9,16 +9,25 @@ model scores Chinese pairs far higher than English ones) are shown, so an
 unrelated message ("哈哈", "在吗") gets no block. In a group only what ``read_memory``
 may return there: the speaker's memories written in groups, unless
 ``private_memories_in_groups`` allows the others.
+
+Recall never holds a turn: the query embedding has its own deadline
+(``recall_timeout_seconds``, about a second, far below the embedding
+client's own timeout), and after repeated failures a circuit breaker skips
+recall entirely until a trial call succeeds again (:mod:`..infra.breaker`):
+with the embedding service down, a turn costs nothing extra.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Sequence
 
 import numpy as np
+from nonebot import logger
 
 from ..core.records import MemoryRecord
+from ..infra.breaker import CircuitBreaker
 from ..prompting.blocks import render_memories_block
 from ..storage.keys import ChatTarget
 from ..storage.memory_store import MemoryStore
@@ -84,8 +93,12 @@ class MemoryRecall:
         min_similarity: float,
         min_similarity_non_cjk: float,
         private_memories_in_groups: bool,
+        timeout: float = 1.2,
     ) -> None:
         self.store = store
+        self.timeout = timeout
+        self.breaker = CircuitBreaker(threshold=2, cooldown=10.0, max_cooldown=120.0)
+        """Open after 2 failed or late query embeddings in a row: recall is skipped."""
         self.top_k = top_k
         self.max_chars = max_chars
         self.min_similarity = min_similarity
@@ -97,7 +110,9 @@ class MemoryRecall:
         query = text.strip()[:QUERY_CHARS]
         if not query:
             return []
-        vector = (await self.store.embedder.embed([query], "query"))[0]
+        vector = await self._embed(query)
+        if vector is None:
+            return []
         hits = await search(
             self.store,
             target.user,
@@ -111,6 +126,24 @@ class MemoryRecall:
         similarity = await cosine_similarities(self.store, target.user, vector, hits)
         floor = self.min_similarity if has_cjk(query) else self.min_similarity_non_cjk
         return [(r, similarity[r.id]) for r in hits if similarity.get(r.id, -math.inf) >= floor]
+
+    async def _embed(self, query: str) -> list[float] | None:
+        """The query's vector, or ``None`` when the embedder is late, failing, or known to fail."""
+        if not self.breaker.allow():
+            return None
+        try:
+            async with asyncio.timeout(self.timeout):
+                vector = (await self.store.embedder.embed([query], "query"))[0]
+        except Exception as exc:  # TimeoutError included: the turn goes on without a block
+            self.breaker.failure()
+            state = "，暂停召回" if self.breaker.is_open else ""
+            logger.warning(f"[Memory] 主动召回的查询嵌入失败{state}：{exc.__class__.__name__}")
+            return None
+        except BaseException:
+            self.breaker.failure()  # cancelled: never leave a trial hanging
+            raise
+        self.breaker.success()
+        return vector
 
     async def block(self, target: ChatTarget, text: str) -> str:
         """The ``<MEMORIES>`` block for a message (empty when nothing is relevant)."""

@@ -7,39 +7,70 @@
 
 Everything reads the live configuration (:meth:`configure`), so switching
 ``[active_memory]`` on or off needs no new hooks.
+
+The user stays in control of work in flight: every batch carries its user's
+ticket (:mod:`..infra.fences`), and every write of its extraction re-checks
+it, the tombstones and the user's consent under the partition's lock right
+before applying (:class:`~..storage.users.fences.UserFences`). A chat model
+that keeps failing opens a circuit breaker: batches wait (bounded) instead of
+retrying in a storm.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from nonebot import logger
 
 from ..core.config import ActiveMemoryConfig, ConfigFile
 from ..core.records import ORIGIN_PRIVATE, origin_of_group
 from ..groups.amrita_llm import Completion, add_usage, complete_isolated
+from ..infra.breaker import CircuitBreaker
+from ..infra.fences import UserEpochs
 from ..services import MemoryRuntime
 from ..storage.consent_store import ConsentStore
 from ..storage.keys import ChatTarget
 from ..storage.memory_store import MemoryStore
-from .batches import Batch, BatchKey, BatchQueue, Turn
+from ..storage.users.fences import UserFences
+from .batches import Batch, BatchKey, BatchQueue, BatchResult, Turn
 from .extraction import ExtractionOutcome, MemoryExtractor, describe
 from .recall import MemoryRecall
 
-__all__ = ["ActiveMemory", "ActiveStats"]
+__all__ = ["NOTICE_TEXT", "ActiveMemory", "ActiveStats", "Notify"]
 
 RESULTS_KEPT = 50
+
+NOTICE_TEXT = (
+    "小提示：我会自动记住你聊天中提到的关于你自己的事。"
+    "看我记住了什么：/memory user list；不想被自动记住：/memory auto off"
+)
+"""The one-time private notice after the first automatic memory of a user."""
+
+Notify = Callable[[str, str, str], Awaitable[bool]]
+"""``(bot_id, user_id, text) -> sent?``: one private message (set by the hooks)."""
 
 
 @dataclass(slots=True)
 class ActiveStats:
-    """Counters since start (cost figures in the README come from the benchmark)."""
+    """Counters since start (cost figures in the docs come from the benchmark)."""
 
     messages: int = 0
     requests: int = 0
     request_chars: int = 0
+    largest_request: int = 0
     failures: int = 0
+    deferred: int = 0
+    """Batches held back while the chat model was failing (circuit breaker open)."""
+    fenced: int = 0
+    """Extractions whose user was forgotten or opted out before they wrote everything."""
+    notices: int = 0
     results: list[ExtractionOutcome] = field(default_factory=list)
+
+
+async def _never_notify(bot_id: str, user_id: str, text: str) -> bool:
+    return False
 
 
 class ActiveMemory:
@@ -52,22 +83,35 @@ class ActiveMemory:
         consent: ConsentStore,
         *,
         complete: Completion = complete_isolated,
+        fences: UserFences | None = None,
     ) -> None:
         self.store = store
         self.consent = consent
         self.complete = complete
+        self.fences = fences or UserFences(UserEpochs(), store.forgotten)
+        self.notify: Notify = _never_notify
         self.stats = ActiveStats()
+        self.model_breaker = CircuitBreaker(threshold=3, cooldown=30.0, max_cooldown=600.0)
+        """Open after 3 failed extraction requests in a row: batches wait, 30 s … 10 min."""
+        self._notice_tried: set[str] = set()
         self.config = config
         self.extractor = self._extractor(config)
         self.recaller = self._recaller(config)
-        am = config.active_memory
-        self.queue = BatchQueue(
-            self._extract, batch_messages=am.batch_messages, idle_seconds=am.idle_seconds
-        )
+        self.queue = BatchQueue(self._extract, epochs=self.fences.epochs, **self._queue_args())
 
     @classmethod
     def build(cls, runtime: MemoryRuntime) -> ActiveMemory:
-        return cls(runtime.config.file, runtime.store, ConsentStore())
+        return cls(runtime.config.file, runtime.store, ConsentStore(), fences=runtime.fences)
+
+    def _queue_args(self) -> dict[str, Any]:
+        am = self.config.active_memory
+        return {
+            "batch_messages": am.batch_messages,
+            "idle_seconds": am.idle_seconds,
+            "max_pending": am.max_pending_turns,
+            "max_turns": am.max_turns_per_request,
+            "max_running": am.max_concurrent_requests,
+        }
 
     def _extractor(self, config: ConfigFile) -> MemoryExtractor:
         am = config.active_memory
@@ -81,22 +125,26 @@ class ActiveMemory:
 
     def _recaller(self, config: ConfigFile) -> MemoryRecall:
         am = config.active_memory
-        return MemoryRecall(
+        previous = getattr(self, "recaller", None)
+        recaller = MemoryRecall(
             self.store,
             top_k=am.recall_top_k,
             max_chars=am.recall_max_chars,
             min_similarity=am.recall_min_similarity,
             min_similarity_non_cjk=am.recall_min_similarity_non_cjk,
             private_memories_in_groups=config.private_memories_in_groups,
+            timeout=am.recall_timeout_seconds,
         )
+        if previous is not None:
+            recaller.breaker = previous.breaker  # what is known of the embedder stays known
+        return recaller
 
     def configure(self, config: ConfigFile) -> None:
         """Use another configuration from now on (queued turns stay)."""
         self.config = config
         self.extractor = self._extractor(config)
         self.recaller = self._recaller(config)
-        am = config.active_memory
-        self.queue.configure(batch_messages=am.batch_messages, idle_seconds=am.idle_seconds)
+        self.queue.configure(**self._queue_args())
 
     @property
     def settings(self) -> ActiveMemoryConfig:
@@ -112,53 +160,99 @@ class ActiveMemory:
 
     # -- learning --------------------------------------------------------------------
 
-    async def answered(self, target: ChatTarget, message: str, reply: str) -> bool:
-        """A turn was answered: queue ``message`` for extraction; whether it was queued."""
+    async def answered(
+        self, target: ChatTarget, message: str, reply: str, *, bot_id: str = ""
+    ) -> bool:
+        """A turn was answered: queue ``message`` for extraction; whether it was queued.
+
+        ``bot_id`` is the bot that answered (the one notice goes through it)."""
         if not self.learns_in(target) or not message.strip():
             return False
         if not await self.consent.allows(target.user_id):
             return False
         origin = origin_of_group(target.group_id) if target.group_id else ORIGIN_PRIVATE
         self.stats.messages += 1
-        self.queue.add(BatchKey(target.user_id, target.user, origin), Turn(message, reply))
-        return True
+        key = BatchKey(target.user_id, target.user, origin)
+        return self.queue.add(key, Turn(message, reply, bot_id=bot_id))
 
-    async def _extract(self, batch: Batch) -> bool:
+    async def _extract(self, batch: Batch) -> BatchResult:
         outcome = ExtractionOutcome(batch.key, turns=len(batch.turns))
+        sent = len(batch.turns)
+        user_id = batch.key.user_id
+        ticket = batch.ticket or self.fences.ticket(user_id)
         try:
-            if not await self.consent.allows(batch.key.user_id):
-                return True  # opted out meanwhile: learn nothing
-            messages, related = await self.extractor.prepare(batch.key, batch.turns)
+            if not await self.consent.allows(user_id):
+                return BatchResult(ok=True, sent=sent)  # opted out meanwhile: learn nothing
+            if not self.model_breaker.allow():
+                self.stats.deferred += 1
+                return BatchResult(
+                    ok=False, sent=0, deferred=True, retry_in=self.model_breaker.retry_in()
+                )
+            messages, related, sent = await self.extractor.prepare(
+                batch.key, batch.turns, budget=self.settings.max_request_chars
+            )
+            outcome.sent = sent
             outcome.request_chars = sum(len(m["content"]) for m in messages)
             self.stats.requests += 1
             self.stats.request_chars += outcome.request_chars
+            self.stats.largest_request = max(self.stats.largest_request, outcome.request_chars)
             try:
                 answer, usage = await self.complete(messages)
             except Exception as exc:
+                self.model_breaker.failure()
                 outcome.error = exc.__class__.__name__
                 logger.warning(f"[Memory] 主动记忆提取请求失败：{exc.__class__.__name__}: {exc}")
-                return False
+                return BatchResult(ok=False, sent=sent)
+            self.model_breaker.success()
             await add_usage(usage, what="主动记忆提取")
-            parsed = await self.extractor.apply(batch.key, answer, related, outcome)
+            parsed = await self.extractor.apply(
+                batch.key,
+                answer,
+                related,
+                outcome,
+                fence=self.fences.fence(ticket, self.consent.allows),
+            )
             for reason in outcome.ignored:
                 logger.debug(f"[Memory] 主动记忆提取忽略：{reason}")
+            if outcome.fenced:
+                self.stats.fenced += 1
+                logger.info(
+                    f"[Memory] 主动记忆：用户 {user_id} 已遗忘数据或关闭自动记忆，本批不再写入"
+                )
+                return BatchResult(ok=True, sent=sent)
             if parsed.malformed:
                 outcome.error = "malformed"
                 logger.warning("[Memory] 主动记忆提取的回答不是约定的 JSON，本批未写入，稍后重试")
-                return False
+                return BatchResult(ok=False, sent=sent)
             if outcome.added or outcome.updated or outcome.archived:
                 logger.info(
                     f"[Memory] 主动记忆 partition={batch.key.partition}：{describe(outcome)}"
                 )
-            return True
+            if outcome.added or outcome.updated:
+                bots = [t.bot_id for t in batch.turns[:sent] if t.bot_id]
+                await self._notice(user_id, bots[-1] if bots else "")
+            return BatchResult(ok=True, sent=sent)
         except Exception as exc:
             outcome.error = exc.__class__.__name__
             logger.warning(f"[Memory] 主动记忆提取失败：{exc.__class__.__name__}: {exc}")
-            return False
+            return BatchResult(ok=False, sent=sent)
         finally:
             if outcome.error:
                 self.stats.failures += 1
             self.stats.results = [*self.stats.results[-(RESULTS_KEPT - 1) :], outcome]
+
+    async def _notice(self, user_id: str, bot_id: str) -> None:
+        """Tell the user once, in private, that the bot learns on its own (``notice``)."""
+        if not self.settings.notice or user_id in self._notice_tried:
+            return
+        if len(self._notice_tried) >= 100_000:
+            self._notice_tried.clear()  # a bound; the table still says who was told
+        self._notice_tried.add(user_id)
+        if await self.consent.noticed(user_id):
+            return
+        if await self.notify(bot_id, user_id, NOTICE_TEXT):
+            self.stats.notices += 1
+            await self.consent.mark_noticed(user_id)
 
     # -- recall ----------------------------------------------------------------------
 
@@ -177,11 +271,21 @@ class ActiveMemory:
         return await self.consent.allows(user_id)
 
     async def set_consent(self, user_id: str, allowed: bool) -> bool:
-        """``/memory auto on|off``; off also drops the user's unprocessed messages."""
-        changed = await self.consent.set_allowed(user_id, allowed)
+        """``/memory auto on|off``; off also drops the user's unprocessed messages and
+        voids an extraction in flight (it writes nothing more)."""
         if not allowed:
             self.queue.forget(user_id)
+        changed = await self.consent.set_allowed(user_id, allowed)
+        if not allowed:
+            self.queue.forget(user_id)  # a turn queued while the row was written
         return changed
+
+    async def forget(self, user_id: str) -> None:
+        """A forget of ``user_id`` (a ``UserData`` forget hook): drop and void their work,
+        and forget that they were told (learning starts anew, so does the notice)."""
+        self.queue.forget(user_id)
+        self._notice_tried.discard(user_id)
+        await self.consent.forget_notice(user_id)
 
     # -- lifecycle -------------------------------------------------------------------
 

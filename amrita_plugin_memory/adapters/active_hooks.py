@@ -11,6 +11,7 @@
 # No ``from __future__ import annotations``: amrita-sense injects handler
 # arguments by their annotation objects.
 
+import asyncio
 from typing import Any
 
 from amrita_core import CompletionEvent, PreCompletionEvent
@@ -25,6 +26,7 @@ from .subconscious_hooks import remove_sense_matcher
 __all__ = ["ActiveHooks", "current_active", "setup_active_memory"]
 
 ACTIVE_HOOK_PRIORITY = 18
+NOTICE_TIMEOUT_SECONDS = 10.0
 
 _CURRENT: "list[ActiveHooks]" = []
 
@@ -69,7 +71,10 @@ class ActiveHooks:
             return
         try:
             await self.active.answered(
-                target_from_event(ev), _message_text(ev), event.model_response or ""
+                target_from_event(ev),
+                _message_text(ev),
+                event.model_response or "",
+                bot_id=str(getattr(ev, "self_id", "") or ""),
             )
         except Exception as exc:
             logger.warning(f"[Memory] 主动记忆排队失败：{exc.__class__.__name__}: {exc}")
@@ -99,11 +104,33 @@ class ActiveHooks:
         self._sense_matchers = []
 
 
+async def send_notice(bot_id: str, user_id: str, text: str) -> bool:
+    """One private message to ``user_id`` through the bot that answered them; whether it went.
+
+    Never through another bot: only the one the user talks to is known to reach them."""
+    import nonebot
+
+    bot = nonebot.get_bots().get(bot_id) if bot_id else None
+    if bot is None or not user_id.isdigit():
+        logger.info(f"[Memory] 主动记忆提示未发送给 {user_id}：没有可用的 Bot 或不是 QQ 号")
+        return False
+    try:
+        await asyncio.wait_for(
+            bot.call_api("send_private_msg", user_id=int(user_id), message=text),
+            NOTICE_TIMEOUT_SECONDS,
+        )
+    except Exception as exc:
+        logger.info(f"[Memory] 主动记忆提示未发送给 {user_id}：{exc.__class__.__name__}")
+        return False
+    return True
+
+
 def setup_active_memory(runtime: MemoryRuntime) -> ActiveMemory:
     """Build active memory, register its hooks and its shutdown."""
     from nonebot import get_driver
 
     active = ActiveMemory.build(runtime)
+    active.notify = send_notice
     hooks = ActiveHooks(active)
     hooks.register()
     _CURRENT.append(hooks)

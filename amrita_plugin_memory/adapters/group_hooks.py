@@ -200,7 +200,7 @@ def setup_group_awareness(runtime: MemoryRuntime) -> GroupAwareness:
     from nonebot import get_driver
 
     driver = get_driver()
-    awareness = GroupAwareness.build(runtime.config.file)
+    awareness = GroupAwareness.build(runtime.config.file, fences=runtime.fences)
     hooks = GroupHooks(awareness, set(driver.config.command_start))
     hooks.register()
     _CURRENT.append(hooks)

@@ -296,6 +296,17 @@ class ActiveMemoryConfig(_Section):
     # for the bundled multilingual-e5-small (`python -m bench.active_bench`).
     recall_min_similarity: float = Field(default=0.87, ge=0, le=1)
     recall_min_similarity_non_cjk: float = Field(default=0.82, ge=0, le=1)
+    # Recall's query embedding waits at most this long (the turn goes on without
+    # a block); after repeated failures it is skipped until the service answers.
+    recall_timeout_seconds: float = Field(default=1.2, ge=0.1, le=30)
+    # Bounds: extraction requests in flight in the process, turns waiting per
+    # user and chat (the oldest are dropped), turns and characters per request.
+    max_concurrent_requests: int = Field(default=4, ge=1, le=64)
+    max_pending_turns: int = Field(default=40, ge=1, le=10_000)
+    max_turns_per_request: int = Field(default=16, ge=1, le=100)
+    max_request_chars: int = Field(default=20_000, ge=4_000, le=200_000)
+    # Tell a user once, in private, the first time something was learned about them.
+    notice: bool = True
 
 
 class ConfigFile(_Section):

@@ -13,6 +13,7 @@ __all__ = [
     "MaintenanceInProgress",
     "MemoryLimitReached",
     "VectorStoreError",
+    "WriteFenced",
 ]
 
 
@@ -53,6 +54,15 @@ class MemoryLimitReached(VectorStoreError):
         super().__init__(f"该分区的记忆已达上限（{count}/{limit} 条），请先合并或删除旧记忆")
         self.limit = limit
         self.count = count
+
+
+class WriteFenced(RuntimeError):
+    """Background work for a user was voided (a forget or an opt-out) before it wrote."""
+
+    def __init__(self, user_id: str, why: str) -> None:
+        super().__init__(f"用户 {user_id} 的后台任务已作废（{why}），未写入")
+        self.user_id = user_id
+        self.why = why
 
 
 class EmbeddingError(RuntimeError):

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Literal, Protocol
 
-__all__ = ["Embedder", "TextKind"]
+__all__ = ["Embedder", "Fence", "TextKind"]
+
+Fence = Callable[[], Awaitable[None]]
+"""Called by a store right before it writes, under the partition's lock: raises
+:class:`~.errors.WriteFenced` when the work that asked for the write was voided
+(its user forgotten or opted out since the work took its input)."""
 
 TextKind = Literal["query", "document"]
 """What is embedded: a search query, or a text to store (their prefixes differ)."""

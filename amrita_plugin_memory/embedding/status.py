@@ -18,6 +18,7 @@ from typing import Any, Literal
 from ..core.errors import EmbeddingError
 from ..storage.chroma.remap_markers import maintenance_busy
 from ..storage.keys import KEY_FORMAT_META, current_key_format
+from ..storage.memory_store import MemoryStore
 from .backup import BackupInfo, list_backups
 from .client import EmbeddingConfigError
 from .fingerprint import FingerprintInfo, current_fingerprint
@@ -205,6 +206,16 @@ class StatusReport:
         )
 
 
+async def _distribution(store: MemoryStore) -> dict[tuple[str, str], int]:
+    """Memory count per ``(partition, scope)`` over the whole collection."""
+    counts: dict[tuple[str, str], int] = {}
+    async for page in store.iter_records():
+        for record in page:
+            key = (record.partition, record.scope)
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
 async def collect_status(maint: Maintenance) -> StatusReport:
     """Read-only state of the store; works with the embedding service down."""
     conn = maint.connection
@@ -219,7 +230,7 @@ async def collect_status(maint: Maintenance) -> StatusReport:
     except EmbeddingError as exc:
         error = str(exc)
         config_problem = isinstance(exc, EmbeddingConfigError)
-    distribution = await maint.store.distribution() if memory.name in existing else {}
+    distribution = await _distribution(maint.store) if memory.name in existing else {}
     kcol = await open_collection(conn, knowledge.name) if knowledge.name in existing else None
     acol = await open_collection(conn, archive.name) if archive.name in existing else None
     metas = {

@@ -22,11 +22,13 @@ from dataclasses import dataclass, field
 from nonebot import logger
 
 from ..core.config import ConfigFile
+from ..core.errors import WriteFenced
 from ..prompting.group_blocks import render_group_context, render_personas
 from ..prompting.group_window import WindowEntry
 from ..prompting.labels import SAFE_COLON
 from ..prompting.persona import PersonaField, parse_updates
 from ..storage.groups.stores import GroupStores
+from ..storage.users.fences import UserFences
 from .amrita_llm import Completion, add_usage, complete_isolated
 
 __all__ = ["EXTRACTION_MARKER", "ExtractionResult", "PersonaExtractor"]
@@ -72,8 +74,11 @@ class PersonaExtractor:
         *,
         complete: Completion = complete_isolated,
         clock: Callable[[], float] = time.time,
+        fences: UserFences | None = None,
     ) -> None:
         self.stores = stores
+        self.fences = fences
+        """A member forgotten while their extraction is in flight gets nothing written."""
         self.config = config
         self.complete = complete
         self.clock = clock
@@ -149,6 +154,8 @@ class PersonaExtractor:
     async def run(self, group_id: str, speaker_id: str) -> ExtractionResult:
         """Analyse the group's recent window for its members now (no rate limit for the group)."""
         result = ExtractionResult(group_id)
+        # Taken before the window is read: a member forgotten from now on is fenced.
+        ticket_of = self.fences.snapshot() if self.fences is not None else None
         gc = self.config.group_context
         count = min(gc.recent_context_messages, gc.context_message_count)
         entries = await self.stores.windows.recent(group_id, count)
@@ -158,6 +165,7 @@ class PersonaExtractor:
         now = self.clock()
         self._mark(group_id, targets, now)
         result.analysed = targets
+
         labels = await self.stores.directory.member_labels(group_id, entries, [])
         messages = self._messages(entries, targets, labels, await self._known(targets))
         try:
@@ -181,9 +189,17 @@ class PersonaExtractor:
         for update in parsed.updates:
             by_user.setdefault(update.user_id, []).append((update.field, update.value))
         for user_id, updates in by_user.items():
-            merged = await self.stores.personas.merge(
-                user_id, updates, now=now, max_chars=self.config.persona.total_max_chars
-            )
+            fence = None
+            if self.fences is not None and ticket_of is not None:
+                fence = self.fences.fence(ticket_of(user_id))
+            try:
+                merged = await self.stores.personas.merge(
+                    user_id, updates, now=now, max_chars=self.config.persona.total_max_chars,
+                    fence=fence,
+                )  # fmt: skip
+            except WriteFenced:
+                result.ignored.append(f"{user_id}: forgotten while the request ran")
+                continue
             if merged:
                 result.updated.append(user_id)
         if result.updated:

@@ -28,6 +28,7 @@ from ..prompting.group_blocks import (
     render_self,
 )
 from ..storage.groups.stores import GroupStores
+from ..storage.users.fences import UserFences
 from .amrita_llm import Completion, complete_isolated
 from .extraction import PersonaExtractor
 
@@ -44,15 +45,18 @@ class GroupAwareness:
         *,
         complete: Completion = complete_isolated,
         clock: Callable[[], float] = time.time,
+        fences: UserFences | None = None,
     ) -> None:
         self.config = config
         self.stores = stores
         self.clock = clock
-        self.extractor = PersonaExtractor(stores, config, complete=complete, clock=clock)
+        self.extractor = PersonaExtractor(
+            stores, config, complete=complete, clock=clock, fences=fences
+        )
 
     @classmethod
-    def build(cls, config: ConfigFile) -> GroupAwareness:
-        return cls(config, GroupStores.build(config))
+    def build(cls, config: ConfigFile, *, fences: UserFences | None = None) -> GroupAwareness:
+        return cls(config, GroupStores.build(config), fences=fences)
 
     def configure(self, config: ConfigFile) -> None:
         """Use another configuration from now on (stored data stays)."""

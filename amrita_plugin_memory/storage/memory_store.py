@@ -15,8 +15,8 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..core.errors import MemoryLimitReached, VectorStoreError
-from ..core.protocols import Embedder, TextKind
+from ..core.errors import VectorStoreError
+from ..core.protocols import Embedder, Fence, TextKind
 from ..core.records import ORIGIN_PRIVATE, MemoryRecord, utc_now, where_partition
 from ..infra.gate import WriteGate
 from ..infra.locks import PartitionLocks
@@ -30,6 +30,7 @@ from .partition.counts import PartitionCounts
 from .partition.index import PartitionIndex
 from .partition.recent import RecentIds
 from .partition.retrieval import RetrievalSettings, search
+from .room import make_room
 from .users.tombstones import ForgottenUsers
 
 if TYPE_CHECKING:
@@ -133,14 +134,18 @@ class MemoryStore:
         vector: Sequence[float] | None = None,
         source: str = "",
         author: str = "",
+        displace: str | None = None,
+        fence: Fence | None = None,
     ) -> MemoryRecord:
-        """Embed and store one memory; with ``limit``, refuse when the partition is full.
+        """Embed and store one memory; with ``limit``, refuse when the partition is full
+        (unless an automatic memory of importance ≤ ``displace`` gives way, :mod:`.room`).
 
         The count check and the add happen under the partition's lock, so
         concurrent writers cannot exceed the limit. The text is embedded before
         anything is written: an embedding failure leaves nothing behind.
         ``vector`` is the text's embedding when the caller has it already;
-        ``author`` the user id of who wrote a group memory.
+        ``author`` the user id of who wrote a group memory; ``fence`` is
+        awaited under the lock right before anything is written.
         """
         if vector is None:
             vector = (await self._embed([content]))[0]
@@ -159,13 +164,10 @@ class MemoryStore:
             author=author,
         )
         async with self.gate.writing(), self.locks.hold(partition):
+            if fence is not None:
+                await fence()
             if limit is not None:
-                count = self.counts.get(partition)
-                if count is None or count >= limit:  # unknown, or about to refuse: exact
-                    count = await self.count(partition)
-                    self.counts.set(partition, count)
-                if count >= limit:
-                    raise MemoryLimitReached(limit, count)
+                await make_room(self, partition, limit, displace)
             try:
                 await self._write(
                     lambda c: c.add(
@@ -193,6 +195,7 @@ class MemoryStore:
         importance: str | None = None,
         stored_vector: Sequence[float] | None = None,
         origin: str | None = None,
+        fence: Fence | None = None,
     ) -> MemoryRecord | None:
         """Change a memory of ``partition``; ``None`` if it is not there.
 
@@ -208,6 +211,8 @@ class MemoryStore:
             if vector is None:
                 vector = (await self._embed([content]))[0]
         async with self.gate.writing(), self.locks.hold(partition):
+            if fence is not None:
+                await fence()
             current = await self.get(partition, memory_id)
             if current is None:
                 return None
@@ -244,7 +249,14 @@ class MemoryStore:
         res = await self._run(lambda c: c.get(ids=[memory_id], include=[]))
         return not res["ids"]
 
-    async def delete(self, partition: str, memory_id: str, *, reason: str = REASON_DELETED) -> bool:
+    async def delete(
+        self,
+        partition: str,
+        memory_id: str,
+        *,
+        reason: str = REASON_DELETED,
+        fence: Fence | None = None,
+    ) -> bool:
         """Move a memory of ``partition`` into the archive; ``False`` if it is not there.
 
         Every delete keeps the memory (reason ``deleted``, same id and stored
@@ -253,6 +265,8 @@ class MemoryStore:
         (:func:`.archive.removal.move_to_archive`). Only a forget (``storage/users/erase``) removes data.
         """
         async with self.gate.writing(), self.locks.hold(partition):
+            if fence is not None:
+                await fence()
             # Ownership is checked under the partition's lock; only key
             # migration moves a memory between partitions, and it runs before
             # the bot serves anyone.
@@ -285,6 +299,8 @@ class MemoryStore:
         origin: str = ORIGIN_PRIVATE,
         source: str = "",
         author: str = "",
+        displace: str | None = None,
+        fence: Fence | None = None,
     ) -> WriteResult:
         """:meth:`add`, except that a true repeat of a memory of the partition, written
         with the same scope and origin, refreshes that memory (:mod:`.merge`) instead
@@ -300,6 +316,8 @@ class MemoryStore:
             candidates = merge_candidates(near, content, scope=scope, origin=origin)
             if candidates:
                 async with self.gate.writing(), self.locks.hold(partition):
+                    if fence is not None:
+                        await fence()
                     for candidate in candidates:
                         merged = await merge_into(
                             self, partition, candidate.id, content, vector,
@@ -310,6 +328,7 @@ class MemoryStore:
         record = await self.add(
             partition, scope, content, tags=tags, importance=importance, limit=limit,
             origin=origin, vector=vector, source=source, author=author,
+            displace=displace, fence=fence,
         )  # fmt: skip
         return WriteResult(record)
 
@@ -474,12 +493,3 @@ class MemoryStore:
             self.counts.clear()  # memories moved between partitions
             self.recent.clear()
             self.index.clear()
-
-    async def distribution(self, *, page_size: int | None = None) -> dict[tuple[str, str], int]:
-        """Memory count per ``(partition, scope)`` over the whole collection."""
-        counts: dict[tuple[str, str], int] = {}
-        async for page in self.iter_records(page_size=page_size):
-            for record in page:
-                key = (record.partition, record.scope)
-                counts[key] = counts.get(key, 0) + 1
-        return counts

@@ -10,6 +10,7 @@ from sqlalchemy import JSON, Boolean, DateTime, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 __all__ = [
+    "ActiveMemoryNotice",
     "ActiveMemoryOptOut",
     "BotSelfMemory",
     "GroupMemberLabel",
@@ -106,6 +107,15 @@ class ActiveMemoryOptOut(Model):
     """A user who switched active memory off (``/memory auto off``); no row = on."""
 
     __tablename__ = "amrita_plugin_memory_active_optout"
+
+    user_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=db_now)
+
+
+class ActiveMemoryNotice(Model):
+    """A user who was told that the bot learns on its own (the one-time notice)."""
+
+    __tablename__ = "amrita_plugin_memory_active_notice"
 
     user_id: Mapped[str] = mapped_column(String(32), primary_key=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=db_now)

@@ -21,6 +21,7 @@ from ..core.records import IMPORTANCE_LEVELS, ORIGIN_PRIVATE, SCOPES, origin_of_
 from ..storage.keys import ChatTarget
 from ..storage.memo_store import MemoService
 from ..storage.memory_store import MemoryStore
+from ..storage.room import EXPLICIT
 from .args import (
     LIMITS,
     ToolArgError,
@@ -142,6 +143,8 @@ class MemoryTools:
                 origin=origin_of_group(gid) if gid else ORIGIN_PRIVATE,
                 # A group memory records who wrote it (their export lists it).
                 author=caller.target.user_id if scope == "group" else "",
+                # The user's own request: an automatic memory gives way (storage/room).
+                displace=EXPLICIT,
             )
             record = written.record
             if written.merged:

@@ -43,6 +43,7 @@ __all__ = [
     "ARCHIVE_COLLECTION",
     "REASONS",
     "REASON_DELETED",
+    "REASON_DISPLACED",
     "REASON_EXPIRED",
     "REASON_MERGED",
     "REASON_OUTDATED",
@@ -63,12 +64,15 @@ REASON_MERGED = "merged"
 REASON_DELETED = "deleted"
 REASON_OUTDATED = "outdated"
 """Archived by active memory's extraction: no longer true, or the user asked to forget it."""
+REASON_DISPLACED = "displaced"
+"""An automatic memory that gave way to a new one in a full partition (``storage.room``)."""
 REASONS: tuple[str, ...] = (
     REASON_EXPIRED,
     REASON_UPDATED,
     REASON_MERGED,
     REASON_DELETED,
     REASON_OUTDATED,
+    REASON_DISPLACED,
 )
 
 META_ARCHIVED_AT = "archived_at"

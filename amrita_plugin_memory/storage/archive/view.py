@@ -25,6 +25,7 @@ REASON_TEXT = {
     "merged": "合并前的旧版本",
     "deleted": "已删除",
     "outdated": "不再成立（主动记忆）",
+    "displaced": "分区已满，让位给新记忆（自动记录）",
 }
 
 

@@ -17,6 +17,7 @@ from nonebot_plugin_amrita.cache import LRUCache
 from nonebot_plugin_orm import get_session
 from sqlalchemy import delete, select
 
+from ...core.protocols import Fence
 from ...infra.locks import PartitionLocks
 from ...prompting.persona import PersonaField, fields_from_json, fields_to_json, merge_fields
 from ..models import MemberPersona, db_now
@@ -94,10 +95,20 @@ class PersonaStore:
             return _from_row(user_id, await session.get(MemberPersona, user_id))
 
     async def merge(
-        self, user_id: str, updates: list[tuple[str, str]], *, now: float, max_chars: int
+        self,
+        user_id: str,
+        updates: list[tuple[str, str]],
+        *,
+        now: float,
+        max_chars: int,
+        fence: Fence | None = None,
     ) -> bool:
-        """Apply ``(field, value)`` updates; ``False`` (nothing written) when learning is off."""
+        """Apply ``(field, value)`` updates; ``False`` (nothing written) when learning is off.
+
+        ``fence`` is awaited under the user's lock first (a forget meanwhile raises)."""
         async with self._locks.hold(user_id):
+            if fence is not None:
+                await fence()
             current = await self._fresh(user_id)
             if current.learning_off:
                 self._cache.put(user_id, current)

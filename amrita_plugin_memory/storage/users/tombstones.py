@@ -154,6 +154,11 @@ class ForgottenUsers:
         """Every recorded user: ``{user id: {"partition": key, "at": ISO time}}``."""
         return await asyncio.to_thread(self._read)
 
+    async def forgotten_at(self, user_id: str) -> datetime | None:
+        """When ``user_id`` was last forgotten (by any process), or ``None``."""
+        entry = (await self.entries()).get(user_id)
+        return parse_time(entry["at"]) if entry is not None else None
+
     async def load(self, normalize: Normalize) -> Tombstones:
         """The tombstones as restores check them (raises :class:`ForgottenFileError`)."""
         entries = await self.entries()

@@ -28,6 +28,7 @@ on this user's partition key or user id.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -228,7 +229,9 @@ class UserData:
         partition = user_key(user_id)
         await self.forgotten.add(user_id, partition, datetime.now(UTC))
         for hook in self.forget_hooks:
-            hook(user_id)
+            result = hook(user_id)
+            if inspect.isawaitable(result):
+                await result
         counts = ForgetCounts()
         counts.memories, counts.archived = await erase_partition(self.store, partition)
         counts.memo = int(await self.memo.remove(partition))
