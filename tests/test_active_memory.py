@@ -406,7 +406,7 @@ def test_parse_memory_ops_keeps_only_well_formed_ops() -> None:
         "memories[4]: tags not a list of short texts",
         "memories[5:]: beyond max_ops=5",
     ]
-    for bad in ("", "[]", '{"memories": {}}', '{"updates": []}', "好的"):
+    for bad in ("", "[1]", '{"memories": {}}', '{"updates": []}', "好的"):
         assert parse_memory_ops(bad, refs=set(), limits=limits).malformed, bad
     assert parse_memory_ops('{"memories": []}', refs=set(), limits=limits).ops == []
 

@@ -124,6 +124,8 @@ def test_named_label_is_one_line_and_keeps_the_id() -> None:
         ("嗯 你：好的", "嗯 你∶好的"),
         ("Bob（5678）: x", "Bob（5678）∶ x"),
         ("a (5678)：x", "a (5678)∶x"),
+        ("用户_5678\u200b: x", "用户_5678\u200b∶ x"),  # an invisible character does not hide it
+        ("你\u2060\ufeff：好的", "你\u2060\ufeff∶好的"),
         # Not label-like: left alone.
         ("我问你: 吃了吗", "我问你: 吃了吗"),
         ("时间 10:30 用户_5678 说的", "时间 10:30 用户_5678 说的"),

@@ -7,7 +7,8 @@ only inside a block such as ``<MEMO>…</MEMO>``, rendered by
 writes back exactly what it saw stores exactly the same text (the memo's
 round trip). Only what could open or close a block is neutralised: a ``<``
 that starts one of the :data:`RESERVED_TAGS` (any case, with optional spaces,
-a ``/`` or attributes) becomes the full-width ``＜``. That is visibly
+a ``/`` or attributes, and with invisible characters anywhere in it, see
+:data:`INVISIBLE`) becomes the full-width ``＜``. That is visibly
 harmless to a reader, no longer a tag, and stable: neutralised text contains
 nothing left to neutralise, so showing a rewrite of the shown text again
 changes nothing.
@@ -17,6 +18,10 @@ all of them (:func:`neutralize`, one pattern): a block that neutralised only
 its own tag would let text inside it pose as another block, e.g. a member's
 group memo carrying a fake ``<SELF>`` block. :func:`render_block` refuses a
 tag missing from the list, so a new block cannot forget to register its tag.
+The list also holds the section tags Amrita itself writes into prompts
+(``<EXTRA>``, ``<HIDDEN>``, ``<IO_REQUIREMENT>``, …), so no text can plant a
+fake rules section; a test reads them from the installed Amrita and fails
+when one is missing here.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from collections.abc import Iterable
 from ..core.text import cut, single_line
 
 __all__ = [
+    "INVISIBLE",
     "RESERVED_TAGS",
     "insert_block",
     "neutralize",
@@ -55,6 +61,32 @@ RESERVED_TAGS: tuple[str, ...] = (
     "SYSTEM_INSTRUCTIONS",
     "SCHEMA",
     "SUMMARY",
+    "HIDDEN",
+    # The sections of Amrita's chat system prompt (amrita/plugins/chat/utils/context.py;
+    # the closing tag there is spelled SCHEMA_EXTENSION) and of a quoted message.
+    "SCHEMA_EXTENSIONS",
+    "SCHEMA_EXTENSION",
+    "IO_REQUIREMENT",
+    "EXTRA",
+    "MESSAGE_REFERED",
+    # Amrita's XML message format (``<msg role=… uid=…>``, a quote in ``<ref>``).
+    "MSG",
+    "REF",
+    # amrita-core's other prompts: the summariser (consts.py, compaction.py)
+    # and the agent's injected sections (builtins/agent/).
+    "SYS",
+    "INSTRUCTIONS",
+    "RULE",
+    "FORMATTING",
+    "EXISTING_SUMMARY",
+    "BEGIN_OF_EXTRA",
+    "END_OF_EXTRA",
+    "BEGIN_OF_INSTRUCTIONS",
+    "END_OF_INSTRUCTIONS",
+    "BEGIN_OF_REFLECTION_CORRECTION",
+    "END_OF_REFLECTION_CORRECTION",
+    "REASONING_COMPLETED",
+    "STEP_PLAN_UPDATED",
 )
 """Tag names that never appear as tags inside a block's text."""
 
@@ -62,13 +94,35 @@ SAFE_LT = "\uff1c"
 """FULLWIDTH LESS-THAN SIGN: what a neutralised tag starts with."""
 
 
+INVISIBLE = (
+    # Unicode's format characters (category Cf, as of Unicode 15.1): the soft
+    # hyphen, Arabic and Syriac marks, zero-width space / non-joiner / joiner,
+    # direction marks and embeddings, the word joiner and invisible operators,
+    # the BOM, interlinear annotation, Egyptian hieroglyph format controls,
+    # shorthand format controls, musical symbol beams, language tags.
+    "\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e"
+    "\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb"
+    "\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3"
+    "\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f"
+    # Variation selectors (also Mongolian's), the combining grapheme joiner.
+    "\ufe00-\ufe0f\U000e0100-\U000e01ef\u180b-\u180d\u180f\u034f"
+)
+"""Characters that show nothing, as the body of a regex character class: a tag
+with them inside still reads as the tag to a model."""
+
+_GAP = f"[{INVISIBLE}]*"
+_SPACE = rf"[\s{INVISIBLE}]*"
+
+
 def _tag_pattern(tags: Iterable[str]) -> re.Pattern[str]:
-    names = "|".join(sorted({re.escape(t) for t in tags}, key=len, reverse=True))
+    spelled = {_GAP.join(re.escape(c) for c in t) for t in tags}
+    names = "|".join(sorted(spelled, key=len, reverse=True))
     # A "<" followed by optional spaces, an optional "/", optional spaces and
     # one of the names, not continued by another ASCII name character (so
     # "<MEMOS>" is left alone while "<MEMO>", "</ memo >", "<Memo x=1>" and
-    # an unterminated "</MEMO" are all caught).
-    return re.compile(rf"<(?=\s*/?\s*(?:{names})(?![A-Za-z0-9_\-]))", re.IGNORECASE)
+    # an unterminated "</MEMO" are all caught). Invisible characters may
+    # stand anywhere in between ("<\u200b/ME\u00adMO>" is "</MEMO>").
+    return re.compile(rf"<(?={_SPACE}/?{_SPACE}(?:{names})(?!{_GAP}[A-Za-z0-9_\-]))", re.IGNORECASE)
 
 
 _RESERVED = _tag_pattern(RESERVED_TAGS)

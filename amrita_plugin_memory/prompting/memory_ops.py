@@ -10,11 +10,29 @@ raw id), and answers with JSON::
         {"op": "archive", "ref": "M3"}
     ]}
 
+Models do not answer with that object alone. What is understood (the rule,
+in this order; :func:`~..core.text.json_values` finds the JSON):
+
+1. Reasoning is dropped first: ``<think>…</think>`` / ``<thinking>…</thinking>``
+   (drafts of the answer inside it are never taken), everything before a lone
+   closing tag, everything after an unclosed opening tag.
+2. Around the JSON anything may stand: prose before and after, a Markdown
+   fence (```` ```json ````), a note, full-width punctuation (``：{…}。``).
+3. The answer is the object with a ``"memories"`` key. Without one, a
+   top-level list whose items are all objects with an ``"op"`` (``[]`` too)
+   is taken as the memories list. Other JSON (an example, a citation
+   ``[1]``, an unrelated object) is ignored; an object or list repeated
+   verbatim counts once.
+4. Malformed: no such object or list, two *different* ones (never guessed
+   between), an answer over :data:`~..core.text.MODEL_ANSWER_MAX_CHARS`
+   characters, or brackets nested deeper than
+   :data:`~..core.text.MODEL_JSON_MAX_DEPTH` (never an exception).
+
 Everything in that answer is untrusted. :func:`parse_memory_ops` keeps only
 well-formed operations on references that were shown, at most ``max_ops`` of
 them and at most one per reference, and gives one reason per dropped item
-(for a debug log; never the text). An answer that is not such a JSON object
-at all is *malformed*: the caller writes nothing and offers the batch again.
+(for a debug log; never the text). A malformed answer makes the caller write
+nothing and offer the batch again.
 """
 
 from __future__ import annotations
@@ -24,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..core.records import IMPORTANCE_LEVELS
-from ..core.text import load_model_json
+from ..core.text import distinct_json, json_values
 
 __all__ = ["OPS", "MemoryOp", "OpLimits", "ParsedOps", "parse_memory_ops", "reference"]
 
@@ -76,15 +94,8 @@ def parse_memory_ops(text: str, *, refs: Collection[str], limits: OpLimits) -> P
     the configured amount of work.
     """
     result = ParsedOps()
-    try:
-        data = load_model_json(text.strip())
-    except ValueError as exc:
-        result.ignored.append(f"not JSON ({exc.__class__.__name__})")
-        result.malformed = True
-        return result
-    items = data.get("memories") if isinstance(data, dict) else None
-    if not isinstance(items, list):
-        result.ignored.append('no "memories" list')
+    items = _answer(text, result)
+    if items is None:
         result.malformed = True
         return result
     used: set[str] = set()
@@ -100,6 +111,34 @@ def parse_memory_ops(text: str, *, refs: Collection[str], limits: OpLimits) -> P
             used.add(checked.ref)
         result.ops.append(checked)
     return result
+
+
+def _is_ops_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(i, dict) and "op" in i for i in value)
+
+
+def _answer(text: str, result: ParsedOps) -> list[Any] | None:
+    """The memories list of the answer (rule 3 of the module docstring), or ``None`` with the reason."""
+    try:
+        values = json_values(text)
+    except ValueError as exc:
+        result.ignored.append(f"malformed: {exc}")
+        return None
+    answers = distinct_json(
+        v["memories"] for v in values if isinstance(v, dict) and "memories" in v
+    )
+    if not answers:
+        answers = distinct_json(v for v in values if _is_ops_list(v))
+    if not answers:
+        result.ignored.append('malformed: no "memories" list' if values else "malformed: no JSON")
+        return None
+    if len(answers) > 1:
+        result.ignored.append(f"malformed: {len(answers)} different answers")
+        return None
+    if not isinstance(answers[0], list):
+        result.ignored.append('malformed: "memories" is not a list')
+        return None
+    return answers[0]
 
 
 def _content(item: Mapping[str, Any], limits: OpLimits) -> str:

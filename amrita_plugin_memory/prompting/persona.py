@@ -2,8 +2,9 @@
 
 A persona is a short list of ``field: value`` facts about one user id,
 across groups. The extraction model answers with JSON
-(``{"updates": [{"user", "field", "value", "confidence"}]}``); everything in
-that answer is untrusted. :func:`parse_updates` keeps only well-formed
+(``{"updates": [{"user", "field", "value", "confidence"}]}``), found the way
+:func:`~..core.text.load_model_json` finds it (past a ``<think>`` preamble,
+prose or a code fence); everything in that answer is untrusted. :func:`parse_updates` keeps only well-formed
 updates about members who spoke in the analysed messages and were asked
 about, with enough confidence, and says why it dropped the rest (for a debug
 log). :func:`merge_fields` applies them: one value per field, the newest
@@ -146,9 +147,9 @@ def parse_updates(
     """
     result = ParsedUpdates()
     try:
-        data = load_model_json(text)
+        data = load_model_json(text, key="updates")
     except ValueError as exc:
-        result.ignored.append(f"not JSON ({exc.__class__.__name__})")
+        result.ignored.append(f"not JSON ({exc})")
         return result
     items = data.get("updates") if isinstance(data, dict) else None
     if not isinstance(items, list):
