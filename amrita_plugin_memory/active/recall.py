@@ -7,8 +7,8 @@ millisecond). Only memories whose vector is close enough to the message
 characters, ``recall_min_similarity_non_cjk`` for any other: the embedding
 model scores Chinese pairs far higher than English ones) are shown, so an
 unrelated message ("哈哈", "在吗") gets no block. In a group only what ``read_memory``
-may return there: the speaker's memories written in groups, unless
-``private_memories_in_groups`` allows the others.
+may return there (:meth:`~..core.records.GroupPrivacy.origins_for`: by default the
+speaker's memories written in that group).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..core.records import MemoryRecord
+from ..core.records import GroupPrivacy, MemoryRecord, origin_of_chat
 from ..prompting.blocks import render_memories_block
 from ..storage.keys import ChatTarget
 from ..storage.memory_store import MemoryStore
@@ -83,14 +83,14 @@ class MemoryRecall:
         max_chars: int,
         min_similarity: float,
         min_similarity_non_cjk: float,
-        private_memories_in_groups: bool,
+        privacy: GroupPrivacy | None = None,
     ) -> None:
         self.store = store
         self.top_k = top_k
         self.max_chars = max_chars
         self.min_similarity = min_similarity
         self.min_similarity_non_cjk = min_similarity_non_cjk
-        self.private_memories_in_groups = private_memories_in_groups
+        self.privacy = privacy or GroupPrivacy()
 
     async def recall(self, target: ChatTarget, text: str) -> list[tuple[MemoryRecord, float]]:
         """The relevant memories of the speaker for ``text``, best first, with their similarity."""
@@ -105,7 +105,7 @@ class MemoryRecall:
             vector,
             top_k=self.top_k,
             importance=None,
-            group_origin_only=target.is_group and not self.private_memories_in_groups,
+            origins=self.privacy.origins_for(origin_of_chat(target.group_id)),
             settings=self.store.settings,
         )
         similarity = await cosine_similarities(self.store, target.user, vector, hits)

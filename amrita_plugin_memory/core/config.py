@@ -310,8 +310,14 @@ class ConfigFile(_Section):
     # group's admins, its owner and superusers.
     group_memo_editors: Literal["member", "admin"] = "member"
     # Not in the spec: whether the chat model in a group may read the speaker's
-    # memories written in private chats (the spec's behaviour is true).
+    # memories written in private chats (the spec's behaviour is true); true
+    # lets a group read every memory of the speaker, whichever group it came
+    # from. The rule itself: core/records.GroupPrivacy.
     private_memories_in_groups: bool = False
+    # Not in the spec: whether a group chat may read the speaker's memories
+    # written in other groups (false: only those written in this group; true
+    # restores the wider rule: any group-origin memory in any group).
+    group_memories_across_groups: bool = False
     # Not in the spec: byte budget (MiB) of the in-process per-partition vector
     # index that makes a search cost O(partition); 0 = every search asks Chroma.
     vector_index_max_mb: int = Field(default=256, ge=0, le=65_536)
