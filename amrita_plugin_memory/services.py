@@ -11,6 +11,7 @@ import asyncio
 from nonebot.log import logger
 
 from .core.config import PluginConfig
+from .core.records import GroupPrivacy
 from .embedding.client import EmbeddingClient
 from .embedding.fingerprint import pin_auto_model
 from .embedding.forgotten import BackupScrubber
@@ -58,7 +59,7 @@ class MemoryRuntime:
             self.memo,
             memory_limit=config.file.per_session_memory_limit,
             group_editors=config.file.group_memo_editors,
-            private_memories_in_groups=config.file.private_memories_in_groups,
+            privacy=GroupPrivacy.from_config(config.file),
         )
         self.maintenance = Maintenance(
             connection=self.connection,

@@ -190,7 +190,6 @@ async def _cost(convs: list[dict[str, Any]], rt: Any) -> list[str]:
         memory_limit=10_000,
         related_memories=12,
         max_ops=8,
-        private_memories_in_groups=False,
     )
     sizes: list[int] = []
     per_message: list[float] = []

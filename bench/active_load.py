@@ -114,7 +114,6 @@ async def _latency(rt: Any, texts: list[str]) -> tuple[float, float]:
         max_chars=600,
         min_similarity=0.87,
         min_similarity_non_cjk=0.82,
-        private_memories_in_groups=False,
         timeout=5.0,
     )
     await recall.block(target, "warm-up")

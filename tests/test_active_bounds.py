@@ -164,9 +164,7 @@ async def test_an_extraction_request_stays_within_its_character_budget() -> None
     store = runtime().store
     for i in range(30):
         await store.add(user_key(uid), "user", f"用户的第{i}条记忆：" + "长" * 180)
-    extractor = MemoryExtractor(
-        store, memory_limit=1000, related_memories=100, max_ops=8, private_memories_in_groups=False
-    )
+    extractor = MemoryExtractor(store, memory_limit=1000, related_memories=100, max_ops=8)
     turns = [Turn("很长的消息" * 400, "好的" * 300) for _ in range(40)]
     key = BatchKey(str(uid), user_key(uid), "private")
     messages, related, sent = await extractor.prepare(key, turns, budget=20_000)

@@ -139,6 +139,8 @@ def test_status_and_partitions(api: httpx.Client) -> None:
     groups = status["group_awareness"]
     assert groups["group_context"] is False and groups["available"] is True
     assert groups["personas"] == 0 and groups["self_entries"] == 0
+    assert groups["private_memories_in_groups"] is False
+    assert groups["group_memories_across_groups"] is False
     assert status["maintenance"] is False
 
     parts = data(api.get("/api/memory/partitions", params={"fresh": 1}))

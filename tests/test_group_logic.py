@@ -43,9 +43,11 @@ def test_sections_have_openmim_defaults_and_round_trip(tmp_path: Path) -> None:
     assert (persona.update_min_confidence, persona.update_interval_seconds) == (0.65, 30)
     assert config.self_memory.max_chars == 2000
     assert config.private_memories_in_groups is False
+    assert config.group_memories_across_groups is False
     raw = tomllib.loads((tmp_path / "config.toml").read_text(encoding="utf-8"))
     assert {"group_context", "persona", "self_memory", "subconscious"} <= set(raw)
     assert raw["private_memories_in_groups"] is False
+    assert raw["group_memories_across_groups"] is False
     assert C.ConfigFile.model_validate(raw) == config
 
 
@@ -57,6 +59,7 @@ def test_sections_have_openmim_defaults_and_round_trip(tmp_path: Path) -> None:
         ('[group_context]\nanonymize = "sometimes"\n', "group_context.anonymize"),
         ("[self_memory]\nmax_chars = -1\n", "self_memory.max_chars"),
         ('private_memories_in_groups = "yes please"\n', "private_memories_in_groups"),
+        ('group_memories_across_groups = "maybe"\n', "group_memories_across_groups"),
     ],
 )
 def test_bad_values_name_the_key(tmp_path: Path, text: str, key: str) -> None:

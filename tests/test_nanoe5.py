@@ -281,7 +281,6 @@ async def test_active_recall_threshold_with_the_bundled_model(
         max_chars=defaults.recall_max_chars,
         min_similarity=defaults.recall_min_similarity,
         min_similarity_non_cjk=defaults.recall_min_similarity_non_cjk,
-        private_memories_in_groups=False,
     )
     target = target_from_ids(36900 + uuid.uuid4().int % 1000)
     for fact in FACTS:

@@ -8,10 +8,11 @@ list — decides what is new, what repeats a memory and what replaces one.
 Its answer is parsed by :func:`~..prompting.memory_ops.parse_memory_ops`; what
 that drops changes nothing.
 
-Privacy: a batch from a group is shown only the memories a group chat may
-read (``read_memory``'s rule), so nothing private can be copied into a
-group-origin memory; a batch from a private chat that updates a memory
-written in a group makes it private (its new text came from a private chat).
+Privacy: a batch from a group is shown only the memories that group's chat
+may read (``read_memory``'s rule), so nothing said in private or in another
+group can be copied into, or rewritten from, this group; a batch from a
+private chat that updates a memory written in a group makes it private (its
+new text came from a private chat).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 
 from ..core.errors import MemoryLimitReached, WriteFenced
 from ..core.protocols import Fence
-from ..core.records import ORIGIN_PRIVATE, SOURCE_AUTO, MemoryRecord
+from ..core.records import ORIGIN_PRIVATE, SOURCE_AUTO, GroupPrivacy, MemoryRecord, OriginFilter
 from ..core.text import cut, single_line
 from ..prompting.labels import neutralize_brackets, neutralize_labels
 from ..prompting.memory_ops import MemoryOp, OpLimits, ParsedOps, parse_memory_ops, reference
@@ -124,13 +125,13 @@ class MemoryExtractor:
         memory_limit: int,
         related_memories: int,
         max_ops: int,
-        private_memories_in_groups: bool,
+        privacy: GroupPrivacy | None = None,
     ) -> None:
         self.store = store
         self.memory_limit = memory_limit
         self.related_memories = related_memories
         self.max_ops = max_ops
-        self.private_memories_in_groups = private_memories_in_groups
+        self.privacy = privacy or GroupPrivacy()
 
     @property
     def limits(self) -> OpLimits:
@@ -141,9 +142,9 @@ class MemoryExtractor:
             tag_chars=LIMITS.tag_chars,
         )
 
-    def group_origin_only(self, key: BatchKey) -> bool:
-        """Whether the batch may see only group-origin memories (``read_memory``'s group rule)."""
-        return key.origin != ORIGIN_PRIVATE and not self.private_memories_in_groups
+    def origins(self, key: BatchKey) -> OriginFilter:
+        """Which memories the batch may see: what its chat may read (``read_memory``'s rule)."""
+        return self.privacy.origins_for(key.origin)
 
     async def related(self, key: BatchKey, turns: Sequence[Turn]) -> list[MemoryRecord]:
         """The user's memories most related to the batch (what the model may update or archive)."""
@@ -158,7 +159,7 @@ class MemoryExtractor:
             vector,
             top_k=self.related_memories,
             importance=None,
-            group_origin_only=self.group_origin_only(key),
+            origins=self.origins(key),
             settings=self.store.settings,
         )
 

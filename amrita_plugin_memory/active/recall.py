@@ -7,8 +7,8 @@ millisecond). Only memories whose vector is close enough to the message
 characters, ``recall_min_similarity_non_cjk`` for any other: the embedding
 model scores Chinese pairs far higher than English ones) are shown, so an
 unrelated message ("哈哈", "在吗") gets no block. In a group only what ``read_memory``
-may return there: the speaker's memories written in groups, unless
-``private_memories_in_groups`` allows the others.
+may return there (:meth:`~..core.records.GroupPrivacy.origins_for`: by default the
+speaker's memories written in that group).
 
 Recall never holds a turn: the query embedding has its own deadline
 (``recall_timeout_seconds``, about a second, far below the embedding
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import numpy as np
 from nonebot import logger
 
-from ..core.records import MemoryRecord
+from ..core.records import GroupPrivacy, MemoryRecord, origin_of_chat
 from ..infra.breaker import CircuitBreaker
 from ..prompting.blocks import render_memories_block
 from ..storage.keys import ChatTarget
@@ -92,7 +92,7 @@ class MemoryRecall:
         max_chars: int,
         min_similarity: float,
         min_similarity_non_cjk: float,
-        private_memories_in_groups: bool,
+        privacy: GroupPrivacy | None = None,
         timeout: float = 1.2,
     ) -> None:
         self.store = store
@@ -103,7 +103,7 @@ class MemoryRecall:
         self.max_chars = max_chars
         self.min_similarity = min_similarity
         self.min_similarity_non_cjk = min_similarity_non_cjk
-        self.private_memories_in_groups = private_memories_in_groups
+        self.privacy = privacy or GroupPrivacy()
 
     async def recall(self, target: ChatTarget, text: str) -> list[tuple[MemoryRecord, float]]:
         """The relevant memories of the speaker for ``text``, best first, with their similarity."""
@@ -120,7 +120,7 @@ class MemoryRecall:
             vector,
             top_k=self.top_k,
             importance=None,
-            group_origin_only=target.is_group and not self.private_memories_in_groups,
+            origins=self.privacy.origins_for(origin_of_chat(target.group_id)),
             settings=self.store.settings,
         )
         similarity = await cosine_similarities(self.store, target.user, vector, hits)

@@ -25,7 +25,7 @@ from typing import Any
 from nonebot import logger
 
 from ..core.config import ActiveMemoryConfig, ConfigFile
-from ..core.records import ORIGIN_PRIVATE, origin_of_group
+from ..core.records import ORIGIN_PRIVATE, GroupPrivacy, origin_of_group
 from ..groups.amrita_llm import Completion, add_usage, complete_isolated
 from ..infra.breaker import CircuitBreaker
 from ..infra.fences import UserEpochs
@@ -120,7 +120,7 @@ class ActiveMemory:
             memory_limit=config.per_session_memory_limit,
             related_memories=am.related_memories,
             max_ops=am.max_ops,
-            private_memories_in_groups=config.private_memories_in_groups,
+            privacy=GroupPrivacy.from_config(config),
         )
 
     def _recaller(self, config: ConfigFile) -> MemoryRecall:
@@ -132,7 +132,7 @@ class ActiveMemory:
             max_chars=am.recall_max_chars,
             min_similarity=am.recall_min_similarity,
             min_similarity_non_cjk=am.recall_min_similarity_non_cjk,
-            private_memories_in_groups=config.private_memories_in_groups,
+            privacy=GroupPrivacy.from_config(config),
             timeout=am.recall_timeout_seconds,
         )
         if previous is not None:

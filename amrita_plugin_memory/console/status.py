@@ -92,4 +92,5 @@ def group_awareness_json(file: ConfigFile) -> dict[str, Any]:
         "self_memory_max_chars": file.self_memory.max_chars,
         "group_memo_editors": file.group_memo_editors,
         "private_memories_in_groups": file.private_memories_in_groups,
+        "group_memories_across_groups": file.group_memories_across_groups,
     }

@@ -6,7 +6,10 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+if TYPE_CHECKING:
+    from .config import ConfigFile
 
 __all__ = [
     "IMPORTANCE_LEVELS",
@@ -15,10 +18,13 @@ __all__ = [
     "ORIGIN_PRIVATE",
     "SCOPES",
     "SOURCE_AUTO",
+    "GroupPrivacy",
     "MemoryRecord",
+    "OriginFilter",
     "Scope",
     "decode_tags",
     "encode_tags",
+    "origin_of_chat",
     "origin_of_group",
     "utc_now",
     "where_partition",
@@ -42,9 +48,107 @@ ORIGIN_GROUP_FLAG = "from_group"
 equality filter on a key that memories from before origins do not have."""
 
 
+_GROUP_PREFIX = "group:"
+
+
 def origin_of_group(group_id: str) -> str:
     """``origin`` of a memory written in group ``group_id``: ``group:<gid>``."""
-    return f"group:{group_id}"
+    return f"{_GROUP_PREFIX}{group_id}"
+
+
+def origin_of_chat(group_id: str | None) -> str:
+    """``origin`` of what is said in a chat: its group's, or ``private`` without a group."""
+    return origin_of_group(group_id) if group_id else ORIGIN_PRIVATE
+
+
+@dataclass(frozen=True, slots=True)
+class OriginFilter:
+    """Which memories of a partition a read returns, by where they were written.
+
+    :attr:`ALL` (every origin), :attr:`ANY_GROUP` (written in some group) or
+    :meth:`only` one group's. Reads carry it down to the store: the Chroma
+    ``where`` (:meth:`where`) and the partition index test the same thing.
+    Which filter a chat gets is decided by :meth:`GroupPrivacy.origins_for` only.
+    """
+
+    kind: Literal["all", "any_group", "one"] = "all"
+    origin: str = ""
+    """The one origin allowed (``group:<gid>``; only with ``kind == "one"``)."""
+
+    ALL: ClassVar[OriginFilter]
+    ANY_GROUP: ClassVar[OriginFilter]
+
+    @classmethod
+    def only(cls, origin: str) -> OriginFilter:
+        """The memories written in one group (``origin`` is ``group:<gid>``).
+
+        Not for ``private``: memories from before origins have no ``origin``
+        key, so no Chroma equality filter finds them.
+        """
+        if not origin.startswith(_GROUP_PREFIX) or origin == _GROUP_PREFIX:
+            raise ValueError(f"not a group origin: {origin!r}")
+        return cls("one", origin)
+
+    @property
+    def narrows(self) -> bool:
+        """Whether some origin is left out (every filter but :attr:`ALL`)."""
+        return self.kind != "all"
+
+    def allows(self, origin: str) -> bool:
+        """Whether a memory written at ``origin`` passes."""
+        if self.kind == "all":
+            return True
+        if self.kind == "any_group":
+            return origin != ORIGIN_PRIVATE
+        return origin == self.origin
+
+    def allows_meta(self, meta: Mapping[str, Any]) -> bool:
+        """:meth:`allows` for a row's stored metadata (no ``origin``: ``private``)."""
+        return self.kind == "all" or self.allows(str(meta.get("origin") or ORIGIN_PRIVATE))
+
+    def where(self) -> dict[str, Any] | None:
+        """The Chroma ``where`` clause of this filter (``None``: no clause)."""
+        if self.kind == "all":
+            return None
+        if self.kind == "any_group":  # see ORIGIN_GROUP_FLAG
+            return {ORIGIN_GROUP_FLAG: True}
+        return {"origin": self.origin}
+
+
+OriginFilter.ALL = OriginFilter("all")
+OriginFilter.ANY_GROUP = OriginFilter("any_group")
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPrivacy:
+    """Which of a member's own memories a chat shows: the privacy rule, decided here only.
+
+    What a member said in group A is shown in group A and in their private
+    chat, never in group B; what they said in private only in private. Two
+    switches widen it: ``group_memories_across_groups`` (any group reads what
+    was written in any group) and ``private_memories_in_groups`` (a group reads
+    every memory of the speaker, whatever the other switch says).
+    """
+
+    private_memories_in_groups: bool = False
+    group_memories_across_groups: bool = False
+
+    @classmethod
+    def from_config(cls, file: ConfigFile) -> GroupPrivacy:
+        """The rule as configured (the one place that reads its keys)."""
+        return cls(
+            private_memories_in_groups=file.private_memories_in_groups,
+            group_memories_across_groups=file.group_memories_across_groups,
+        )
+
+    def origins_for(self, chat_origin: str) -> OriginFilter:
+        """What a member's memories a read in the chat of ``chat_origin`` may return
+        (``private``: their private chat, or an answer sent to it; ``group:<gid>``)."""
+        if chat_origin == ORIGIN_PRIVATE or self.private_memories_in_groups:
+            return OriginFilter.ALL
+        if self.group_memories_across_groups:
+            return OriginFilter.ANY_GROUP
+        return OriginFilter.only(chat_origin)
 
 
 def utc_now() -> str:
@@ -65,8 +169,8 @@ class MemoryRecord:
     updated_at: str = ""
     distance: float | None = None
     origin: str = ORIGIN_PRIVATE
-    """Where it was written: ``private`` or ``group:<gid>`` (a group chat's memory
-    of the speaker is not shown to them in a group unless it came from a group)."""
+    """Where it was written: ``private`` or ``group:<gid>`` (which chats show it:
+    :class:`GroupPrivacy`)."""
     source: str = ""
     """Who wrote it: ``""`` (a tool call, a command) or :data:`SOURCE_AUTO`
     (learned by active memory's extraction, shown with a mark in listings)."""
@@ -171,11 +275,13 @@ def decode_tags(value: Any) -> list[str]:
 
 
 def where_partition(
-    partition: str, *, group_origin_only: bool = False, **filters: str | None
+    partition: str, *, origins: OriginFilter = OriginFilter.ALL, **filters: str | None
 ) -> dict[str, Any]:
-    """The Chroma ``where`` filter that confines a read to one partition (and ``filters``)."""
+    """The Chroma ``where`` filter that confines a read to one partition, the
+    ``origins`` it may return and ``filters``."""
     clauses: list[dict[str, Any]] = [{"user_id": partition}]
-    if group_origin_only:  # memories written in a group chat (see ORIGIN_GROUP_FLAG)
-        clauses.append({ORIGIN_GROUP_FLAG: True})
+    by_origin = origins.where()
+    if by_origin is not None:
+        clauses.append(by_origin)
     clauses += [{k: v} for k, v in filters.items() if v is not None]
     return clauses[0] if len(clauses) == 1 else {"$and": clauses}

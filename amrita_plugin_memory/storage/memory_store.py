@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..core.errors import VectorStoreError
 from ..core.protocols import Embedder, Fence, TextKind
-from ..core.records import ORIGIN_PRIVATE, MemoryRecord, utc_now, where_partition
+from ..core.records import ORIGIN_PRIVATE, MemoryRecord, OriginFilter, utc_now, where_partition
 from ..infra.gate import WriteGate
 from ..infra.locks import PartitionLocks
 from .archive.removal import move_to_archive
@@ -386,10 +386,10 @@ class MemoryStore:
         *,
         top_k: int = 5,
         importance: str | None = None,
-        group_origin_only: bool = False,
+        origins: OriginFilter = OriginFilter.ALL,
     ) -> list[MemoryRecord]:
-        """The best memories of ``partition`` for ``text``: vector and keyword
-        channels, age decay (:mod:`.partition.retrieval`; ``distance`` is the vector distance)."""
+        """The best memories of ``partition`` for ``text`` (of the ``origins`` given): vector
+        and keyword channels, age decay (:mod:`.partition.retrieval`; ``distance`` is the vector distance)."""
         vector = (await self._embed([text], "query"))[0]
         return await search(
             self,
@@ -398,7 +398,7 @@ class MemoryStore:
             vector,
             top_k=top_k,
             importance=importance,
-            group_origin_only=group_origin_only,
+            origins=origins,
             settings=self.settings,
         )
 
@@ -409,18 +409,16 @@ class MemoryStore:
         *,
         top_k: int = 5,
         importance: str | None = None,
-        group_origin_only: bool = False,
+        origins: OriginFilter = OriginFilter.ALL,
     ) -> list[MemoryRecord]:
-        hits = await self.index.query(self, partition, vector, top_k, importance, group_origin_only)
+        hits = await self.index.query(self, partition, vector, top_k, importance, origins)
         if hits is not None:
             return hits
         res = await self._run(
             lambda c: c.query(
                 query_embeddings=[list(vector)],
                 n_results=top_k,
-                where=where_partition(
-                    partition, importance=importance, group_origin_only=group_origin_only
-                ),
+                where=where_partition(partition, importance=importance, origins=origins),
                 include=["documents", "metadatas", "distances"],
             )
         )
@@ -434,12 +432,17 @@ class MemoryStore:
         ]
 
     async def list(
-        self, partition: str, *, limit: int = 20, offset: int = 0, group_origin_only: bool = False
+        self,
+        partition: str,
+        *,
+        limit: int = 20,
+        offset: int = 0,
+        origins: OriginFilter = OriginFilter.ALL,
     ) -> list[MemoryRecord]:
-        """Memories of ``partition``, oldest first."""
+        """Memories of ``partition`` (of the ``origins`` given), oldest first."""
         res = await self._run(
             lambda c: c.get(
-                where=where_partition(partition, group_origin_only=group_origin_only),
+                where=where_partition(partition, origins=origins),
                 limit=limit,
                 offset=offset,
                 include=["documents", "metadatas"],
@@ -452,11 +455,13 @@ class MemoryStore:
             for i, d, m in zip(res["ids"], docs, metas, strict=False)
         ]
 
-    async def count(self, partition: str | None = None, *, group_origin_only: bool = False) -> int:
-        """Memories in ``partition``, or in the whole collection."""
+    async def count(
+        self, partition: str | None = None, *, origins: OriginFilter = OriginFilter.ALL
+    ) -> int:
+        """Memories in ``partition`` (of the ``origins`` given), or in the whole collection."""
         if partition is None:
             return await self._run(lambda c: c.count())
-        where = where_partition(partition, group_origin_only=group_origin_only)
+        where = where_partition(partition, origins=origins)
         res = await self._run(lambda c: c.get(where=where, include=[]))
         return len(res["ids"])
 

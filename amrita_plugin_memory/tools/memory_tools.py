@@ -17,7 +17,14 @@ from typing import Any, Literal
 
 from nonebot import logger
 
-from ..core.records import IMPORTANCE_LEVELS, ORIGIN_PRIVATE, SCOPES, origin_of_group
+from ..core.records import (
+    IMPORTANCE_LEVELS,
+    ORIGIN_PRIVATE,
+    SCOPES,
+    GroupPrivacy,
+    OriginFilter,
+    origin_of_chat,
+)
 from ..storage.keys import ChatTarget
 from ..storage.memo_store import MemoService
 from ..storage.memory_store import MemoryStore
@@ -71,7 +78,7 @@ class MemoryTools:
         *,
         memory_limit: int,
         group_editors: GroupEditors = "member",
-        private_memories_in_groups: bool = False,
+        privacy: GroupPrivacy | None = None,
     ) -> None:
         self.store = store
         self.memo = memo
@@ -79,21 +86,22 @@ class MemoryTools:
         self.group_editors: GroupEditors = group_editors
         """``group_memo_editors``: with "admin", writing the group memo or a new
         group memory needs the rights that changing one always needs."""
-        self.private_memories_in_groups = private_memories_in_groups
-        """With ``False``, a group chat reads only the speaker's memories written in groups."""
+        self.privacy = privacy or GroupPrivacy()
+        """Which of the speaker's memories a chat reads (``private_memories_in_groups``,
+        ``group_memories_across_groups``)."""
 
-    def _group_origin_only(self, caller: Caller, scope: str, private_reply: bool) -> bool:
-        """Whether a read of the speaker's memories must skip those written in private.
+    def origins_for(self, caller: Caller, scope: str, private_reply: bool) -> OriginFilter:
+        """Which of the partition's memories this read may return.
 
-        What a user said in private stays private: in a group chat, unless the
-        answer goes to the user privately (``/memory user list`` in a group).
+        A group's shared partition: all. The speaker's own: what
+        :meth:`GroupPrivacy.origins_for` allows in this chat; an answer sent to
+        the speaker privately (``/memory user list`` in a group) is read as in
+        their private chat.
         """
-        return (
-            scope == "user"
-            and caller.target.is_group
-            and not private_reply
-            and not self.private_memories_in_groups
-        )
+        if scope != "user":
+            return OriginFilter.ALL
+        chat = ORIGIN_PRIVATE if private_reply else origin_of_chat(caller.target.group_id)
+        return self.privacy.origins_for(chat)
 
     @staticmethod
     def partition_for(caller: Caller, scope: str) -> str:
@@ -132,7 +140,6 @@ class MemoryTools:
             partition = self.partition_for(caller, scope)
             if scope == "group":
                 await self._require_group_editor(caller, "写入群共享记忆")
-            gid = caller.target.group_id
             written = await self.store.remember(
                 partition,
                 scope,
@@ -140,7 +147,7 @@ class MemoryTools:
                 tags=tags,
                 importance=importance,
                 limit=self.memory_limit,
-                origin=origin_of_group(gid) if gid else ORIGIN_PRIVATE,
+                origin=origin_of_chat(caller.target.group_id),
                 # A group memory records who wrote it (their export lists it).
                 author=caller.target.user_id if scope == "group" else "",
                 # The user's own request: an automatic memory gives way (storage/room).
@@ -177,7 +184,7 @@ class MemoryTools:
                 query,
                 top_k=top_k,
                 importance=importance,
-                group_origin_only=self._group_origin_only(caller, scope, private_reply),
+                origins=self.origins_for(caller, scope, private_reply),
             )
             return {"ok": True, "scope": scope, "memories": [h.compact() for h in hits]}
 
@@ -195,6 +202,11 @@ class MemoryTools:
                 raise ToolArgError("至少提供 content、tags、importance 之一")
             partition = self.partition_for(caller, scope)
             await self._require_manager(caller, scope, "修改")
+            origins = self.origins_for(caller, scope, private_reply=False)
+            if origins.narrows and not await self._readable(
+                partition, memory_id, origins
+            ):  # its answer shows the memory: one this chat may not read is missing here
+                raise ToolArgError(f"记忆 {memory_id} 不存在（或不属于 scope={scope} 的当前分区）")
             record = await self.store.update(
                 partition, memory_id, content=content, tags=tags, importance=importance
             )
@@ -204,6 +216,10 @@ class MemoryTools:
             return {"ok": True, "memory": record.compact()}
 
         return await self._guard("update_memory", run)
+
+    async def _readable(self, partition: str, memory_id: str, origins: OriginFilter) -> bool:
+        current = await self.store.get(partition, memory_id)
+        return current is not None and origins.allows(current.origin)
 
     async def delete_memory(self, caller: Caller, args: Mapping[str, Any]) -> dict[str, Any]:
         async def run() -> dict[str, Any]:
@@ -230,11 +246,9 @@ class MemoryTools:
             scope = parse_enum(args, "scope", SCOPES, "user")
             assert scope
             partition = self.partition_for(caller, scope)
-            only_group = self._group_origin_only(caller, scope, private_reply)
-            records = await self.store.list(
-                partition, limit=limit, offset=offset, group_origin_only=only_group
-            )
-            total = await self.store.count(partition, group_origin_only=only_group)
+            origins = self.origins_for(caller, scope, private_reply)
+            records = await self.store.list(partition, limit=limit, offset=offset, origins=origins)
+            total = await self.store.count(partition, origins=origins)
             return {
                 "ok": True,
                 "scope": scope,

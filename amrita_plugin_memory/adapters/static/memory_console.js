@@ -298,6 +298,7 @@ function Overview({ status }) {
         h("dt", null, "自我记忆"), h("dd", null, g.available ? `${g.self_entries} 条（上限 ${g.self_memory_max_chars} 字）` : "不可用"),
         h("dt", null, "群备忘录可写"), h("dd", null, g.group_memo_editors === "admin" ? "仅管理员" : "所有成员"),
         h("dt", null, "群聊读私聊记忆"), h("dd", null, g.private_memories_in_groups ? "允许" : "不允许"),
+        h("dt", null, "群聊读其他群的记忆"), h("dd", null, g.private_memories_in_groups || g.group_memories_across_groups ? "允许" : "不允许"),
       ),
     ),
   );

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 from nonebot import logger
 
-from ...core.records import MemoryRecord
+from ...core.records import MemoryRecord, OriginFilter
 from ...core.text import short_error
 from . import rows as rows
 from .rows import Entry, build_entry, scan
@@ -209,7 +209,7 @@ class PartitionIndex:
         vector: Sequence[float],
         top_k: int,
         importance: str | None,
-        group_origin_only: bool,
+        origins: OriginFilter,
     ) -> list[MemoryRecord] | None:
         """The search answered from the index, or ``None`` when Chroma must answer."""
         try:
@@ -219,7 +219,7 @@ class PartitionIndex:
             query = np.asarray(vector, dtype=np.float32)
             if len(entry.ids) and query.shape != (entry.dim,):
                 return None  # Chroma reports the dimension mismatch itself
-            args = (entry, query, top_k, importance, group_origin_only)
+            args = (entry, query, top_k, importance, origins)
             hits = (
                 scan(*args)
                 if len(entry.ids) <= INLINE_SCAN_ROWS

@@ -25,7 +25,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from ...core.config import ConfigFile
-from ...core.records import ORIGIN_GROUP_FLAG, MemoryRecord, where_partition
+from ...core.records import MemoryRecord, OriginFilter, where_partition
 from ...ranking.keywords import CJK_UNIT, KeywordIndex
 from ...ranking.scores import age_days, combine, decay_factor, decayed_distance
 from .index import IndexedStore, PartitionIndex
@@ -44,7 +44,7 @@ class SearchStore(IndexedStore, Protocol):
         *,
         top_k: int = 5,
         importance: str | None = None,
-        group_origin_only: bool = False,
+        origins: OriginFilter = OriginFilter.ALL,
     ) -> list[MemoryRecord]: ...
 
     async def _run(self, fn: Callable[[Any], T]) -> T: ...
@@ -105,10 +105,10 @@ def _now(clock: Callable[[], str]) -> datetime:
         return datetime.now(UTC)
 
 
-def _keep(meta: dict[str, Any], importance: str | None, group_origin_only: bool) -> bool:
+def _keep(meta: dict[str, Any], importance: str | None, origins: OriginFilter) -> bool:
     if importance is not None and meta.get("importance") != importance:
         return False
-    return not group_origin_only or meta.get(ORIGIN_GROUP_FLAG) is True
+    return origins.allows_meta(meta)
 
 
 INLINE_KEYWORD_ROWS = 64
@@ -163,7 +163,7 @@ async def _keyword_hits(
     vector: Sequence[float],
     limit: int,
     importance: str | None,
-    group_origin_only: bool,
+    origins: OriginFilter,
 ) -> list[tuple[MemoryRecord, float]]:
     """``(record, keyword part)`` of the best keyword matches: the share of the query's
     keyword weight a memory holds, CJK terms counted at :data:`~...ranking.keywords.CJK_UNIT`
@@ -176,9 +176,7 @@ async def _keyword_hits(
         ids, docs, metas = await _partition_rows(store, partition)
         keywords = await _build_keywords(store, docs)
     scores = keywords.coverage(text, cjk_unit=CJK_UNIT)
-    rows = np.asarray(
-        [r for r in scores if _keep(metas[r], importance, group_origin_only)], dtype=np.int64
-    )
+    rows = np.asarray([r for r in scores if _keep(metas[r], importance, origins)], dtype=np.int64)
     query = np.asarray(vector, dtype=np.float32)
     by_score = np.asarray([-scores[r] for r in rows.tolist()], dtype=np.float64)
     distances: np.ndarray | None = None
@@ -206,27 +204,25 @@ async def search(
     *,
     top_k: int,
     importance: str | None,
-    group_origin_only: bool,
+    origins: OriginFilter,
     settings: RetrievalSettings,
 ) -> list[MemoryRecord]:
-    """The ``top_k`` memories of ``partition`` for the query ``text`` / ``vector``."""
+    """The ``top_k`` memories of ``partition`` for the query ``text`` / ``vector``
+    (only those ``origins`` lets through)."""
     if not settings.hybrid and not settings.decay:
         return await store.query_vector(
-            partition, vector, top_k=top_k, importance=importance,
-            group_origin_only=group_origin_only,
-        )  # fmt: skip
+            partition, vector, top_k=top_k, importance=importance, origins=origins
+        )
     pool = max(top_k, settings.candidates)
     now = _now(store.clock)
     by_vector = await store.query_vector(
-        partition, vector, top_k=pool, importance=importance, group_origin_only=group_origin_only
+        partition, vector, top_k=pool, importance=importance, origins=origins
     )
     records = {r.id: r for r in by_vector}
     entry = await _snapshot(store, partition)
     keyword_part: dict[str, float] = {}
     if settings.hybrid and settings.keyword_weight > 0:
-        hits = await _keyword_hits(
-            store, entry, partition, text, vector, pool, importance, group_origin_only
-        )
+        hits = await _keyword_hits(store, entry, partition, text, vector, pool, importance, origins)
         for record, part in hits:
             records.setdefault(record.id, record)
             keyword_part[record.id] = part

@@ -17,13 +17,13 @@ the old arena.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ...core.records import ORIGIN_GROUP_FLAG, MemoryRecord
+from ...core.records import ORIGIN_PRIVATE, MemoryRecord, OriginFilter
 
 __all__ = ["Arena", "Entry", "appended", "build_entry", "removed", "scan", "updated"]
 
@@ -93,8 +93,11 @@ class Entry:
     text_bytes: int
     importance: np.ndarray
     """``importance`` of every row (object array), for the filter."""
-    group: np.ndarray
-    """Rows written in a group chat (``ORIGIN_GROUP_FLAG is True``), for the filter."""
+    origin: np.ndarray
+    """The origin of every row as a code of ``origin_codes`` (int32), for the filter."""
+    origin_codes: Mapping[str, int]
+    """Code of every origin seen (``private`` is always 0); never changed once
+    built: a row of a new origin makes a new table."""
     derived: dict[str, Any] = field(default_factory=dict, compare=False)
     """Structures computed lazily from these rows by other modules (the keyword
     index of :mod:`.retrieval`); a write builds a new entry, so they never go stale."""
@@ -140,13 +143,24 @@ class Entry:
         return cached
 
 
-def _filters(metas: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
-    importance = np.empty(len(metas), dtype=object)
-    importance[:] = [m.get("importance") for m in metas]
-    group = np.fromiter(
-        (m.get(ORIGIN_GROUP_FLAG) is True for m in metas), dtype=bool, count=len(metas)
-    )
-    return importance, group
+_PRIVATE_ONLY: Mapping[str, int] = {ORIGIN_PRIVATE: 0}
+
+
+def _origin_codes(
+    metas: Sequence[Mapping[str, Any]], known: Mapping[str, int]
+) -> tuple[np.ndarray, Mapping[str, int]]:
+    """The origin code of every row of ``metas`` and the table (``known``, or a
+    copy of it with the origins it lacked)."""
+    grown: dict[str, int] | None = None
+    codes = np.empty(len(metas), dtype=np.int32)
+    for i, meta in enumerate(metas):
+        origin = str(meta.get("origin") or ORIGIN_PRIVATE)
+        code = (known if grown is None else grown).get(origin)
+        if code is None:
+            grown = dict(known) if grown is None else grown
+            code = grown[origin] = len(grown)
+        codes[i] = code
+    return codes, known if grown is None else grown
 
 
 def build_entry(
@@ -161,7 +175,9 @@ def build_entry(
     vectors = np.asarray(vectors, dtype=np.float32)
     if vectors.ndim != 2:
         vectors = vectors.reshape(len(ids), -1)
-    importance, group = _filters(metas)
+    importance = np.empty(len(metas), dtype=object)
+    importance[:] = [m.get("importance") for m in metas]
+    origin, codes = _origin_codes(metas, _PRIVATE_ONLY)
     arena = _arena(vectors, 0)
     return Entry(
         tuple(ids),
@@ -174,7 +190,8 @@ def build_entry(
         arena.used,
         _text_bytes(ids, docs),
         importance,
-        group,
+        origin,
+        codes,
     )
 
 
@@ -206,6 +223,7 @@ def appended(entry: Entry, vector: Sequence[float], record: MemoryRecord) -> Ent
     row = _row(entry, vector)
     arena, phys, at = _push(entry, row, entry.phys)
     meta = record.to_metadata()
+    origin, codes = _origin_codes([meta], entry.origin_codes)
     return Entry(
         (*entry.ids, record.id),
         (*entry.documents, record.content),
@@ -217,7 +235,8 @@ def appended(entry: Entry, vector: Sequence[float], record: MemoryRecord) -> Ent
         arena.used,
         entry.text_bytes + _text_bytes([record.id], [record.content]),
         np.append(entry.importance, np.asarray([meta.get("importance")], dtype=object)),
-        np.append(entry.group, meta.get(ORIGIN_GROUP_FLAG) is True),
+        np.append(entry.origin, origin),
+        codes,
     )
 
 
@@ -232,8 +251,11 @@ def updated(entry: Entry, vector: Sequence[float] | None, record: MemoryRecord) 
     meta = record.to_metadata()
     importance = entry.importance.copy()
     importance[r] = meta.get("importance")
-    group = entry.group.copy()
-    group[r] = meta.get(ORIGIN_GROUP_FLAG) is True
+    changed, codes = _origin_codes([meta], entry.origin_codes)
+    origin = entry.origin
+    if origin[r] != changed[0]:
+        origin = origin.copy()
+        origin[r] = changed[0]
     old_doc = entry.documents[r]
     return Entry(
         entry.ids,
@@ -246,7 +268,8 @@ def updated(entry: Entry, vector: Sequence[float] | None, record: MemoryRecord) 
         span,
         entry.text_bytes + (len(record.content) - len(old_doc or "")) * 3,
         importance,
-        group,
+        origin,
+        codes,
     )
 
 
@@ -270,8 +293,19 @@ def removed(entry: Entry, memory_id: str) -> Entry:
         span,
         entry.text_bytes - _text_bytes([memory_id], [entry.documents[r]]),
         np.delete(entry.importance, r),
-        np.delete(entry.group, r),
+        np.delete(entry.origin, r),
+        entry.origin_codes,
     )
+
+
+def _origin_mask(entry: Entry, origins: OriginFilter) -> np.ndarray:
+    """The rows ``origins`` lets through (not for :attr:`OriginFilter.ALL`)."""
+    if origins.kind == "any_group":
+        return entry.origin != entry.origin_codes[ORIGIN_PRIVATE]
+    code = entry.origin_codes.get(origins.origin)
+    if code is None:
+        return np.zeros(len(entry.ids), dtype=bool)
+    return entry.origin == code
 
 
 def scan(
@@ -279,17 +313,17 @@ def scan(
     query: np.ndarray,
     top_k: int,
     importance: str | None,
-    group_origin_only: bool,
+    origins: OriginFilter,
 ) -> list[tuple[int, float]]:
     """``(row, squared L2 distance)`` of the ``top_k`` nearest matching rows, ties by id."""
     n = len(entry.ids)
     rows = np.arange(n)
-    if importance is not None or group_origin_only:
+    if importance is not None or origins.narrows:
         keep = np.ones(n, dtype=bool)
         if importance is not None:
             keep &= entry.importance == importance
-        if group_origin_only:
-            keep &= entry.group
+        if origins.narrows:
+            keep &= _origin_mask(entry, origins)
         rows = rows[keep]
     if not len(rows) or top_k <= 0:
         return []
