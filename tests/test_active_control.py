@@ -257,3 +257,42 @@ async def test_the_user_is_told_once_in_private(
     await service.drain()
     assert "用户养了一只叫年糕的橘猫" in await live(other)
     assert [c for c in recorder.calls if c.api == "send_private_msg"] == notices
+
+
+async def test_a_flood_stays_within_every_bound(
+    chat_server: ChatServer, active: Callable[..., Any]
+) -> None:
+    """1,000 answered turns from one user while an extraction runs, then 20 each from 50
+    users: requests stay small, in-flight requests capped, what is dropped is counted only."""
+    from amrita_plugin_memory.storage.keys import target_from_ids
+    from tests.conftest import captured_logs
+
+    service = active(batch_messages=4)
+    am = service.settings
+    chat_server.set_rule(answer_rule(lambda _: {"memories": []}, delay=1))
+    one = target_from_ids(5326001, None)
+    before = service.queue.stats.dropped
+    with captured_logs("INFO", with_level=False) as lines:
+        for i in range(1000):
+            await service.answered(one, f"第{i}条刷屏消息：" + "很长" * 300, "好的" * 200)
+        await settle(service)
+    sizes = [sum(len(m["content"]) for m in r["messages"]) for r in extractions(chat_server)]
+    assert sizes and max(sizes) <= am.max_request_chars
+    # The first batch, then at most max_pending_turns waiting turns, ≤ 16 a request.
+    sent = sum(r["messages"][1]["content"].count("刷屏消息") for r in extractions(chat_server))
+    assert sent <= 4 + am.max_pending_turns and len(sizes) <= 10, (sent, len(sizes))
+    dropped = service.queue.stats.dropped - before
+    assert dropped >= 1000 - 4 - am.max_pending_turns
+    assert not any("刷屏" in line for line in lines)  # counts in the log, never the text
+    assert any("已丢弃" in line for line in lines)
+
+    chat_server.clear()
+    peak_before = service.queue.stats.peak_running
+    service.queue.stats.peak_running = 0
+    for i in range(20):
+        for u in range(50):
+            await service.answered(target_from_ids(5326100 + u, None), f"用户{u}的第{i}条", "")
+    await settle(service)
+    assert service.queue.stats.peak_running == am.max_concurrent_requests
+    assert len(extractions(chat_server)) >= 50
+    service.queue.stats.peak_running = max(peak_before, service.queue.stats.peak_running)
