@@ -208,3 +208,26 @@ def test_render_round_trips_non_default_values() -> None:
         }
     )
     assert C.ConfigFile.model_validate(tomllib.loads(C.render_config_toml(config))) == config
+
+
+def test_a_new_section_is_a_table_without_any_registration() -> None:
+    """A ``Section`` field of the file is loaded, warned about and written by its type alone."""
+    import tomllib
+
+    from pydantic import Field
+
+    from amrita_plugin_memory.core.config import ConfigFile, render_config_toml
+    from amrita_plugin_memory.core.config_sections import Section
+
+    class ExampleConfig(Section):
+        comment = "示例段"
+        enabled: bool = False
+        limit: int = 3
+
+    class Extended(ConfigFile):
+        example: ExampleConfig = Field(default_factory=ExampleConfig)
+
+    text = render_config_toml(Extended())
+    assert "# 示例段\n[example]\nenabled = false\nlimit = 3" in text
+    assert Extended.model_validate(tomllib.loads(text)) == Extended()
+    assert "[active_memory]" in render_config_toml()  # the real file is unchanged

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .config_sections import (
@@ -227,37 +227,20 @@ def _per_level(
     return float(high)
 
 
-_SECTIONS: dict[str, tuple[type[Section], str]] = {
-    "subconscious": (SubconsciousConfig, "L3 离线巩固循环"),
-    "group_context": (
-        GroupContextConfig,
-        "群聊上下文窗口（Openmim L1，默认关闭：会增加每轮的 token）",
-    ),
-    "persona": (
-        PersonaConfig,
-        "群成员画像（Openmim L2，需要 group_context；每轮额外一次提取请求）",
-    ),
-    "self_memory": (SelfMemoryConfig, "机器人自我记忆（Openmim L3，超级用户用 /memory self 维护）"),
-    "retrieval": (RetrievalConfig, "检索：关键词通道（混合检索）与写入去重"),
-    "decay": (
-        DecayConfig,
-        "检索时的时间衰减（不删除任何记忆）；半衰期留空 = 取 short/long_term_expiry_days",
-    ),
-    "archive": (
-        ArchiveConfig,
-        "归档：超过寿命的记忆移入归档（可恢复，从不删除）；寿命留空 = 取 short/long_term_expiry_days",
-    ),
-    "active_memory": (
-        ActiveMemoryConfig,
-        "主动记忆：回答后由聊天模型提取要记住的内容（每批一次额外请求），每轮自动召回相关记忆",
-    ),
-}
-"""The ``[section]`` tables of the file, in the order they are rendered."""
+def _sections(model: type[BaseModel] | None = None) -> dict[str, type[Section]]:
+    """The ``[section]`` tables of the file: every field of :class:`ConfigFile` whose type
+    is a :class:`Section`, in the order they are declared (and rendered)."""
+    out: dict[str, type[Section]] = {}
+    for name, info in (model or ConfigFile).model_fields.items():
+        kind = info.annotation
+        if isinstance(kind, type) and issubclass(kind, Section):
+            out[name] = kind
+    return out
 
 
 def _unknown_keys(raw: Mapping[str, Any]) -> list[str]:
     unknown = [k for k in raw if k not in ConfigFile.model_fields]
-    for name, (model, _) in _SECTIONS.items():
+    for name, model in _sections().items():
         section = raw.get(name)
         if isinstance(section, Mapping):
             unknown += [f"{name}.{k}" for k in section if k not in model.model_fields]
@@ -282,12 +265,13 @@ def render_config_toml(config: ConfigFile | None = None) -> str:
     config = config or ConfigFile()
     lines = ["# amrita_plugin_memory 配置（缺失时自动以默认值创建）", ""]
     lines += ["# L2 记忆"]
-    for name in ConfigFile.model_fields:
-        if name not in _SECTIONS:
+    sections = _sections(type(config))
+    for name in type(config).model_fields:
+        if name not in sections:
             lines.append(f"{name} = {_toml_value(getattr(config, name))}")
-    for name, (model, comment) in _SECTIONS.items():
+    for name, model in sections.items():
         section = getattr(config, name)
-        lines += ["", f"# {comment}", f"[{name}]"]
+        lines += ["", f"# {model.comment}" if model.comment else "", f"[{name}]"]
         for key in model.model_fields:
             value = getattr(section, key)
             if value is None:  # derived from another key: shown, commented out

@@ -8,7 +8,7 @@ default file and the errors naming a key live in :mod:`.config`.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -26,7 +26,14 @@ __all__ = [
 
 
 class Section(BaseModel):
-    """A table of the TOML file: unknown keys ignored here (warned about before validation)."""
+    """A table of the TOML file: unknown keys ignored here (warned about before validation).
+
+    A field of :class:`~.config.ConfigFile` whose type is a ``Section`` *is* a
+    table: loading, the unknown-key warning and the written default file find
+    it by that type (nothing else to register). ``comment`` is shown above it.
+    """
+
+    comment: ClassVar[str] = ""
 
     # Unknown keys are detected (and warned about) before validation.
     model_config = ConfigDict(extra="ignore", validate_assignment=True)
@@ -34,6 +41,9 @@ class Section(BaseModel):
 
 class SubconsciousConfig(Section):
     """``[subconscious]``: the L3 offline consolidation loop."""
+
+    comment: ClassVar[str] = "L3 离线巩固循环"
+    """The comment above the table in the written default file."""
 
     enabled: bool = False
     target_user_id: str = ""
@@ -65,6 +75,9 @@ class SubconsciousConfig(Section):
 class GroupContextConfig(Section):
     """``[group_context]``: the per-group rolling window (Openmim's L1, its names lower-cased)."""
 
+    comment: ClassVar[str] = "群聊上下文窗口（Openmim L1，默认关闭：会增加每轮的 token）"
+    """The comment above the table in the written default file."""
+
     enabled: bool = False
     context_message_count: int = Field(default=100, ge=1, le=10_000)
     context_max_text_chars: int = Field(default=700, ge=1, le=100_000)
@@ -78,6 +91,9 @@ class GroupContextConfig(Section):
 class PersonaConfig(Section):
     """``[persona]``: one persona per member, learned from group messages (Openmim's L2)."""
 
+    comment: ClassVar[str] = "群成员画像（Openmim L2，需要 group_context；每轮额外一次提取请求）"
+    """The comment above the table in the written default file."""
+
     enabled: bool = False
     update_enabled: bool = True
     max_users_per_turn: int = Field(default=8, ge=1, le=100)
@@ -90,11 +106,17 @@ class PersonaConfig(Section):
 class SelfMemoryConfig(Section):
     """``[self_memory]``: what the bot knows about itself (Openmim's L3), kept by superusers."""
 
+    comment: ClassVar[str] = "机器人自我记忆（Openmim L3，超级用户用 /memory self 维护）"
+    """The comment above the table in the written default file."""
+
     max_chars: int = Field(default=2000, ge=1, le=100_000)
 
 
 class RetrievalConfig(Section):
     """``[retrieval]``: how ``read_memory`` ranks and how ``write_memory`` avoids copies."""
+
+    comment: ClassVar[str] = "检索：关键词通道（混合检索）与写入去重"
+    """The comment above the table in the written default file."""
 
     # A keyword channel (CJK bigrams + whole ASCII/number tokens, IDF coverage)
     # fused with the vector ranking: finds exact numbers, codes and names.
@@ -115,6 +137,11 @@ class DecayConfig(Section):
     0 means the level never ages.
     """
 
+    comment: ClassVar[str] = (
+        "检索时的时间衰减（不删除任何记忆）；半衰期留空 = 取 short/long_term_expiry_days"
+    )
+    """The comment above the table in the written default file."""
+
     enabled: bool = True
     low_half_life_days: float | None = Field(default=None, ge=0)
     medium_half_life_days: float | None = Field(default=None, ge=0)
@@ -131,6 +158,11 @@ class ArchiveConfig(Section):
     A lifetime of ``None`` is derived like :class:`DecayConfig`'s half-lives;
     0 means memories of that level never expire. Age counts from ``updated_at``.
     """
+
+    comment: ClassVar[str] = (
+        "归档：超过寿命的记忆移入归档（可恢复，从不删除）；寿命留空 = 取 short/long_term_expiry_days"
+    )
+    """The comment above the table in the written default file."""
 
     enabled: bool = True
     sweep_interval_minutes: float = Field(default=360, gt=0, le=100_000)
@@ -153,6 +185,11 @@ class ActiveMemoryConfig(Section):
     batch of a user's messages decides what to add, update or archive.
     Recall: the most relevant memories go into each turn's prompt (``<MEMORIES>``).
     """
+
+    comment: ClassVar[str] = (
+        "主动记忆：回答后由聊天模型提取要记住的内容（每批一次额外请求），每轮自动召回相关记忆"
+    )
+    """The comment above the table in the written default file."""
 
     enabled: bool = True
     # Learn from what a member says about themselves in groups too (stored with
