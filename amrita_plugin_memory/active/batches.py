@@ -173,3 +173,12 @@ class BatchQueue:
             task.cancel()
         await asyncio.gather(*list(self._tasks), return_exceptions=True)
         self._pending.clear()
+
+    def pending_of(self, user_id: str) -> list[dict[str, str]]:
+        """The queued, not yet extracted turns of ``user_id`` (a user's export)."""
+        return [
+            {"text": turn.text, "reply": turn.reply, "origin": key.origin}
+            for key, pending in self._pending.items()
+            if key.user_id == user_id
+            for turn in pending.turns
+        ]

@@ -7,6 +7,8 @@ are cached after the first read and the cache is replaced on every change.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from nonebot_plugin_orm import get_session
 from sqlalchemy import delete, select
 
@@ -47,3 +49,10 @@ class ConsentStore:
             await session.commit()
         self._opted_out = (current - {user_id}) if allowed else (current | {user_id})
         return True
+
+    async def opted_out_since(self, user_id: str) -> datetime | None:
+        """When ``user_id`` switched active memory off (``None``: it is on), read from
+        the table (a user's export)."""
+        async with get_session() as session:
+            row = await session.get(ActiveMemoryOptOut, user_id)
+            return row.created_at if row is not None else None

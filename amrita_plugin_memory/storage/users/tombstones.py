@@ -168,6 +168,11 @@ class ForgottenUsers:
             authors[user_id] = at
         return Tombstones(partitions, authors, normalize)
 
+    async def forgotten_at(self, user_id: str) -> datetime | None:
+        """When ``user_id`` was last forgotten (``None``: never; raises :class:`ForgottenFileError`)."""
+        entry = (await self.entries()).get(user_id)
+        return parse_time(entry["at"]) if entry is not None else None
+
     async def add(self, user_id: str, partition: str, at: datetime) -> None:
         """Record (or move forward) the forget of ``user_id``; persisted before it returns."""
 
