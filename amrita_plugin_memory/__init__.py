@@ -23,7 +23,7 @@ from .adapters.gc_freeze import register_gc_freeze  # noqa: E402
 from .adapters.group_hooks import setup_group_awareness  # noqa: E402
 from .adapters.matchers import register_commands  # noqa: E402
 from .adapters.memo_hook import register_memo_hook, register_memo_key_migration  # noqa: E402
-from .adapters.subconscious import setup_subconscious  # noqa: E402
+from .adapters.subconscious import bind_user_data, setup_subconscious  # noqa: E402
 from .adapters.surface_tools import register_surface_tools  # noqa: E402
 from .core.config import ConfigError, EnvConfig, PluginConfig  # noqa: E402
 from .embedding.startup import run_startup_check  # noqa: E402
@@ -90,12 +90,13 @@ def _setup() -> MemoryRuntime | None:
     awareness = setup_group_awareness(rt)  # group window, personas, self memory
     active = setup_active_memory(rt)  # learns after answered turns, recalls into the prompt
     runner = setup_subconscious(rt)
-    # A user's export and forget (the L3 loop's state through the loop when it runs).
-    user_data = rt.user_data(
-        awareness.stores,
-        runner.loop_state if runner is not None else None,
-        runner.target_user_id if runner is not None else None,
-    )
+    # A user's export and forget (the L3 loop's state, profile and cycles through the
+    # loop when it runs; active memory's opt-outs and queued turns through it).
+    user_data = rt.user_data(awareness.stores)
+    if runner is not None:
+        bind_user_data(runner, user_data)
+    user_data.consent = active.consent
+    user_data.pending_sources.append(active.queue.pending_of)  # exported as queued_turns
     user_data.forget_hooks.append(active.forget)  # unprocessed messages go, work in flight stops
     users = UserCommands(user_data, rt.config.export_dir)
     register_commands(

@@ -18,11 +18,13 @@ from .embedding.forgotten import BackupScrubber
 from .embedding.maintenance import Maintenance
 from .infra.fences import UserEpochs
 from .storage.chroma.connection import ChromaConnection
+from .storage.consent_store import ConsentStore
 from .storage.groups.stores import GroupStores
 from .storage.memo_store import MemoService
 from .storage.memory_store import MEMORY_COLLECTION, MemoryStore
 from .storage.partition.retrieval import RetrievalSettings
 from .storage.users.fences import UserFences
+from .storage.users.loop_profile import ProfileFile
 from .storage.users.loop_state_row import LoopStateAccess, LoopStateRow
 from .storage.users.tombstones import ForgottenUsers
 from .storage.users.user_data import UserData
@@ -82,6 +84,9 @@ class MemoryRuntime:
         ``loop`` is the running L3 loop's state (it must be changed through the
         loop, which saves its document whole); without one the stored row is
         edited, and the configured target user is the one messages wait for.
+        The loop's profile is the file in the data dir and the opt-outs of active
+        memory are read from their table; the plugin entry hands the running
+        loop's and active memory's own objects over (``adapters.subconscious.bind_user_data``).
         """
         if loop is None:
             loop = LoopStateRow()
@@ -93,6 +98,8 @@ class MemoryRuntime:
             forgotten=self.forgotten,
             loop=loop,
             loop_target=loop_target,
+            profile=ProfileFile.in_dir(self.config.data_dir),
+            consent=ConsentStore(),
             backups=BackupScrubber(self.config.backup_dir, self.forgotten),
         )
         data.forget_hooks.append(self.fences.epochs.bump)  # work in flight writes nothing

@@ -4,8 +4,9 @@
   the store's own writes keep exact, and re-reads it when it is old;
 * ``infra/gate.WriteGate``: maintenance refuses new writes at once and waits for
   running ones, which nothing in between may lose;
+* the console's caches: a scan running when they are invalidated is not kept;
 * ``infra/bot_link``: the token file is 0600, round-trips, ignores garbage and a
-  dead bot's file.
+  dead bot's file, and refuses a running bot that does not answer.
 """
 
 from __future__ import annotations
@@ -148,3 +149,97 @@ def test_token_file(tmp_path: Path) -> None:
     ):
         path.write_text(garbage)
         assert L.read_token_file(tmp_path) is None
+
+
+def test_serving_bot_tells_a_silent_bot_from_a_left_file(tmp_path: Path) -> None:
+    """Remote mode: no file or a gone process → no bot; the process still running but its
+    address refusing → a clear error (the command must not race it); listening → the bot."""
+    import json
+    import socket
+
+    def write(pid: int, port: int, started: str | None) -> None:
+        document = {
+            "format": "amrita_plugin_memory/console_token",
+            "token": "t",
+            "host": "127.0.0.1",
+            "port": port,
+            "pid": pid,
+            "started": started,
+        }
+        (tmp_path / L.TOKEN_FILE_NAME).write_text(json.dumps(document), encoding="utf-8")
+
+    me = os.getpid()
+    assert L.serving_bot(tmp_path) is None  # no file
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        free = server.getsockname()[1]  # bound, not listening: connections are refused
+        write(me, free, L.process_start(me))
+        with pytest.raises(L.BotLinkError, match=f"Bot 正在运行（PID {me}），但它的管理接口"):
+            L.serving_bot(tmp_path, timeout=1)
+        write(me, free, None)  # a file that does not say when its process started
+        with pytest.raises(L.BotLinkError, match="无法连接"):
+            L.serving_bot(tmp_path, timeout=1)
+        write(me, free, "another-boot:1")  # the PID now belongs to another process
+        assert L.serving_bot(tmp_path, timeout=1) is None
+        server.listen()
+        write(me, free, L.process_start(me))
+        assert L.serving_bot(tmp_path, timeout=1) == L.read_token_file(tmp_path)
+    assert L.process_start(me) is not None and L.process_start(me) == L.process_start(me)
+
+
+async def test_a_scan_running_at_an_invalidation_is_not_kept(store: Any) -> None:
+    """A forget (or any write) invalidates the console's caches while a scan runs: the
+    scan answers the request it was made for, but the next request scans again."""
+    from amrita_plugin_memory.console.catalog import PartitionCatalog
+
+    entered, release = asyncio.Event(), asyncio.Event()
+    scans: list[int] = []
+
+    class Paused(PartitionCatalog):
+        async def _scan(self) -> Any:
+            result = await super()._scan()  # read before the write below
+            scans.append(1)
+            if len(scans) == 1:
+                entered.set()
+                await release.wait()
+            return result
+
+    await store.add(P, "user", "m")
+    catalog = Paused(store)
+    task = asyncio.create_task(catalog.get())
+    await asyncio.wait_for(entered.wait(), 10)
+    await store.add(OTHER, "user", "written while the scan ran")
+    catalog.invalidate()
+    release.set()
+    assert set((await task).partitions) == {P}
+    assert set((await catalog.get()).partitions) == {P, OTHER}
+    assert len(scans) == 2
+
+
+async def test_a_status_computed_at_an_invalidation_is_not_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from amrita_plugin_memory.console import status as status_module
+    from tests.helpers import runtime
+
+    real = status_module.collect_status
+    entered, release = asyncio.Event(), asyncio.Event()
+    calls: list[int] = []
+
+    async def paused(maint: Any) -> Any:
+        report = await real(maint)
+        calls.append(1)
+        if len(calls) == 1:
+            entered.set()
+            await release.wait()
+        return report
+
+    monkeypatch.setattr(status_module, "collect_status", paused)
+    cache = status_module.StatusCache(runtime().maintenance)
+    task = asyncio.create_task(cache.get())
+    await asyncio.wait_for(entered.wait(), 30)
+    cache.invalidate()
+    release.set()
+    await task
+    await cache.get()
+    assert len(calls) == 2  # computed again: the first may hold what the write changed

@@ -16,15 +16,20 @@ import json
 import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
-from tests.botproject import ALICE, BOB, BotProject, ambot_ok, ambot_refused, memory_meta
-from tests.console_bot import (
-    RunningBot,
-    assert_nothing_lost,
-    seeded_bot,
+from tests.botproject import (
+    ALICE,
+    BOB,
+    BotProject,
+    ambot_ok,
+    ambot_refused,
+    memory_meta,
+    snapshot,
 )
+from tests.console_bot import RunningBot, assert_nothing_lost, run_async, seeded_bot
 from tests.lazy import lazy_import
 from tests.servers import ChromaServer, free_port
 
@@ -91,14 +96,20 @@ def test_every_other_writing_command_asks_the_bot_or_refuses(bot: RunningBot) ->
         assert "需要先停止 Bot（它正在读写同一个远程向量库" in line, line
 
 
-def test_a_token_file_left_by_a_killed_bot_is_ignored(bot: RunningBot) -> None:
-    project = bot.project
-    through_bot = ambot_ok(project.ambot("archive", "list", "-n", "50"))
-    bot.stop()
-    # A token file whose PID is alive (this test process) but nobody listens
-    # at its address: what a bot killed with -9 leaves, its PID reused.
-    token = project.data_dir / E.TOKEN_FILE_NAME
-    token.write_text(
+def _live_rows(project: BotProject) -> dict[str, Any]:
+    async def read() -> dict[str, Any]:
+        rt = project.runtime()
+        try:
+            return await snapshot(rt, rt.store.name)
+        finally:
+            await rt.close()
+
+    return run_async(read())
+
+
+def _write_token(project: BotProject, started: str | None) -> None:
+    """A token file naming this test process (alive) and a port nobody listens at."""
+    (project.data_dir / E.TOKEN_FILE_NAME).write_text(
         json.dumps(
             {
                 "format": "amrita_plugin_memory/console_token",
@@ -106,15 +117,59 @@ def test_a_token_file_left_by_a_killed_bot_is_ignored(bot: RunningBot) -> None:
                 "host": "127.0.0.1",
                 "port": free_port(),
                 "pid": os.getpid(),
+                "started": started,
             }
         ),
         encoding="utf-8",
     )
+
+
+def test_a_token_file_left_by_a_killed_bot_is_ignored(bot: RunningBot) -> None:
+    project = bot.project
+    through_bot = ambot_ok(project.ambot("archive", "list", "-n", "50"))
+    bot.stop()
+    # What a bot killed with -9 leaves: its PID now belongs to another process (this
+    # test process, alive), started later than the one that wrote the file.
+    _write_token(project, "another-boot:12345")
     try:
         assert ambot_ok(project.ambot("archive", "list", "-n", "50")) == through_bot
         assert "归档清理完成" in ambot_ok(project.ambot("archive", "sweep"))
     finally:
-        token.unlink()
+        (project.data_dir / E.TOKEN_FILE_NAME).unlink()
 
     live = assert_nothing_lost(project, SEEDED)
     assert set(live) == {"old001", *(i for i, _, _ in FRESH)}
+
+
+def test_a_running_bot_that_cannot_be_reached_is_never_raced(bot: RunningBot) -> None:
+    """The process that wrote the token file runs (it is this test process), but its
+    admin API refuses the connection: the commands that write refuse; reads work here."""
+    project = bot.project
+    bot.stop()
+    before = _live_rows(project)
+    writing = [
+        ("forget", "--user", "10002", "--yes"),
+        ("archive", "sweep"),
+        ("backup", "create"),
+        ("migrate-keys",),
+    ]
+    refusal = f"错误：Bot 正在运行（PID {os.getpid()}），但它的管理接口"
+    # A file without the process's start time (an older bot wrote it) counts as running.
+    for started, commands in ((E.process_start(os.getpid()), writing), (None, writing[:1])):
+        _write_token(project, started)
+        try:
+            for args in commands:
+                line = ambot_refused(project.ambot(*args))
+                assert line.startswith(refusal), (args, line)
+                assert "本命令不会自行读写数据" in line and E.TOKEN_FILE_NAME in line
+            if started is not None:
+                listing = project.ambot("archive", "list", "-n", "50")
+                assert ambot_ok(listing).startswith("归档共 ")
+                assert "本命令只读取数据，改为在本进程中读取" in listing.stderr
+        finally:
+            (project.data_dir / E.TOKEN_FILE_NAME).unlink()
+    assert _live_rows(project) == before  # nothing was written
+
+    # No bot at all: the commands that write work in their own process.
+    out = ambot_ok(project.ambot("forget", "--user", "10002", "--yes"))
+    assert "已遗忘用户 10002：" in out and "（由运行中的 Bot 执行" not in out

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from tests.active_helpers import active
 from tests.botproject import make_runtime, snapshot
 from tests.chat import BotRecorder, make_bot, run_turn
 from tests.events import group_event, private_event
@@ -44,6 +45,7 @@ U = lazy_import(
 )
 
 pytestmark = pytest.mark.usefixtures("embed_server")
+__all__ = ["active"]  # the fixture, imported for pytest
 
 
 def stores() -> Any:
@@ -155,6 +157,59 @@ async def test_export_sends_one_json_file_of_everything_and_only_the_callers() -
     assert "乙" not in text  # nothing of the other member
 
 
+@pytest.mark.usefixtures("whole_replies")
+async def test_export_holds_the_opt_out_archived_group_memories_and_queued_turns(
+    active: Any,
+) -> None:
+    service = active(batch_messages=10)  # turns wait in the queue
+    rt = runtime()
+    me, gid = 18201, 28201
+    caller = U.caller_for_user(U.target_from_ids(me, gid))
+    written = await rt.tools.write_memory(
+        caller, {"content": "寅定下群规：周六爬山", "tags": ["群规"], "scope": "group"}
+    )
+    assert written["ok"], written
+    assert await rt.store.delete(f"QQPlatform_Group_{gid}", written["memory"]["id"])
+    await command(private_event(me, "我下个月搬去成都"))  # a real turn, answered
+
+    rec = await command(private_event(me, "/memory user export"))
+    ((_, text),) = rec.uploads
+    doc = json.loads(text)
+    (queued,) = doc["queued_turns"]
+    assert queued["text"] == "我下个月搬去成都" and queued["origin"] == "private"
+    assert isinstance(queued["reply"], str) and queued["reply"]
+    assert doc["active_memory"] == {"learning_off": False, "since": None}
+    assert doc["group_memories"] == []
+    (archived,) = doc["group_memories_archived"]
+    assert archived["content"] == "寅定下群规：周六爬山" and archived["author"] == str(me)
+    assert archived["reason"] == "deleted" and archived["memory_id"] == written["memory"]["id"]
+    (preview,) = (await command(private_event(me, "/memory user forget"))).texts("private")
+    assert "主动记忆中尚未提取的消息 1 条" in preview
+    assert "你在群里写下的 1 条群共享记忆（含归档）保留" in preview
+
+    assert (await command(private_event(me, "/memory auto off"))).texts()[-1].startswith("已关闭")
+    doc = json.loads((await command(private_event(me, "/memory user export"))).uploads[0][1])
+    assert doc["active_memory"]["learning_off"] is True and doc["active_memory"]["since"]
+    assert doc["queued_turns"] == []  # opting out drops them
+    assert service.queue.pending_of(str(me)) == []
+
+
+async def test_a_forget_from_the_chat_drops_the_console_caches(tmp_path: Path) -> None:
+    from amrita_plugin_memory.console.service import ConsoleService
+
+    rt, groups = runtime(), stores()
+    me = 18211
+    await rt.store.add(partition(me), "user", "卯喜欢茉莉花茶")
+    data = rt.user_data(groups)
+    console = ConsoleService(rt, None, groups, data)
+    assert partition(me) in (await console.catalog.get()).partitions  # cached now
+    users = U.UserCommands(data, tmp_path)
+    caller = U.caller_for_user(U.target_from_ids(me))
+    await users.forget(caller, "")
+    assert (await users.forget(caller, "confirm")).startswith("已删除机器人保存的你的数据")
+    assert partition(me) not in (await console.catalog.get()).partitions  # not 30 s later
+
+
 async def test_export_falls_back_to_text_pages_where_files_cannot_be_sent() -> None:
     from amrita_plugin_memory.tools.user_commands import PAGES_PER_REPLY
 
@@ -223,7 +278,9 @@ async def test_forget_removes_every_kind_and_leaves_others_intact() -> None:
         "成员画像字段 1 个",
         "群聊上下文中你的消息 2 条",
         "匿名代号 1 个",
-        "你在群里写下的 1 条群共享记忆会保留",
+        "你在群里写下的 1 条群共享记忆（含归档）保留",
+        "以下不会删除：",
+        "/session forget",
         "/memory user forget confirm",
     ):
         assert line in preview, (line, preview)

@@ -46,6 +46,7 @@ from tests.reliability_stats import STATS
 
 E = lazy_import("amrita_plugin_memory.embedding", "amrita_plugin_memory.storage.keys")
 MEM = "amrita_user_memory"
+PROFILE = "爱丽丝，护士\n---\n上夜班\n喜欢滑雪\n"
 CAROL = "QQPlatform_Private_10003"
 SEEDED = [
     *[(f"alice{i}", f"爱丽丝的秘密 {i}", memory_meta(ALICE)) for i in range(3)],
@@ -60,6 +61,8 @@ def bot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningBot]:
     async def fill(rt: Any) -> None:
         await seed(rt, MEM, SEEDED)
         await rt.store.update(ALICE, "alice0", content="爱丽丝的新秘密 0")  # a version
+        # The L3 loop's profile of its target user 10001 (Alice).
+        (rt.config.data_dir / "user_profile.md").write_text(PROFILE, encoding="utf-8")
 
     running = start_seeded(BotProject(tmp_path_factory.mktemp("user-data") / "bot"), fill)
     yield running
@@ -140,6 +143,7 @@ def test_export_and_forget_through_the_api_and_the_running_bot(
     assert doc["memo"] == "爱丽丝的备忘录"
     assert [f["value"] for f in doc["persona"]["fields"]] == ["护士"]
     assert [m["id"] for m in doc["group_memories"]] == ["rule"]
+    assert doc["l3_profile"] == PROFILE and doc["l3_abstracts"] == []
     assert "鲍勃" not in json.dumps(doc, ensure_ascii=False)
 
     out = tmp_path / "alice.json"
@@ -162,6 +166,8 @@ def test_export_and_forget_through_the_api_and_the_running_bot(
     assert preview["counts"]["memories"] == 3 and preview["counts"]["archived"] == 1
     assert preview["counts"]["memo"] == 1 and preview["counts"]["authored"] == 1
     assert "个人记忆 3 条（私聊与群聊中写下的都算）" in preview["lines"]
+    assert "L3 循环整理出的用户画像 3 行" in preview["lines"]
+    assert any("/session forget" in line for line in preview["kept"])
     assert len(_live(api, ALICE)) == 3  # a preview removes nothing
 
     refused = _refused(project.ambot("forget", "--user", "10001"))  # stdin is not a TTY
@@ -170,6 +176,10 @@ def test_export_and_forget_through_the_api_and_the_running_bot(
     assert "将永久删除用户 10001（QQPlatform_Private_10001）的以下数据：" in out
     assert "（由运行中的 Bot 执行" in out and "已遗忘用户 10001：" in out
     assert "已改写 1 份备份（删除 4 条）" in out
+    assert "L3 循环整理出的用户画像 3 行" in out and "以下不会删除：" in out
+    assert "/session clear 删除全部归档会话" in out and "L3 循环今后不再读取" in out
+    assert not (project.data_dir / "user_profile.md").exists()
+    assert api_data(api.get("/api/memory/profile"))["exists"] is False
     assert _live(api, ALICE) == {}
     assert api_data(api.get(f"/api/memory/memos/{ALICE}"))["content"] == ""
     assert api_data(api.get("/api/memory/personas/10001"))["fields"] == []

@@ -24,7 +24,15 @@ from ..tools.commands import USAGE, MemoryCommands, parse_command, replies_priva
 from ..tools.user_commands import Send, Upload
 from .events import caller_from_event
 
-__all__ = ["register_commands"]
+__all__ = ["current_commands", "register_commands"]
+
+_CURRENT: "list[MemoryCommands]" = []
+
+
+def current_commands() -> "MemoryCommands | None":
+    """The commands the ``/memory`` matcher of this process runs (tests reach the
+    export and forget of the chat through it)."""
+    return _CURRENT[-1] if _CURRENT else None
 
 
 def _outbox(bot: Bot, event: MessageEvent) -> tuple[Upload, Send]:
@@ -50,6 +58,7 @@ def register_commands(commands: MemoryCommands) -> None:
     from nonebot import logger, on_command
     from nonebot.permission import SUPERUSER
 
+    _CURRENT.append(commands)
     matcher = on_command(
         "memory",
         aliases={"记忆"},

@@ -5,12 +5,13 @@ from __future__ import annotations
 from nonebot import logger
 
 from ..services import MemoryRuntime
+from ..storage.users.user_data import UserData
 from ..subconscious import create_runner
 from ..subconscious.runner import SubconsciousRunner
 from .knowledge_surface import SURFACE
 from .subconscious_hooks import SubconsciousHooks
 
-__all__ = ["setup_subconscious"]
+__all__ = ["bind_user_data", "setup_subconscious"]
 
 
 def setup_subconscious(runtime: MemoryRuntime) -> SubconsciousRunner | None:
@@ -50,3 +51,14 @@ def setup_subconscious(runtime: MemoryRuntime) -> SubconsciousRunner | None:
 
     driver.on_shutdown(stop)
     return runner
+
+
+def bind_user_data(runner: SubconsciousRunner, data: UserData) -> None:
+    """A user's export and forget in this process go through the running loop: its state
+    document (saved whole by the loop), its profile (under its edit lock), and its fence,
+    so that a forget of the target user stops the running cycle and the planned one
+    (``SubconsciousRunner.forgetting``)."""
+    data.loop = runner.loop_state
+    data.loop_target = runner.target_user_id
+    data.profile = runner.profile
+    data.forget_fences.append(runner.forgetting)

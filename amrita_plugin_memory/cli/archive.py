@@ -30,7 +30,7 @@ store rests between its chunks so the chats keep flowing: it may take a while)."
 def archive_cmd(action: str, **options: Any) -> None:
     """``ambot memory archive list|restore|sweep`` (``options``: partition, limit, row_id)."""
     rt = runtime()
-    bot = bot_of(rt)
+    bot = bot_of(rt, writes=action != "list")
     if bot is not None:
         click.echo("\n".join(_in_bot(bot, action, **options)))
         return

@@ -26,7 +26,7 @@ __all__ = ["backup_create_cmd", "backup_list_cmd", "backup_restore_cmd"]
 def backup_list_cmd() -> None:
     """列出备份。"""
     rt = runtime()
-    bot = bot_of(rt)
+    bot = bot_of(rt, writes=False)
     if bot is not None:
         listing = ask(bot, "GET", "/backups")
         print_backups(listing["backups"], listing["backup_dir"])

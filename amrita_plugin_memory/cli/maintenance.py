@@ -47,7 +47,7 @@ __all__ = ["migrate_keys_cmd", "reindex_cmd", "reset_fingerprint_cmd", "status_c
 def status_cmd(as_json: bool = False) -> None:
     """显示嵌入指纹、记忆分布、分区键版本、维护标记与备份列表。"""
     rt = runtime()
-    bot = bot_of(rt)
+    bot = bot_of(rt, writes=False)
     if bot is not None:
         report = ask(bot, "GET", "/status?fresh=1")
         if as_json:

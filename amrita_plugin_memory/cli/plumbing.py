@@ -83,7 +83,7 @@ def run(rt: MemoryRuntime, work: Callable[[], Awaitable[T]]) -> T:
         fail(str(exc))
 
 
-def bot_of(rt: MemoryRuntime) -> BotEndpoint | None:
+def bot_of(rt: MemoryRuntime, *, writes: bool = True) -> BotEndpoint | None:
     """The running bot of this project (``None``: do the work in this process).
 
     Local mode: the bot that holds the local data dir (only one process may
@@ -91,11 +91,19 @@ def bot_of(rt: MemoryRuntime) -> BotEndpoint | None:
     token in this project's data dir and listens: a command that writes in
     this process would have none of the bot's partition locks and write
     gate (a sweep here could delete a memory the bot updates at that moment),
-    so the commands ask the bot, as in local mode.
+    so the commands ask the bot, as in local mode. A remote-mode bot that
+    runs but cannot be reached ends a command that ``writes``; one that only
+    reads works here, with a note.
     """
-    if rt.config.env.vector_db_type != "local":
+    if rt.config.env.vector_db_type == "local":
+        return running_bot(rt.config.data_dir, rt.config.chroma_dir / LOCK_FILE_NAME)
+    try:
         return serving_bot(rt.config.data_dir)
-    return running_bot(rt.config.data_dir, rt.config.chroma_dir / LOCK_FILE_NAME)
+    except BotLinkError as exc:
+        if writes:
+            fail(str(exc))
+        click.secho(f"注意：{exc}（本命令只读取数据，改为在本进程中读取）", fg="yellow", err=True)
+        return None
 
 
 def ask(

@@ -23,7 +23,7 @@ from ..infra.terminal import ask_yes_no
 from ..services import MemoryRuntime
 from ..storage.groups.stores import GroupStores
 from ..storage.memo_store import dispose_memo_engine
-from ..storage.users.user_data import UserData
+from ..storage.users.user_data import ForgetBlocked, UserData
 from ..tools.args import ToolArgError, parse_user_id
 from .plumbing import ask, bot_of, fail, require_confirmation, run, runtime
 
@@ -46,6 +46,8 @@ async def _here(rt: MemoryRuntime, work: Callable[[UserData], Awaitable[T]]) -> 
     """``work`` on this process's stores (no bot runs); database errors end the command."""
     try:
         return await work(rt.user_data(GroupStores.build(rt.config.file)))
+    except ForgetBlocked as exc:
+        fail(str(exc))
     except SQLAlchemyError as exc:
         if isinstance(exc, OperationalError) and "no such table" in str(exc):
             fail("数据库中还没有本插件的表（Bot 尚未在此项目中启动过）：请先启动一次 Bot 再重试")
@@ -58,7 +60,7 @@ def export_cmd(user: str, out: Path | None) -> None:
     """导出一个用户的全部数据（JSON）。"""
     user_id = _user(user)
     rt = runtime()
-    bot = bot_of(rt)
+    bot = bot_of(rt, writes=False)
     if bot is not None:
         document = ask(bot, "GET", f"/users/{user_id}/export", timeout=USER_TIMEOUT)
     else:
@@ -84,11 +86,10 @@ def _print(title: str, lines: list[str]) -> None:
 def _show_done(user_id: str, result: dict[str, Any]) -> None:
     counts = result["counts"]
     _print(f"已遗忘用户 {user_id}：", list(result["lines"]))
-    if counts.get("authored"):
-        click.echo(f"  他写下的 {counts['authored']} 条群共享记忆保留（属于群），已去掉作者标记。")
     click.echo(
         f"  已改写 {counts.get('backups', 0)} 份备份（删除 {counts.get('backup_rows', 0)} 条）。"
     )
+    _print("以下不会删除：", list(result.get("kept") or []))
 
 
 def _confirm(user_id: str, preview: dict[str, Any], yes: bool) -> None:
@@ -97,6 +98,7 @@ def _confirm(user_id: str, preview: dict[str, Any], yes: bool) -> None:
     )
     counts = preview["counts"]
     click.echo(f"  另外会改写全部 {counts.get('backups', 0)} 份备份，删除其中该用户的数据。")
+    _print("以下不会删除：", list(preview.get("kept") or []))
     if not yes and not ask_yes_no("确定删除吗？此操作不可撤销"):
         click.echo("已取消。")
         raise click.exceptions.Exit(1)

@@ -70,13 +70,20 @@ class PartitionCatalog:
         self.store = store
         self.ttl = ttl
         self._catalog: Catalog | None = None
+        self._generation = 0
+        """Moved on by :meth:`invalidate`: a scan that began before keeps no cache."""
         self._lock = asyncio.Lock()
         self.listeners: list[Callable[[], None]] = []
         """Other caches of the same data, invalidated together with this one."""
 
     def invalidate(self) -> None:
-        """Forget the scan (after a write); the next request scans again."""
+        """Forget the scan (after a write); the next request scans again.
+
+        A scan running now still answers the requests waiting for it, but is not
+        kept: it may have read what the write changed.
+        """
         self._catalog = None
+        self._generation += 1
         for listener in self.listeners:
             listener()
 
@@ -98,7 +105,10 @@ class PartitionCatalog:
                 catalog.taken >= asked or time.monotonic() - catalog.taken <= max_age
             ):
                 return catalog  # scanned by the request we waited for
-            self._catalog = catalog = await self._scan()
+            generation = self._generation
+            catalog = await self._scan()
+            if generation == self._generation:
+                self._catalog = catalog
             return catalog
 
     async def _scan(self) -> Catalog:

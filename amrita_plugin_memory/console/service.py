@@ -56,6 +56,8 @@ class ConsoleService:
         )
         self.groups = GroupAdmin(groups, runtime.config.file.persona)
         self.users = UserAdmin(user_data, self.catalog)
+        if user_data is not None:  # a forget from the chat or the command line too
+            user_data.after_forget.append(lambda _user_id: self.catalog.invalidate())
         self.jobs = MaintenanceJobs(
             runtime.maintenance,
             self.catalog,

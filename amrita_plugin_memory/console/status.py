@@ -29,10 +29,13 @@ class StatusCache:
         self.maint = maint
         self.ttl = ttl
         self._value: tuple[float, dict[str, Any]] | None = None
+        self._generation = 0
         self._lock = asyncio.Lock()
 
     def invalidate(self) -> None:
+        """Drop the report; one being computed now is not kept (it may be stale)."""
         self._value = None
+        self._generation += 1
 
     async def get(self, *, fresh: bool = False) -> dict[str, Any]:
         asked = time.monotonic()
@@ -41,9 +44,11 @@ class StatusCache:
                 taken, value = self._value
                 if taken >= asked or (not fresh and time.monotonic() - taken <= self.ttl):
                     return value
+            generation = self._generation
             report = await collect_status(self.maint)
             value = status_json(report, self.maint.backup_dir)
-            self._value = (time.monotonic(), value)
+            if generation == self._generation:
+                self._value = (time.monotonic(), value)
             return value
 
 

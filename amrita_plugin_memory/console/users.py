@@ -2,17 +2,20 @@
 
 ``GET /api/memory/users/{user_id}/export`` (the document of
 :meth:`~..storage.users.user_data.UserData.export`), ``GET …/forget`` (the counts a
-forget would remove, for the page's confirmation) and ``DELETE
-/api/memory/users/{user_id}`` (the forget). ``ambot memory export|forget``
-asks a running bot the same. Every call leaves an audit line with the user id
-(and a forget's counts), never a text.
+forget would remove and the lines of what it keeps, for the page's
+confirmation) and ``DELETE /api/memory/users/{user_id}`` (the forget).
+``ambot memory export|forget`` asks a running bot the same. Every call leaves
+an audit line with the user id (and a forget's counts), never a text. The
+console's caches of partitions and status are dropped at the end of every
+forget, wherever it came from (:class:`~.service.ConsoleService` registers
+that on ``UserData.after_forget``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..storage.users.user_data import UserData
+from ..storage.users.user_data import ForgetBlocked, UserData
 from . import params
 from .catalog import PartitionCatalog
 from .errors import ConsoleError, audit, guarded
@@ -47,6 +50,8 @@ class UserAdmin:
         data, user_id = self._ready(raw)
         try:
             counts = await guarded("console_user_forget", lambda: data.forget(user_id))
+        except ForgetBlocked as exc:
+            raise ConsoleError(409, str(exc)) from None
         finally:
             self.catalog.invalidate()  # partitions may be gone, even after a failure
         audit(actor, "遗忘用户", user=user_id, **counts.to_json())

@@ -7,7 +7,10 @@ loopback address. The bot writes, at start, a random token together with
 its address into ``<data_dir>/.console_token.json`` (mode 0600, readable
 only by the account that runs the bot) and deletes the file at shutdown; a
 request that carries the token in :data:`TOKEN_HEADER` is let in without the
-WebUI login. The token is never logged.
+WebUI login. The token is never logged. The file also names the bot's process
+(its PID and, on Linux, when that process started), so a file left by a killed
+bot is told apart from a running bot that does not answer, even when its PID
+was given to another process since (:func:`serving_bot`).
 
 Only the standard library is used (the command must not depend on the bot's
 HTTP stack being importable in the same way).
@@ -38,6 +41,7 @@ __all__ = [
     "BotLinkError",
     "follow_job",
     "loopback_host",
+    "process_start",
     "read_token_file",
     "remove_token_file",
     "running_bot",
@@ -69,6 +73,18 @@ def loopback_host(host: str) -> str:
     return host
 
 
+def process_start(pid: int) -> str | None:
+    """When process ``pid`` started, as ``<boot id>:<clock ticks since boot>`` (Linux);
+    ``None`` where this cannot be read (another system, the process is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()  # the name in parentheses may hold spaces
+    return f"{boot}:{fields[19]}" if len(fields) > 19 else None
+
+
 @dataclass(frozen=True, slots=True)
 class BotEndpoint:
     """Where the running bot's admin API answers, and the token that opens it."""
@@ -77,6 +93,8 @@ class BotEndpoint:
     host: str
     port: int
     pid: int
+    started: str | None = None
+    """:func:`process_start` of the bot's process when it wrote the file (``None``: unknown)."""
 
     @property
     def base_url(self) -> str:
@@ -140,13 +158,15 @@ def _error_message(exc: urllib.error.HTTPError) -> str:
 
 def write_token_file(data_dir: Path, host: str, port: int) -> BotEndpoint:
     """Create a new random token and write it with the address (mode 0600, atomic)."""
-    endpoint = BotEndpoint(secrets.token_urlsafe(32), host, int(port), os.getpid())
+    pid = os.getpid()
+    endpoint = BotEndpoint(secrets.token_urlsafe(32), host, int(port), pid, process_start(pid))
     document = {
         "format": _FORMAT,
         "token": endpoint.token,
         "host": host,
         "port": endpoint.port,
         "pid": endpoint.pid,
+        "started": endpoint.started,
     }
     atomic_write_text(data_dir / TOKEN_FILE_NAME, json.dumps(document), mode=0o600)
     return endpoint
@@ -166,7 +186,8 @@ def read_token_file(data_dir: Path) -> BotEndpoint | None:
         return None
     if not (isinstance(port, int) and 0 < port < 65536 and isinstance(pid, int) and pid > 0):
         return None
-    return BotEndpoint(token, host, port, pid)
+    started = document.get("started")
+    return BotEndpoint(token, host, port, pid, started if isinstance(started, str) else None)
 
 
 def remove_token_file(data_dir: Path, token: str) -> None:
@@ -211,22 +232,40 @@ def running_bot(data_dir: Path, lock_file: Path) -> BotEndpoint | None:
     return endpoint if holder == str(endpoint.pid) else None
 
 
+def _is_the_bot(endpoint: BotEndpoint) -> bool:
+    """Whether the file's process still runs: its PID is alive and, where the file
+    names when that process started, it is the same process (not a reused PID)."""
+    if not _alive(endpoint.pid):
+        return False
+    if endpoint.started is None:
+        return True  # cannot tell: count it as running (the safe side)
+    now = process_start(endpoint.pid)
+    return now is None or now == endpoint.started
+
+
 def serving_bot(data_dir: Path, *, timeout: float = 3.0) -> BotEndpoint | None:
     """The running bot that published a token in ``data_dir`` and listens at its address.
 
-    Remote mode has no lock file that names the bot (:func:`running_bot`):
-    the token file counts when its PID is alive and its address accepts a
-    connection, so a file left by a killed bot (a refused connection) does
-    not send the command to nobody.
+    Remote mode has no lock file that names the bot (:func:`running_bot`).
+    ``None`` (do the work here) when there is no token file, or when the process
+    that wrote it is gone (its PID is not alive, or now belongs to a process
+    started later: what a killed bot leaves). When that process still runs but
+    its address refuses the connection, :class:`BotLinkError`: a command doing
+    the work itself would race the bot's in-memory state (its locks, its
+    caches, the L3 loop), so it must not.
     """
     endpoint = read_token_file(data_dir)
-    if endpoint is None or not _alive(endpoint.pid):
+    if endpoint is None or not _is_the_bot(endpoint):
         return None
     try:
         with socket.create_connection((loopback_host(endpoint.host), endpoint.port), timeout):
             return endpoint
-    except OSError:
-        return None
+    except OSError as exc:
+        raise BotLinkError(
+            f"Bot 正在运行（PID {endpoint.pid}），但它的管理接口 {endpoint.base_url} 无法连接"
+            f"（{exc.__class__.__name__}）；为免与它内存中的状态冲突，本命令不会自行读写数据。"
+            f"请检查 Bot 的状态后重试；若确认 Bot 已经停止，删除 {data_dir / TOKEN_FILE_NAME} 后重试"
+        ) from None
 
 
 def follow_job(

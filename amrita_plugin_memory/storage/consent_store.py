@@ -9,6 +9,8 @@ extraction learned something, so it is not cached.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from nonebot_plugin_orm import get_session
 from sqlalchemy import delete, select
 
@@ -49,6 +51,13 @@ class ConsentStore:
             await session.commit()
         self._opted_out = (current - {user_id}) if allowed else (current | {user_id})
         return True
+
+    async def opted_out_since(self, user_id: str) -> datetime | None:
+        """When ``user_id`` switched active memory off (``None``: it is on), read from
+        the table (a user's export)."""
+        async with get_session() as session:
+            row = await session.get(ActiveMemoryOptOut, user_id)
+            return row.created_at if row is not None else None
 
     async def noticed(self, user_id: str) -> bool:
         """Whether ``user_id`` was already told that the bot learns on its own."""

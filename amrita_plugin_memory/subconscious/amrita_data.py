@@ -2,12 +2,31 @@
 
 One class, so that the loop's dependence on the host framework's data is in
 one place and a framework change breaks here first.
+
+**After a forget of the target user** the loop reads nothing of Amrita's chat
+history from before it (:func:`after_forget`): the history is Amrita's and the
+forget leaves it (the user clears it with ``/session forget`` / ``/session clear``),
+but the loop must not rebuild the forgotten memories from it. Amrita keeps no
+time per message, only per context: an archived session has the time it was
+archived (``created_at``), and the current context is emptied each time Amrita
+archives it. So, with ``at`` the time of the forget (the tombstone,
+``storage.users.tombstones.ForgottenUsers``):
+
+* a session archived no later than ``at`` is older: left out;
+* the first session archived after ``at`` is the context that was current at
+  the forget, and may begin before it: left out too;
+* the current context is read only when some session was archived after ``at``
+  (then it began after the forget); otherwise it may hold older messages, and
+  the loop works without it (and without its summary) until Amrita next
+  archives it.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from amrita_core import MemoryModel, ModelPreset, UniResponseUsage
 from amrita_core.components.compaction import ContextCompactor
@@ -21,16 +40,36 @@ from .consts import SESSION_SUMMARY_CACHE_SIZE
 if TYPE_CHECKING:
     from nonebot_plugin_amrita.memory import MemorySessionsSchema
 
-__all__ = ["AmritaData"]
+__all__ = ["AmritaData", "after_forget"]
+
+S = TypeVar("S")
+ForgottenAt = Callable[[], Awaitable[datetime | None]]
+"""When the target user was last forgotten (``None``: never)."""
+
+
+def after_forget(
+    sessions: Sequence[S], created_at: Callable[[S], float], at: float
+) -> tuple[list[S], bool]:
+    """``(the archived sessions that began after the forget at ``at``, whether the
+    current context began after it)`` (see the module docstring)."""
+    later = sorted((s for s in sessions if created_at(s) > at), key=created_at)
+    return later[1:], bool(later)
+
+
+async def _no_forget() -> datetime | None:
+    return None
 
 
 class AmritaData:
     """Amrita's data about one user (their private chat), and the chat plugin's settings."""
 
-    def __init__(self, config: SubconsciousConfig, user_key: str) -> None:
+    def __init__(
+        self, config: SubconsciousConfig, user_key: str, *, forgotten_at: ForgottenAt = _no_forget
+    ) -> None:
         self.config = config
         self.user_key = user_key
         """The target user's private uni_id (where Amrita keeps their chat)."""
+        self.forgotten_at = forgotten_at
         self.session_summaries: LRUCache[int, str] = LRUCache(SESSION_SUMMARY_CACHE_SIZE)
 
     def character_prompt(self) -> str:
@@ -59,10 +98,25 @@ class AmritaData:
         config.function_config.agent_tool_call_limit = self.config.max_iterations
         return config
 
-    async def read_chat_memory(self) -> MemoryModel:
-        """A copy of the target user's stored private chat (Amrita's memory)."""
+    async def _stored_sessions(self) -> list[MemorySessionsSchema]:
         from nonebot_plugin_amrita.memory import CachedUserDataRepository
 
+        return list(await CachedUserDataRepository().get_sesssions(self.user_key))
+
+    async def _forget_time(self) -> float | None:
+        at = await self.forgotten_at()
+        return at.timestamp() if at is not None else None
+
+    async def read_chat_memory(self) -> MemoryModel:
+        """A copy of the target user's stored private chat (Amrita's memory); empty
+        while it may hold messages from before a forget of the user."""
+        from nonebot_plugin_amrita.memory import CachedUserDataRepository
+
+        at = await self._forget_time()
+        if at is not None:
+            _, current = after_forget(await self._stored_sessions(), _created, at)
+            if not current:
+                return MemoryModel()
         stored = (await CachedUserDataRepository().get_memory(self.user_key)).memory_json
         return MemoryModel(messages=copy.deepcopy(stored.messages), abstract=stored.abstract)
 
@@ -77,9 +131,10 @@ class AmritaData:
             return MemoryModel()
 
     async def read_archived_sessions(self) -> list[MemorySessionsSchema]:
-        from nonebot_plugin_amrita.memory import CachedUserDataRepository
-
-        return list(await CachedUserDataRepository().get_sesssions(self.user_key))
+        """The user's archived sessions, without those from before a forget of the user."""
+        sessions = await self._stored_sessions()
+        at = await self._forget_time()
+        return sessions if at is None else after_forget(sessions, _created, at)[0]
 
     async def summarize_session(
         self,
@@ -128,3 +183,7 @@ class AmritaData:
             await insights.save()
         except Exception as exc:
             logger.warning(f"[Subconscious] 记录 token 用量失败：{exc.__class__.__name__}: {exc}")
+
+
+def _created(session: MemorySessionsSchema) -> float:
+    return session.created_at

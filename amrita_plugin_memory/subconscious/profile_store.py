@@ -18,11 +18,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..infra.files import atomic_write_text
+from ..storage.users.loop_profile import (
+    PROFILE_FILE,
+    PROFILE_SEPARATOR,
+    read_profile,
+    remove_profile,
+)
 
 __all__ = ["PROFILE_FILE", "Profile", "ProfileError", "ProfileStore"]
 
-PROFILE_FILE = "user_profile.md"
-SEPARATOR = "---"
+SEPARATOR = PROFILE_SEPARATOR
 MAX_LINE_CHARS = 500
 MAX_LINES = 2000
 MAX_WINDOW = 200
@@ -93,7 +98,8 @@ def _content_lines(content: Any) -> list[str]:
 
 
 class ProfileStore:
-    """Reads and edits ``<data_dir>/user_profile.md``."""
+    """Reads and edits ``<data_dir>/user_profile.md`` (and, for a user's export and
+    forget, reads and removes it whole: ``storage.users.loop_profile.LoopProfile``)."""
 
     def __init__(self, data_dir: Path) -> None:
         self.path = data_dir / PROFILE_FILE
@@ -170,3 +176,15 @@ class ProfileStore:
                 raise ProfileError(f"画像总行数不能超过 {MAX_LINES} 行，请先精简")
             await asyncio.to_thread(atomic_write_text, self.path, profile.render())
             return {"ok": True, "section": name, "total_lines": len(lines)}
+
+    async def text(self) -> str:
+        """The file as stored (``""``: none)."""
+        return await asyncio.to_thread(read_profile, self.path)
+
+    async def remove(self) -> int:
+        """Delete the file (the target user was forgotten); its lines of content.
+
+        Under the edit lock, so an edit running now cannot write it back.
+        """
+        async with self._lock:
+            return await asyncio.to_thread(remove_profile, self.path)

@@ -2,7 +2,9 @@
 
 **A message during a cycle** interrupts it cooperatively: running tool calls
 finish, nothing new starts, the cycle ends ``interrupted`` (penalty kept), so
-nothing is half written. Shutdown does the same, then ``terminate()``s.
+nothing is half written. Shutdown does the same, then ``terminate()``s. A
+forget of the target user also fences the cycle: it writes nothing more
+(:mod:`.fence`, :meth:`SubconsciousRunner.forgetting`).
 
 **One cycle.** LOAD_STATE (the ``SubconsciousState`` row) → JINJA2_RENDER
 (the main template with the spec's variables) → LIMIT_HISTORY (the target's
@@ -21,7 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -44,6 +47,8 @@ from ..tools.memory_tools import caller_for_user
 from .amrita_data import AmritaData
 from .backend import SubconsciousBackend, build_cycle_tools
 from .consts import JOB_ID_PREFIX, SHUTDOWN_GRACE_SECONDS, STATE_UID
+from .cycle_end import end_cycle, record_cycle
+from .fence import CycleFence
 from .knowledge_base import KnowledgeBaseManager, ValidationReport, check_knowledge_base
 from .messaging import Messenger
 from .profile_store import ProfileStore
@@ -59,7 +64,7 @@ from .toolsets.messages import MessageToolset
 from .toolsets.profile import ProfileToolset
 from .toolsets.review import ReviewToolset
 from .toolsets.suggestions import SuggestionToolset
-from .types import AbstractEntry, Cycle, CycleOutcome, CycleResult, StateData
+from .types import Cycle, CycleOutcome, CycleResult, StateData
 from .workflow import cycle_workflow, strategy_for
 
 __all__ = ["CycleResult", "SubconsciousRunner"]
@@ -107,7 +112,13 @@ class SubconsciousRunner:
         self.pending = PendingMessages(self.loop_state, self.target_user_id)
         self.job_id = job_id or f"{JOB_ID_PREFIX}:{self.target_user_id}"
         self.planner = RunPlanner(self.config, self.job_id, self.run_cycle, scheduler=scheduler)
-        self.data = AmritaData(self.config, self.target.user)
+        self.data = AmritaData(
+            self.config,
+            self.target.user,
+            forgotten_at=lambda: runtime.forgotten.forgotten_at(self.target_user_id),
+        )
+        self.fence = CycleFence()
+        """Closed by a forget of the target user (:meth:`forgetting`)."""
         self.messenger = Messenger(self.templates, self.data, self.target_user_id)
         self.active = True
         """False after :meth:`shutdown`: hooks and planned runs become no-ops."""
@@ -201,8 +212,9 @@ class SubconsciousRunner:
 
     def add_tool_group(self, group: ToolGroup) -> None:
         """Register a group's tools in the isolated manager (and its prompt section)."""
+        gate = lambda: self.fence.tool_call(self.current_cycle)  # noqa: E731
         for tool in group.tools():
-            self.tools.register_tool(tool_data(tool, self._cycle_label))
+            self.tools.register_tool(tool_data(tool, self._cycle_label, gate))
         self.tool_groups.append(group)
 
     def _cycle_label(self) -> str:
@@ -235,6 +247,29 @@ class SubconsciousRunner:
                 "stopping after the running tool calls"
             )
         self.planner.plan_after_message()
+
+    @asynccontextmanager
+    async def forgetting(self, user_id: str) -> AsyncIterator[None]:
+        """A forget of ``user_id`` runs inside this (``UserData.forget_fences``).
+
+        For the target user: the planned cycle is cancelled, the running one
+        stops and writes nothing more, and none starts until the forget ends
+        (:mod:`.fence`); the summaries of their archived sessions are dropped.
+        """
+        if user_id.strip() != self.target_user_id:
+            yield
+            return
+        try:
+            self.planner.cancel()
+        except Exception as exc:  # the scheduler may be gone (shutdown): nothing is planned
+            logger.debug(f"[Subconscious] cancel planned run on forget: {exc}")
+        self.data.session_summaries.clear()
+        cycle = self.current_cycle
+        if cycle is not None:
+            cycle.interrupted = True
+        async with self.fence.closed():
+            logger.info(f"[Subconscious] user={self.target_user_id} is being forgotten")
+            yield
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -347,7 +382,9 @@ class SubconsciousRunner:
                 self._idle.set()
 
     async def _run_cycle(self) -> CycleResult:
-        started = time.monotonic()
+        started, epoch = time.monotonic(), self.fence.epoch
+        if self.fence.forgets:
+            return CycleResult(0, "skipped", error="the target user is being forgotten")
         try:
             await self.load_state()
         except Exception as exc:
@@ -358,6 +395,7 @@ class SubconsciousRunner:
         cycle = Cycle(
             number=self.state["total_runs"] + 1,
             compress_history=self.config.enable_memory_compress,
+            epoch=epoch,
         )
         self.current_cycle = cycle
         label = f"Cycle #{cycle.number}"
@@ -373,7 +411,7 @@ class SubconsciousRunner:
             config = self.data.loop_config()
         except PromptError as exc:
             logger.error(f"[Subconscious] {label} aborted: {exc}")
-            await self._end_cycle(cycle, "failed")
+            await end_cycle(self.tool_groups, cycle, "failed")
             return CycleResult(
                 cycle.number, "failed", error=str(exc), seconds=time.monotonic() - started
             )
@@ -381,7 +419,7 @@ class SubconsciousRunner:
             logger.error(
                 f"[Subconscious] {label} aborted before the agent started: {exc.__class__.__name__}: {exc}"
             )
-            await self._end_cycle(cycle, "failed")
+            await end_cycle(self.tool_groups, cycle, "failed")
             return CycleResult(
                 cycle.number, "failed", error=str(exc), seconds=time.monotonic() - started
             )
@@ -436,8 +474,11 @@ class SubconsciousRunner:
                 cycle.stop_summary
                 or f"未调用 subconscious_iter_stop 而结束；{cycle.describe_actions()}"
             )
-        await self._record(cycle, outcome, summary)
-        await self._end_cycle(cycle, outcome)
+        if self.fence.open_for(cycle):  # a forgotten user's cycle keeps no abstract
+            await record_cycle(
+                self, cycle, outcome, summary, max_abstracts=self.config.max_abstracts
+            )
+        await end_cycle(self.tool_groups, cycle, outcome)
         if outcome == "success":
             self.penalty = 0
         result = CycleResult(
@@ -456,41 +497,3 @@ class SubconsciousRunner:
             + (f": {result.error}" if result.error else "")
         )
         return result
-
-    async def _end_cycle(self, cycle: Cycle, outcome: CycleOutcome) -> None:
-        """Call ``on_cycle_end(cycle, outcome)`` of every tool group that has one.
-
-        The extension point for groups that must commit or discard per-cycle
-        work depending on how the cycle ended (see :class:`~.tools.ToolGroup`).
-        A failing hook is logged and does not affect the others.
-        """
-        for group in self.tool_groups:
-            hook = getattr(group, "on_cycle_end", None)
-            if hook is None:
-                continue
-            try:
-                await hook(cycle, outcome)
-            except Exception as exc:
-                logger.opt(exception=exc).error(
-                    f"[Subconscious] Cycle #{cycle.number}: on_cycle_end of group {group.name} failed"
-                )
-
-    async def _record(self, cycle: Cycle, outcome: CycleOutcome, summary: str) -> None:
-        """Post-processing: count the run and keep its abstract (window of ``max_abstracts``)."""
-        entry: AbstractEntry = {
-            "time": local_now().isoformat(timespec="seconds"),
-            "cycle": cycle.number,
-            "outcome": outcome,
-            "summary": summary,
-        }
-
-        def change(state: StateData) -> None:
-            state["total_runs"] = max(state["total_runs"], cycle.number)
-            state["last_abstracts"] = [*state["last_abstracts"], entry][
-                -self.config.max_abstracts :
-            ]
-
-        try:
-            await self.mutate_state(change)
-        except Exception as exc:
-            logger.error(f"[Subconscious] 保存循环状态失败：{exc.__class__.__name__}: {exc}")

@@ -191,6 +191,9 @@ class Cycle:
 
     number: int
     compress_history: bool = True
+    epoch: int = 0
+    """The loop's forget epoch when the cycle began (:class:`~.fence.CycleFence`):
+    once a forget of the target user moved it on, the cycle writes nothing."""
     stop_requested: bool = False
     """``subconscious_iter_stop`` was called: no further model round."""
     stop_summary: str = ""

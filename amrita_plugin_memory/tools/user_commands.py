@@ -32,7 +32,7 @@ from typing import Any
 
 from nonebot import logger
 
-from ..storage.users.user_data import ForgetCounts, UserData
+from ..storage.users.user_data import ForgetBlocked, ForgetCounts, UserData
 from .args import guard_tool_call
 from .memory_tools import Caller
 
@@ -115,13 +115,14 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
+def _kept_lines(counts: ForgetCounts) -> list[str]:
+    return ["以下不会删除：", *[f"- {line}" for line in counts.kept()]]
+
+
 def _preview_text(counts: ForgetCounts) -> str:
     lines = ["将永久删除机器人保存的你的以下数据（删除后无法恢复，备份中的也会一并删除）："]
     lines += [f"- {line}" for line in counts.removed()]
-    if counts.authored:
-        lines.append(
-            f"你在群里写下的 {counts.authored} 条群共享记忆会保留（它们属于群），但不再记录是你写的。"
-        )
+    lines += _kept_lines(counts)
     lines.append(f"确认删除请在 {CONFIRM_SECONDS // 60} 分钟内发送：/memory user forget confirm")
     return "\n".join(lines)
 
@@ -130,7 +131,8 @@ def _done_text(counts: ForgetCounts) -> str:
     lines = ["已删除机器人保存的你的数据：", *[f"- {line}" for line in counts.removed()]]
     if counts.backups:
         lines.append(f"已从 {counts.backups} 份备份中删除你的 {counts.backup_rows} 条数据。")
-    lines.append("旧备份今后恢复时也不会再带回这些数据；你之后说的话会照常被记住。")
+    lines += _kept_lines(counts)
+    lines.append("旧备份今后恢复时也不会再带回已删除的数据；你之后说的话会照常被记住。")
     return "\n".join(lines)
 
 
@@ -175,7 +177,9 @@ class UserCommands:
                 "没有待确认的删除：请先发送 /memory user forget 查看将删除的内容，"
                 f"再在 {CONFIRM_SECONDS // 60} 分钟内发送 /memory user forget confirm"
             )
-        result = await guard_tool_call("[Memory]", "forget", lambda: self._forget(user_id))
+        result = await guard_tool_call(
+            "[Memory]", "forget", lambda: self._forget(user_id), expected=(ForgetBlocked,)
+        )
         if not result["ok"]:
             return (
                 f"删除未完成：{result['error']}\n已删除的部分不会恢复；"

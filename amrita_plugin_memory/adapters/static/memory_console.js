@@ -462,7 +462,7 @@ function UserDataActions({ userId, notify, ask, onChanged }) {
       const preview = await api("GET", `/users/${encodeURIComponent(userId)}/forget`);
       const text = `将永久删除用户 ${userId} 的以下数据（不可撤销；全部 ${preview.counts.backups} 份备份中的也会删除，旧备份恢复时不会带回）：\n`
         + preview.lines.map((l) => "· " + l).join("\n")
-        + (preview.counts.authored ? `\n他写下的 ${preview.counts.authored} 条群共享记忆保留（属于群），去掉作者标记。` : "");
+        + "\n以下不会删除：\n" + (preview.kept || []).map((l) => "· " + l).join("\n");
       const ok = await ask({ title: "遗忘该用户", text, action: "永久删除" });
       if (!ok) return;
       const done = await api("DELETE", `/users/${encodeURIComponent(userId)}`);

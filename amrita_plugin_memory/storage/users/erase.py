@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ERASE_BATCH",
     "PartitionContents",
+    "authored_archived",
     "authored_records",
     "erase_partition",
     "partition_contents",
@@ -84,6 +85,19 @@ async def authored_records(store: MemoryStore, user_id: str) -> list[MemoryRecor
     async for items in iter_pages(store.connection, col, where={META_AUTHOR: user_id}):
         out.extend(MemoryRecord.from_chroma(i.id, i.document, i.metadata) for i in items)
     out.sort(key=lambda r: (r.created_at, r.id))
+    return out
+
+
+async def authored_archived(store: MemoryStore, user_id: str) -> list[ArchivedMemory]:
+    """Archive rows of group memories whose writer mark is ``user_id`` (swept, deleted
+    or previous versions), oldest first."""
+    if await store.archive.count() == 0:
+        return []
+    col = await store.archive.collection()
+    out: list[ArchivedMemory] = []
+    async for items in iter_pages(store.connection, col, where={META_AUTHOR: user_id}):
+        out.extend(ArchivedMemory.from_chroma(i.id, i.document, i.metadata) for i in items)
+    out.sort(key=lambda r: (r.archived_at, r.id))
     return out
 
 

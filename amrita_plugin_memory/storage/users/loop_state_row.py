@@ -5,8 +5,9 @@ and saves it whole after every change, so while a loop runs in this process
 its document must be changed through it; both it and :class:`LoopStateRow`
 (the stored row, for the command line or a bot without the loop) implement
 :class:`LoopStateAccess`. A user's export and forget (:mod:`.user_data`) read
-and remove, through it, the messages waiting for the loop's target user and
-the knowledge suggestions a user made.
+and remove, through it, the messages waiting for the loop's target user, the
+abstracts of the loop's cycles (each says what a cycle did with the target
+user's memories) and the knowledge suggestions a user made.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from nonebot_plugin_orm import get_session
@@ -22,6 +24,7 @@ from ..models import SubconsciousState, db_now
 
 __all__ = [
     "LOOP_STATE_UID",
+    "LoopItems",
     "LoopStateAccess",
     "LoopStateRow",
     "drop_user_items",
@@ -35,6 +38,7 @@ T = TypeVar("T")
 
 PENDING = "pending_messages"
 SUGGESTIONS = "knowledge_suggestions"
+ABSTRACTS = "last_abstracts"
 
 
 class LoopStateAccess(Protocol):
@@ -83,30 +87,40 @@ def _suggested_by(item: Any, user_id: str, partition: str) -> bool:
     return item.get("user_id") == user_id or item.get("source") == partition
 
 
+@dataclass(slots=True)
+class LoopItems:
+    """What the loop's state keeps about one user."""
+
+    pending: list[Any] = field(default_factory=list)
+    """Messages waiting for the user (only the loop's target user has any)."""
+    suggestions: list[Any] = field(default_factory=list)
+    """The knowledge suggestions they made."""
+    abstracts: list[Any] = field(default_factory=list)
+    """What the loop's last cycles did: all about the target user, the one it works on."""
+
+
 def user_items(
     state: Mapping[str, Any], user_id: str, partition: str, *, target: bool
-) -> tuple[list[Any], list[Any]]:
-    """``(messages waiting for the user, their knowledge suggestions)`` in ``state``.
-
-    Waiting messages are all for the loop's target user (``target``): nobody
-    else has any.
-    """
-    pending = list(state.get(PENDING) or []) if target else []
+) -> LoopItems:
+    """The user's items in ``state``: the waiting messages and the cycles' abstracts
+    belong to the loop's target user (``target``) alone, suggestions to who made them."""
     suggestions = [s for s in state.get(SUGGESTIONS) or [] if _suggested_by(s, user_id, partition)]
-    return pending, suggestions
+    if not target:
+        return LoopItems(suggestions=suggestions)
+    return LoopItems(list(state.get(PENDING) or []), suggestions, list(state.get(ABSTRACTS) or []))
 
 
 def drop_user_items(
     state: dict[str, Any], user_id: str, partition: str, *, target: bool
-) -> tuple[int, int]:
-    """Remove what :func:`user_items` finds from ``state``: ``(messages, suggestions)``."""
-    pending = 0
-    if target and state.get(PENDING):
-        pending = len(state[PENDING])
+) -> LoopItems:
+    """Remove what :func:`user_items` finds from ``state``; what was removed."""
+    found = user_items(state, user_id, partition, target=target)
+    if found.pending:
         state[PENDING] = []
-    suggestions = 0
-    if state.get(SUGGESTIONS):
-        kept = [s for s in state[SUGGESTIONS] if not _suggested_by(s, user_id, partition)]
-        suggestions = len(state[SUGGESTIONS]) - len(kept)
-        state[SUGGESTIONS] = kept
-    return pending, suggestions
+    if found.abstracts:
+        state[ABSTRACTS] = []
+    if found.suggestions:
+        state[SUGGESTIONS] = [
+            s for s in state[SUGGESTIONS] if not _suggested_by(s, user_id, partition)
+        ]
+    return found

@@ -154,11 +154,6 @@ class ForgottenUsers:
         """Every recorded user: ``{user id: {"partition": key, "at": ISO time}}``."""
         return await asyncio.to_thread(self._read)
 
-    async def forgotten_at(self, user_id: str) -> datetime | None:
-        """When ``user_id`` was last forgotten (by any process), or ``None``."""
-        entry = (await self.entries()).get(user_id)
-        return parse_time(entry["at"]) if entry is not None else None
-
     async def load(self, normalize: Normalize) -> Tombstones:
         """The tombstones as restores check them (raises :class:`ForgottenFileError`)."""
         entries = await self.entries()
@@ -172,6 +167,11 @@ class ForgottenUsers:
                 partitions[normalize(key) or key] = at
             authors[user_id] = at
         return Tombstones(partitions, authors, normalize)
+
+    async def forgotten_at(self, user_id: str) -> datetime | None:
+        """When ``user_id`` was last forgotten (``None``: never; raises :class:`ForgottenFileError`)."""
+        entry = (await self.entries()).get(user_id)
+        return parse_time(entry["at"]) if entry is not None else None
 
     async def add(self, user_id: str, partition: str, at: datetime) -> None:
         """Record (or move forward) the forget of ``user_id``; persisted before it returns."""

@@ -11,25 +11,37 @@ command (``/memory user export|forget``), the admin console and
 * their messages in every group's context window, stored and in memory
   (:mod:`..groups.window_store`), their anonymous label in every group
   (:mod:`..groups.directory`);
-* in the L3 loop's state: the messages waiting for them (only the loop's
-  target user has any) and the knowledge suggestions they made
-  (:mod:`.loop_state_row`);
-* the group memories they wrote (writer mark, :data:`~...core.records.META_AUTHOR`):
-  exported, and kept by a forget (they belong to the group) with the mark cleared.
+* in the L3 loop's state: the messages waiting for them and the abstracts of
+  the loop's cycles (only the loop's target user has any), and the knowledge
+  suggestions they made (:mod:`.loop_state_row`); the loop's profile of its
+  target user, ``user_profile.md`` (:mod:`.loop_profile`);
+* their turns that active memory has queued and not yet extracted
+  (:attr:`UserData.pending_sources`); exported, and dropped by a forget
+  (:attr:`UserData.forget_hooks`);
+* the group memories they wrote, live and archived (writer mark,
+  :data:`~...core.records.META_AUTHOR`): exported, and kept by a forget (they
+  belong to the group) with the mark cleared;
+* their choice about active memory (``/memory auto off``, :mod:`..consent_store`)
+  and persona learning: exported, and kept by a forget (it is their choice).
 
-A forget first records the user's tombstone (:mod:`.tombstones`), then removes
-each kind, then rewrites the backup files without the user's rows
-(:class:`BackupFiles`, implemented by ``embedding.forgotten``). Each step is
-idempotent, so a forget that failed half-way (Chroma down) completes when run
-again, and the tombstone already keeps every restore from bringing back what
-was removed. Other users' rows are never touched: every removal is filtered
-on this user's partition key or user id.
+A forget first records the user's tombstone (:mod:`.tombstones`), then stops
+the background work of other components for the user and keeps it from
+starting again until the forget ends (:attr:`UserData.forget_fences`: the L3
+loop's running cycle and its planned one), then removes each kind, then
+rewrites the backup files without the user's rows (:class:`BackupFiles`,
+implemented by ``embedding.forgotten``). Each step is idempotent, so a forget
+that failed half-way (Chroma down) completes when run again, and the tombstone
+already keeps every restore from bringing back what was removed. Other users'
+rows are never touched: every removal is filtered on this user's partition
+key or user id. Amrita's own chat history is not the plugin's and is not
+removed (:data:`AMRITA_HISTORY`).
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -37,18 +49,45 @@ from typing import Any, Protocol
 from nonebot import logger
 
 from ..archive.store import ArchivedMemory
+from ..consent_store import ConsentStore
 from ..groups.stores import GroupStores
 from ..keys import user_key
 from ..memo_store import MemoService
 from ..memory_store import MemoryStore
-from .erase import authored_records, erase_partition, partition_contents, unmark_author
+from .erase import (
+    authored_archived,
+    authored_records,
+    erase_partition,
+    partition_contents,
+    unmark_author,
+)
+from .loop_profile import LoopProfile, profile_lines
 from .loop_state_row import LoopStateAccess, drop_user_items, user_items
 from .tombstones import ForgottenUsers
 
-__all__ = ["EXPORT_FORMAT", "BackupFiles", "ForgetCounts", "UserData"]
+__all__ = [
+    "AMRITA_HISTORY",
+    "EXPORT_FORMAT",
+    "BackupFiles",
+    "ForgetBlocked",
+    "ForgetCounts",
+    "UserData",
+]
 
 EXPORT_FORMAT = "amrita_plugin_memory/user_export"
 EXPORT_VERSION = 1
+
+AMRITA_HISTORY = (
+    "Amrita 自己保存的聊天记录（私聊的当前上下文、它的摘要与归档会话）不属于本插件，没有删除："
+    "在私聊中发送 /session forget 清空当前上下文与摘要，/session clear 删除全部归档会话"
+    "（群聊的上下文属于群，由群管理员在群里用同样的命令清理）"
+)
+"""What a forget does not remove, and how it is removed (Amrita's ``/session`` command)."""
+
+
+class ForgetBlocked(RuntimeError):
+    """Work for the user still runs and a forget cannot fence it (a forget fence gave
+    up waiting): the forget stopped before removing anything more; run it again."""
 
 
 class BackupFiles(Protocol):
@@ -73,16 +112,24 @@ class ForgetCounts:
     persona_fields: int = 0
     group_messages: int = 0
     labels: int = 0
+    queued_turns: int = 0
+    """Turns active memory had queued and not yet extracted."""
     pending_messages: int = 0
     suggestions: int = 0
+    profile_lines: int = 0
+    """Lines of the L3 loop's profile of its target user (``user_profile.md``)."""
+    abstracts: int = 0
+    """Abstracts of the L3 loop's cycles (each about its target user)."""
     authored: int = 0
-    """Group memories the user wrote: kept, their writer mark cleared."""
+    """Group memories the user wrote, live and archived: kept, their writer mark cleared."""
     backups: int = 0
     """Backup files: all of them (preview) or those rewritten (done)."""
     backup_rows: int = 0
+    target: bool = False
+    """The user is the L3 loop's target (the loop works on their memories)."""
 
     def to_json(self) -> dict[str, int]:
-        return asdict(self)
+        return {k: int(v) for k, v in asdict(self).items()}
 
     def report(self, user_id: str) -> dict[str, Any]:
         """The counts and the lines the chat, the console and the command line show."""
@@ -91,6 +138,7 @@ class ForgetCounts:
             "partition": user_key(user_id),
             "counts": self.to_json(),
             "lines": self.removed(),
+            "kept": self.kept(),
         }
 
     def removed(self) -> list[str]:
@@ -102,9 +150,27 @@ class ForgetCounts:
             f"成员画像字段 {self.persona_fields} 个（所有群共用一份画像）",
             f"群聊上下文中你的消息 {self.group_messages} 条",
             f"匿名代号 {self.labels} 个",
+            f"主动记忆中尚未提取的消息 {self.queued_turns} 条",
             f"等待转达给你的消息 {self.pending_messages} 条",
             f"你提交的知识建议 {self.suggestions} 条",
+            f"L3 循环整理出的用户画像 {self.profile_lines} 行",
+            f"L3 循环各轮的运行摘要 {self.abstracts} 条",
         ]
+
+    def kept(self) -> list[str]:
+        """What a forget does not remove, one Chinese phrase each (the same everywhere)."""
+        lines: list[str] = []
+        if self.authored:
+            lines.append(
+                f"你在群里写下的 {self.authored} 条群共享记忆（含归档）保留：它们属于群，"
+                "只去掉“由你写下”的标记"
+            )
+        lines.append("主动记忆与画像学习的开关（/memory auto off、/memory persona off）保留")
+        history = AMRITA_HISTORY
+        if self.target:
+            history += "；L3 循环今后不再读取遗忘之前的这些记录，全局知识库保留（不属于任何用户）"
+        lines.append(history)
+        return lines
 
     @property
     def total(self) -> int:
@@ -115,8 +181,11 @@ class ForgetCounts:
             + self.persona_fields
             + self.group_messages
             + self.labels
+            + self.queued_turns
             + self.pending_messages
             + self.suggestions
+            + self.profile_lines
+            + self.abstracts
         )
 
 
@@ -128,6 +197,12 @@ def _archived_json(row: ArchivedMemory) -> dict[str, Any]:
     out = row.record.to_json()
     out.update(id=row.id, memory_id=row.memory_id, reason=row.reason, archived_at=row.archived_at)
     return out
+
+
+ForgetFence = Callable[[str], AbstractAsyncContextManager[object]]
+"""Entered with the user id before a forget removes anything, left when it ends."""
+PendingSource = Callable[[str], list[dict[str, Any]]]
+"""A user's queued, not yet processed turns in another component (the export)."""
 
 
 class UserData:
@@ -142,6 +217,8 @@ class UserData:
         forgotten: ForgottenUsers,
         loop: LoopStateAccess,
         loop_target: str | None = None,
+        profile: LoopProfile | None = None,
+        consent: ConsentStore | None = None,
         backups: BackupFiles | None = None,
     ) -> None:
         self.store = store
@@ -150,14 +227,45 @@ class UserData:
         self.forgotten = forgotten
         self.loop = loop
         self.loop_target = loop_target
-        """The L3 loop's target user (the only one with waiting messages)."""
+        """The L3 loop's target user (the only one with waiting messages, abstracts, a profile)."""
+        self.profile = profile
+        """The L3 loop's profile of its target user (``None``: not kept in this process)."""
+        self.consent = consent
+        """Active memory's opt-outs (``None``: not exported)."""
         self.backups = backups
         self.forget_hooks: list[Callable[[str], object]] = []
         """Called with the user id when a forget starts: in-memory work of other
         components (active memory's unprocessed messages) is dropped too."""
+        self.forget_fences: list[ForgetFence] = []
+        """Entered, in order, before anything is removed and left when the forget ends
+        (even a failed one): background work for the user running in other components
+        is stopped and kept from starting again meanwhile (the L3 loop's cycle)."""
+        self.pending_sources: list[PendingSource] = []
+        """The user's turns queued in other components, ``[{"text", "reply", "origin"}]``
+        (active memory's batches): exported as ``queued_turns``, counted by a preview."""
+        self.after_forget: list[Callable[[str], object]] = []
+        """Called with the user id when a forget ended, even a failed one (caches of
+        the admin console are dropped)."""
 
     def _is_target(self, user_id: str) -> bool:
         return self.loop_target is not None and user_id == self.loop_target.strip()
+
+    def _queued(self, user_id: str) -> list[dict[str, Any]]:
+        return [turn for source in self.pending_sources for turn in source(user_id)]
+
+    async def _profile_text(self, user_id: str) -> str:
+        if self.profile is None or not self._is_target(user_id):
+            return ""
+        return await self.profile.text()
+
+    async def _active_memory(self, user_id: str) -> dict[str, Any] | None:
+        if self.consent is None:
+            return None
+        since = await self.consent.opted_out_since(user_id)
+        return {
+            "learning_off": since is not None,
+            "since": since.replace(tzinfo=UTC).isoformat(timespec="seconds") if since else None,
+        }
 
     # -- export ----------------------------------------------------------------------
 
@@ -167,10 +275,11 @@ class UserData:
         rows = await partition_contents(self.store, partition)
         persona = await self.groups.personas.get(user_id)
         messages = await self.groups.windows.messages_of(user_id)
-        pending, suggestions = user_items(
+        items = user_items(
             await self.loop.read(), user_id, partition, target=self._is_target(user_id)
         )
         memo = await self.memo.get(partition)
+        archived_authored = await authored_archived(self.store, user_id)
         return {
             "format": EXPORT_FORMAT,
             "version": EXPORT_VERSION,
@@ -187,14 +296,19 @@ class UserData:
                 ],
                 "learning_off": persona.learning_off,
             },
+            "active_memory": await self._active_memory(user_id),
+            "queued_turns": self._queued(user_id),
             "group_memories": [r.to_json() for r in await authored_records(self.store, user_id)],
+            "group_memories_archived": [_archived_json(a) for a in archived_authored],
             "group_messages": [
                 {"group_id": gid, "nickname": e.nickname, "text": e.text, "at": _iso(e.at)}
                 for gid, e in messages
             ],
             "labels": await self.groups.directory.labels_of(user_id),
-            "pending_messages": pending,
-            "knowledge_suggestions": suggestions,
+            "pending_messages": items.pending,
+            "knowledge_suggestions": items.suggestions,
+            "l3_profile": await self._profile_text(user_id) or None,
+            "l3_abstracts": items.abstracts,
         }
 
     # -- forget ----------------------------------------------------------------------
@@ -202,10 +316,11 @@ class UserData:
     async def preview(self, user_id: str) -> ForgetCounts:
         """What :meth:`forget` would remove now (reads only)."""
         partition = user_key(user_id)
-        pending, suggestions = user_items(
-            await self.loop.read(), user_id, partition, target=self._is_target(user_id)
-        )
+        target = self._is_target(user_id)
+        items = user_items(await self.loop.read(), user_id, partition, target=target)
         persona = await self.groups.personas.get(user_id)
+        authored = len(await authored_records(self.store, user_id))
+        authored += len(await authored_archived(self.store, user_id))
         return ForgetCounts(
             memories=await self.store.count(partition),
             archived=await self.store.archive.count(partition),
@@ -213,10 +328,14 @@ class UserData:
             persona_fields=len(persona.fields),
             group_messages=len(await self.groups.windows.messages_of(user_id)),
             labels=len(await self.groups.directory.labels_of(user_id)),
-            pending_messages=len(pending),
-            suggestions=len(suggestions),
-            authored=len(await authored_records(self.store, user_id)),
+            queued_turns=len(self._queued(user_id)),
+            pending_messages=len(items.pending),
+            suggestions=len(items.suggestions),
+            profile_lines=profile_lines(await self._profile_text(user_id)),
+            abstracts=len(items.abstracts),
+            authored=authored,
             backups=self.backups.count() if self.backups is not None else 0,
+            target=target,
         )
 
     async def forget(self, user_id: str) -> ForgetCounts:
@@ -228,24 +347,39 @@ class UserData:
         """
         partition = user_key(user_id)
         await self.forgotten.add(user_id, partition, datetime.now(UTC))
+        try:
+            async with AsyncExitStack() as fences:
+                for fence in self.forget_fences:
+                    await fences.enter_async_context(fence(user_id))
+                counts = await self._remove(user_id, partition)
+        finally:
+            for hook in self.after_forget:
+                hook(user_id)
+        logger.info(f"[Memory] 已遗忘用户 {user_id}：{_audit(counts)}")
+        return counts
+
+    async def _remove(self, user_id: str, partition: str) -> ForgetCounts:
+        target = self._is_target(user_id)
+        counts = ForgetCounts(target=target, queued_turns=len(self._queued(user_id)))
         for hook in self.forget_hooks:
             result = hook(user_id)
             if inspect.isawaitable(result):
                 await result
-        counts = ForgetCounts()
         counts.memories, counts.archived = await erase_partition(self.store, partition)
         counts.memo = int(await self.memo.remove(partition))
         counts.persona_fields = await self.groups.personas.forget(user_id)
         counts.group_messages = await self.groups.windows.forget_user(user_id)
         counts.labels = await self.groups.directory.forget_user(user_id)
-        target = self._is_target(user_id)
-        counts.pending_messages, counts.suggestions = await self.loop.edit(
+        items = await self.loop.edit(
             lambda state: drop_user_items(state, user_id, partition, target=target)
         )
+        counts.pending_messages, counts.suggestions = len(items.pending), len(items.suggestions)
+        counts.abstracts = len(items.abstracts)
+        if target and self.profile is not None:
+            counts.profile_lines = await self.profile.remove()
         counts.authored = await unmark_author(self.store, user_id)
         if self.backups is not None:
             counts.backups, counts.backup_rows = await self.backups.scrub(user_id, partition)
-        logger.info(f"[Memory] 已遗忘用户 {user_id}：{_audit(counts)}")
         return counts
 
 

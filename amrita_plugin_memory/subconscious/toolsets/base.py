@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -11,9 +12,26 @@ from nonebot import logger
 
 from ...tools.args import dump_result, guard_tool_call
 
-__all__ = ["Handler", "LoopTool", "SimpleGroup", "ToolGroup", "guard", "tool_data"]
+__all__ = [
+    "FENCED",
+    "Gate",
+    "Handler",
+    "LoopTool",
+    "SimpleGroup",
+    "ToolGroup",
+    "guard",
+    "tool_data",
+]
 
 Handler = Callable[[Mapping[str, Any], ToolContext], Awaitable[dict[str, Any]]]
+Gate = Callable[[], AbstractAsyncContextManager[bool]]
+"""Entered around every call: yields whether the call may run (``subconscious.fence``)."""
+
+FENCED = {
+    "ok": False,
+    "error": "该用户的数据刚被删除（遗忘）：本轮不再读写任何内容，请调用 subconscious_iter_stop 结束本轮",
+}
+"""The answer to a tool call of a cycle fenced by a forget of the target user."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,14 +91,21 @@ async def guard(
     return await guard_tool_call("[Subconscious]", name, call, expected=expected)
 
 
-def tool_data(tool: LoopTool, label: Callable[[], str]) -> ToolData:
-    """``tool`` for a tool manager: never raises, logs every call with ``label()`` (the cycle)."""
+def tool_data(tool: LoopTool, label: Callable[[], str], gate: Gate | None = None) -> ToolData:
+    """``tool`` for a tool manager: never raises, logs every call with ``label()`` (the cycle),
+    runs it inside ``gate()`` (refused, :data:`FENCED`, when the gate says no)."""
+
+    async def call(args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
+        if gate is None:
+            return await tool.handler(args, ctx)
+        async with gate() as may_run:
+            return await tool.handler(args, ctx) if may_run else dict(FENCED)
 
     async def run(ctx: ToolContext) -> str:
         where = label()
         args = ctx.data if isinstance(ctx.data, Mapping) else {}
         try:
-            result = await tool.handler(args, ctx)
+            result = await call(args, ctx)
         except Exception as exc:
             logger.opt(exception=exc).error(f"[Subconscious] {where} tool {tool.name} crashed")
             result = {"ok": False, "error": f"工具内部错误：{exc.__class__.__name__}: {exc}"}
