@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -55,9 +56,13 @@ def extractions(server: ChatServer) -> list[dict[str, Any]]:
     return [r for r in server.requests if is_extraction(r)]
 
 
-def answer_rule(answer: Callable[[dict[str, Any]], Any], *, delay: float = 0.0) -> Any:
+def answer_rule(
+    answer: Callable[[dict[str, Any]], Any],
+    *,
+    hold: threading.Event | None = None,
+) -> Any:
     """Answer extraction requests with ``answer(body)`` (a dict → JSON, a str verbatim,
-    a :class:`Reply` as it is)."""
+    a :class:`Reply` as it is), once ``hold`` is set (a model still thinking)."""
 
     def rule(body: dict[str, Any]) -> Reply | None:
         if not is_extraction(body):
@@ -66,7 +71,7 @@ def answer_rule(answer: Callable[[dict[str, Any]], Any], *, delay: float = 0.0) 
         if isinstance(value, Reply):
             return value
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        return Reply(content=text, delay=delay)
+        return Reply(content=text, hold=hold)
 
     return rule
 

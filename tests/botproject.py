@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import EMBED, env_for
-from tests.servers import ChromaServer
+from tests.servers import ChromaEndpoint, ChromaServer
 
 VENV_BIN = Path(sys.executable).parent
 NOMIC = "nomic-embed-text:latest"  # 384 dimensions on the test server
@@ -35,7 +35,7 @@ def make_runtime(
     data_dir: Path,
     *,
     mode: str = "local",
-    chroma: ChromaServer | None = None,
+    chroma: ChromaEndpoint | None = None,
     memory_name: str | None = None,
     knowledge_name: str | None = None,
     **env: Any,

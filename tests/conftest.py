@@ -27,7 +27,7 @@ import pytest
 # Amrita's webui runs `uv --version` at import time (pitfall P1).
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
-from tests.servers import ChatServer, ChromaServer, EmbeddingServer
+from tests.servers import ChatServer, ChromaEndpoint, ChromaProxy, ChromaServer, EmbeddingServer
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = Path(tempfile.mkdtemp(prefix="apm-test-"))
@@ -133,6 +133,13 @@ def chroma_server() -> Iterator[ChromaServer]:
 
 
 @pytest.fixture
+def chroma_proxy(chroma_server: ChromaServer) -> Iterator[ChromaProxy]:
+    """A proxy in front of ``chroma_server`` that can hold a collection's drop (``ChromaProxy``)."""
+    with ChromaProxy(chroma_server) as proxy:
+        yield proxy
+
+
+@pytest.fixture
 def no_retries() -> Iterator[None]:
     """Fail fast when the LLM server answers 500 (no SDK retries with backoff)."""
     from amrita_core import get_config
@@ -193,7 +200,7 @@ def work_dir() -> Path:
 # ---------------------------------------------------------------------------
 
 
-def env_for(mode: str, chroma: ChromaServer | None = None, **extra: Any):
+def env_for(mode: str, chroma: ChromaEndpoint | None = None, **extra: Any):
     from amrita_plugin_memory.core.config import EnvConfig
 
     values: dict[str, Any] = {

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
+import gc
 import json
+import time
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from tests.servers import ChatServer
 
-__all__ = ["chat_requests", "partition", "runtime", "runtime_with", "system_prompt"]
+__all__ = [
+    "LoopStalls",
+    "chat_requests",
+    "partition",
+    "runtime",
+    "runtime_with",
+    "system_prompt",
+]
 
 
 def runtime() -> Any:
@@ -59,3 +70,59 @@ def chat_requests(server: ChatServer) -> list[dict[str, Any]]:
             continue
         out.append(request)
     return out
+
+
+class LoopStalls:
+    """How long work of this process kept the event loop from running (``async with``).
+
+    A ticker sleeps ``tick`` seconds over and over; a tick that comes back late
+    was held up by this process (the loop thread busy, a worker holding the
+    GIL, a garbage-collector pass) or by the machine running other processes
+    instead (a loaded CI box). Only the first is what a test asks about, and
+    only the first costs this process CPU time: a tick's stall is how late it
+    came back, capped by the CPU time the whole process used meanwhile
+    (``time.process_time``). So a loaded machine never fails the test, and
+    this process's own blocking work is measured in full (the first tick is
+    under way when the block starts, so no stall inside it is missed). The
+    block's end waits for ``min_ticks`` ticks at least. The collector is
+    paused meanwhile: a full pass over the test session's objects is not what
+    the tests measure.
+    """
+
+    def __init__(self, tick: float = 0.005, *, min_ticks: int = 0) -> None:
+        self.tick = tick
+        self.min_ticks = min_ticks
+        self.stalls: list[float] = []
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def worst(self) -> float:
+        return max(self.stalls, default=0.0)
+
+    async def _ticks(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._stop.is_set() or len(self.stalls) < self.min_ticks:
+            started, cpu = loop.time(), time.process_time()
+            await asyncio.sleep(self.tick)
+            late = loop.time() - started - self.tick
+            self.stalls.append(max(0.0, min(late, time.process_time() - cpu)))
+
+    async def __aenter__(self) -> LoopStalls:
+        gc.disable()
+        self._task = asyncio.create_task(self._ticks())
+        await asyncio.sleep(0)  # the first tick is under way
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        try:
+            if self._task is not None:
+                await self._task
+        finally:
+            gc.enable()

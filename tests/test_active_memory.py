@@ -9,7 +9,8 @@ session's real Chroma store, embedded by the local embedding server.
 
 from __future__ import annotations
 
-import time
+import asyncio
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -336,17 +337,23 @@ async def test_the_reply_does_not_wait_for_a_slow_extraction(
 ) -> None:
     service = active(batch_messages=1)
     uid = 5308001
+    thinking = threading.Event()  # the model answers the extraction only once this is set
     chat_server.set_rule(
-        answer_rule(lambda _: {"memories": [{"op": "add", "content": "用户喜欢喝乌龙茶"}]}, delay=8)
+        answer_rule(
+            lambda _: {"memories": [{"op": "add", "content": "用户喜欢喝乌龙茶"}]}, hold=thinking
+        )
     )
-    started = time.monotonic()
-    recorder = await say(private_event(uid, "我最喜欢喝乌龙茶"))
-    first = time.monotonic() - started
-    recorder = await say(private_event(uid, "你好"), recorder=recorder)
-    both = time.monotonic() - started
-    assert len(recorder.texts()) == 2
-    assert both < 6, (first, both)  # two answered turns while the 8 s extraction runs
-    assert await live(uid) == {}
+    try:
+        # A hang guard: a reply that waited for the extraction would never come.
+        async with asyncio.timeout(60):
+            recorder = await say(private_event(uid, "我最喜欢喝乌龙茶"))
+            recorder = await say(private_event(uid, "你好"), recorder=recorder)
+            assert len(recorder.texts()) == 2  # both turns answered
+            while not extractions(chat_server):  # noqa: ASYNC110 - the server's request log
+                await asyncio.sleep(0.01)
+        assert await live(uid) == {}  # the extraction is still waiting for its answer
+    finally:
+        thinking.set()
     await service.drain()
     assert "用户喜欢喝乌龙茶" in await live(uid)
 

@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -278,26 +279,26 @@ async def test_shutdown_closes_in_a_worker_thread_and_stays_closed(tmp_path: Pat
     assert server is not None and server.pid is not None
     pid = server.pid
     # A call still running at shutdown: closing waits for it (it completes), and stops the child.
-    running = asyncio.create_task(rt.connection.run(time.sleep, 1.0))
-    await asyncio.sleep(0.1)
-    gaps: list[float] = []
+    started, release = threading.Event(), threading.Event()
 
-    async def ticker() -> None:
-        last = time.monotonic()
-        while True:
+    def call() -> bool:
+        started.set()
+        return release.wait(60)
+
+    running = asyncio.create_task(rt.connection.run(call))
+    try:
+        assert await asyncio.to_thread(started.wait, 30)
+        closing = asyncio.create_task(rt.close())
+        # The event loop keeps running while the close waits for that call: were the
+        # close on the loop, no turn would come until its wait gave up (10 s).
+        for _ in range(20):
             await asyncio.sleep(0.01)
-            now = time.monotonic()
-            gaps.append(now - last)
-            last = now
-
-    tick = asyncio.create_task(ticker())
-    await asyncio.sleep(0.02)
-    await rt.close()
-    await asyncio.sleep(0.02)
-    tick.cancel()
-    assert await running is None
+            assert not closing.done()
+    finally:
+        release.set()
+    await closing
+    assert await running is True  # it completed
     await _wait_gone(pid)
-    assert max(gaps) < 0.3, max(gaps)  # the event loop kept running meanwhile
     # Closed for good: a late call is an error, never a new child.
     with pytest.raises(E.VectorStoreError, match="已关闭"):
         await rt.store.get(ALICE, record.id)

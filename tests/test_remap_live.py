@@ -44,7 +44,7 @@ from tests.botproject import (
 )
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
-from tests.servers import ChromaServer, EmbeddingServer, embed_text
+from tests.servers import ChromaEndpoint, ChromaProxy, ChromaServer, EmbeddingServer, embed_text
 
 E = lazy_import(
     "amrita_plugin_memory.embedding",
@@ -296,11 +296,20 @@ class _Writes:
     errors: list[str] = field(default_factory=list)
     acked: asyncio.Event = field(default_factory=asyncio.Event)
     """Set whenever an add is acknowledged."""
+    calls: int = 0
+    """Tool calls answered so far."""
+    answered: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set whenever a tool call is answered."""
 
     async def until_added(self, count: int) -> None:
         while len(self.added) < count:
             self.acked.clear()
             await self.acked.wait()
+
+    async def until_calls(self, count: int) -> None:
+        while self.calls < count:
+            self.answered.clear()
+            await self.answered.wait()
 
 
 async def _busy_bot(rt: Any, writes: _Writes, stop: asyncio.Event) -> None:
@@ -329,26 +338,51 @@ async def _busy_bot(rt: Any, writes: _Writes, stop: asyncio.Event) -> None:
                 writes.refused += 1
             else:
                 writes.errors.append(result["error"])
+        writes.calls += 1
+        writes.answered.set()
         await asyncio.sleep(0.02)
 
 
-async def _while_busy(rt_bot: Any, writes: _Writes, maintenance: Any) -> Any:
-    """Run ``maintenance`` while the bot writes; the bot must write again afterwards."""
+async def _release_after_a_hit(proxy: ChromaProxy, writes: _Writes) -> None:
+    """Keep the held drop going until a tool call of the bot met it and was answered."""
+    await proxy.wait_held()
+    while proxy.drop_answers == 0:
+        await writes.until_calls(writes.calls + 1)
+    # The call that met the drop is answered at the latest with the next one.
+    await writes.until_calls(writes.calls + 1)
+    proxy.release_drop()
+
+
+async def _while_busy(
+    rt_bot: Any, writes: _Writes, maintenance: Any, proxy: ChromaProxy | None = None
+) -> Any:
+    """Run ``maintenance`` while the bot writes; the bot must write again afterwards.
+
+    With ``proxy`` (armed with ``hold_drop``), the swap's drop of the memory
+    collection lasts until the bot's reads and writes have met it.
+    """
     stop = asyncio.Event()
     bot = asyncio.create_task(_busy_bot(rt_bot, writes, stop))
+    releaser = asyncio.create_task(_release_after_a_hit(proxy, writes)) if proxy else None
     try:
         async with asyncio.timeout(120):  # hang guard only
             await writes.until_added(5)
             report = await maintenance
+            if releaser is not None:
+                await releaser
             await writes.until_added(len(writes.added) + 1)  # writes resume after the remap
     finally:
+        if proxy is not None:
+            proxy.release_drop()
+        if releaser is not None and not releaser.done():
+            releaser.cancel()
         stop.set()
         await bot
     return report
 
 
 async def _remote_pair(
-    tmp_path: Path, chroma: ChromaServer, memories: int
+    tmp_path: Path, chroma: ChromaEndpoint, memories: int
 ) -> tuple[Any, Any, dict[str, str]]:
     """A "bot" and a "CLI" runtime on the same remote collections (separate clients)."""
     suffix = uuid.uuid4().hex[:8]
@@ -369,13 +403,21 @@ async def _drop_remote(rt: Any, names: dict[str, str]) -> None:
 
 
 async def test_remote_reindex_finishes_while_the_bot_writes(
-    tmp_path: Path, embed_server: EmbeddingServer, chroma_server: ChromaServer
+    tmp_path: Path, embed_server: EmbeddingServer, chroma_proxy: ChromaProxy
 ) -> None:
-    cli, bot, names = await _remote_pair(tmp_path, chroma_server, 40)
+    """A reindex finishes while the bot writes; nothing acknowledged is lost.
+
+    The swap's drop of the memory collection is held by the proxy until the
+    bot's calls have met it: each is refused ("记忆库维护中") or retried on the
+    new collection, never answered with Chroma's error of a collection being dropped.
+    """
+    cli, bot, names = await _remote_pair(tmp_path, chroma_proxy, 40)
     writes = _Writes(deletable=[f"m{i:04d}" for i in range(40)])
     try:
-        report = await _while_busy(bot, writes, E.remap(cli.maintenance))
+        chroma_proxy.hold_drop(names["memory_name"])
+        report = await _while_busy(bot, writes, E.remap(cli.maintenance), chroma_proxy)
         STATS.faults_injected += 1
+        assert chroma_proxy.drop_answers > 0  # the bot met the collection being dropped
         assert report.backup is not None  # completed (it used to abort on any write)
         after = await snapshot(cli, names["memory_name"])
         lost = [i for i in writes.added if i not in after]
@@ -400,20 +442,25 @@ async def test_remote_reindex_finishes_while_the_bot_writes(
 
 
 async def test_remote_restore_finishes_while_the_bot_writes(
-    tmp_path: Path, embed_server: EmbeddingServer, chroma_server: ChromaServer
+    tmp_path: Path, embed_server: EmbeddingServer, chroma_proxy: ChromaProxy
 ) -> None:
     """A restore rolls the store back to the file and finishes; nothing acknowledged is lost.
 
     Writes acknowledged before the restore took over are in the backup it
-    makes of the current contents; later ones are in the restored store.
+    makes of the current contents; later ones are in the restored store. The
+    swap's drop is held until the bot met it, as in the reindex test (issue 32:
+    a write once got Chroma's "Missing metadata segment" there, by chance).
     """
-    cli, bot, names = await _remote_pair(tmp_path, chroma_server, 30)
+    cli, bot, names = await _remote_pair(tmp_path, chroma_proxy, 30)
     writes = _Writes(deletable=[f"m{i:04d}" for i in range(30)])
     try:
         source = await E.create_backup(cli.maintenance)
         _, contents = E.load_backup(source.path)
-        report = await _while_busy(bot, writes, E.restore_backup(cli.maintenance, source.path))
+        chroma_proxy.hold_drop(names["memory_name"])
+        restore = E.restore_backup(cli.maintenance, source.path)
+        report = await _while_busy(bot, writes, restore, chroma_proxy)
         STATS.faults_injected += 1
+        assert chroma_proxy.drop_answers > 0  # the bot met the collection being dropped
         after = await snapshot(cli, names["memory_name"])
         assert report.backup is not None
         _, saved = E.load_backup(report.backup)

@@ -104,10 +104,9 @@ async def test_planned_run_fires_and_resets_the_penalty(
     runner = make_runner(rethink_base_delay_minutes=0.01)  # 0.6 s
     runner.on_target_message()
     chat_server.script(Reply.tool_call("subconscious_iter_stop", {"summary": "定时运行"}))
-    for _ in range(100):
-        await asyncio.sleep(0.05)
-        if runner.state["total_runs"] == 1 and runner.current_cycle is None:
-            break
+    async with asyncio.timeout(60):  # a hang guard, not a measurement (a loaded box is slow)
+        while not (runner.state["total_runs"] == 1 and runner.current_cycle is None):  # noqa: ASYNC110 - the scheduler runs it
+            await asyncio.sleep(0.05)
     assert runner.state["total_runs"] == 1
     assert runner.state["last_abstracts"][-1]["summary"] == "定时运行"
     assert runner.penalty == 0

@@ -23,7 +23,6 @@ from ..infra.locks import PartitionLocks
 from .archive.removal import move_to_archive
 from .archive.store import REASON_DELETED, REASON_UPDATED, ArchiveStore, archive_name
 from .chroma.connection import ChromaConnection
-from .chroma.paging import iter_pages
 from .chroma.remap_markers import CollectionGuard
 from .merge import MERGE_NEIGHBOURS, WriteResult, merge_candidates, merge_into
 from .partition.counts import PartitionCounts
@@ -475,10 +474,13 @@ class MemoryStore:
         page_size: int | None = None,
     ) -> AsyncIterator[list[MemoryRecord]]:
         """Every memory (of ``partition``, or of the whole collection), page by page by id."""
-        col = await self.collection()
         where = where_partition(partition) if partition is not None else None
-        async for page in iter_pages(
-            self.connection, col, where=where, with_documents=with_documents, page_size=page_size
+        async for page in self.guard.pages(
+            self.name,
+            self.invalidate,
+            where=where,
+            with_documents=with_documents,
+            page_size=page_size,
         ):
             yield [MemoryRecord.from_chroma(i.id, i.document, i.metadata) for i in page]
 

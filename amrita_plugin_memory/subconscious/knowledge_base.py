@@ -260,11 +260,12 @@ class KnowledgeBaseManager:
 
     async def search(self, query: str, top_k: int = 5) -> list[dict[str, Any]]:
         vector = (await self.embedder.embed([query], "query"))[0]
-        col = await self._collection()
-        res = await self.connection.run(
-            lambda: col.query(
+        res = await self._guard.run(
+            self.collection_name,
+            lambda c: c.query(
                 query_embeddings=[vector], n_results=top_k, include=["metadatas", "distances"]
-            )
+            ),
+            self._guard.invalidate,
         )
         ids = res["ids"][0] if res["ids"] else []
         metas = (res.get("metadatas") or [[]])[0]
@@ -312,9 +313,7 @@ class KnowledgeBaseManager:
             self._write_index_sync(index)
 
         name = self.collection_name
-        col, read_at = await self._guard.for_write(
-            name
-        )  # before the files: a refusal changes nothing
+        slot = await self._guard.for_write(name)  # before the files: a refusal changes nothing
         await asyncio.to_thread(write_files)
         meta = {
             "kid": entry.kid,
@@ -322,12 +321,13 @@ class KnowledgeBaseManager:
             "summary": entry.summary,
             "checksum": entry.checksum,
         }
-        await self.connection.run(
-            lambda: col.upsert(
+        await self._guard.apply(
+            name,
+            slot,
+            lambda c: c.upsert(
                 ids=[entry.kid], documents=[entry.document], embeddings=[vector], metadatas=[meta]
-            )
+            ),
         )
-        await self._guard.after_write(name, col, read_at)
 
     async def create(self, title: Any, summary: Any, body: Any) -> KnowledgeEntry:
         now = _now()
@@ -369,12 +369,11 @@ class KnowledgeBaseManager:
         kid = self.check_kid(kid)
         async with self._lock:
             await self.get(kid)  # clear error when missing
-            name = self.collection_name
-            col, read_at = await self._guard.for_write(name)
             # Vector first: a crash after it leaves a file that validation re-embeds,
             # never a vector that answers searches for a deleted entry.
-            await self.connection.run(lambda: col.delete(ids=[kid]))
-            await self._guard.after_write(name, col, read_at)
+            await self._guard.write(
+                self.collection_name, lambda c: c.delete(ids=[kid]), self._guard.invalidate
+            )
 
             def remove_files() -> None:
                 index = self._read_index_sync()

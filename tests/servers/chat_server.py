@@ -11,6 +11,7 @@ import asyncio
 import itertools
 import json
 import math
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -51,6 +52,9 @@ class Reply:
     tool_calls: tuple[ToolCall, ...] = field(default=())
     delay: float = 0.0
     """Seconds the server waits before answering (a slow model; other requests go on)."""
+    hold: threading.Event | None = field(default=None, compare=False)
+    """The server answers only once this is set (a model that is still thinking, however
+    long the test takes; other requests go on). A stopping server answers anyway."""
     status: int = 200
     """An HTTP error status to answer with instead (a failing model for this request only)."""
 
@@ -184,6 +188,10 @@ class ChatServer(ThreadedAppServer):
         reply = self._choose(body)
         if reply.delay:
             await asyncio.sleep(reply.delay)
+        if reply.hold is not None:
+            assert self._stopping is not None
+            while not reply.hold.is_set() and not self._stopping.is_set():  # noqa: ASYNC110 - a threading.Event
+                await asyncio.sleep(0.01)
         if reply.status != 200:
             return _error(reply.status, "The server had an error processing your request.")
         with self._lock:

@@ -16,10 +16,20 @@ import urllib.request
 import weakref
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Self, cast
+from typing import TYPE_CHECKING, Protocol, Self, cast
 
 if TYPE_CHECKING:
     from chromadb.api.client import Client
+
+
+class ChromaEndpoint(Protocol):
+    """Where a runtime finds its Chroma server: the server itself or a proxy in front of it."""
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
 
 
 def free_port(host: str = "127.0.0.1") -> int:

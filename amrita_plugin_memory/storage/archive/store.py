@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ...core.records import MemoryRecord, utc_now
 from ..chroma.connection import ChromaConnection
-from ..chroma.paging import iter_pages
 from ..chroma.remap_markers import CollectionGuard
 
 if TYPE_CHECKING:
@@ -251,9 +250,8 @@ class ArchiveStore:
         ``None`` or the same key leaves a row as it is). Returns the rows rewritten."""
         if not await self._exists_now():
             return 0
-        col = await self.collection()
         rewritten = 0
-        async for page in iter_pages(self.connection, col, with_documents=False):
+        async for page in self.guard.pages(self.name, self.invalidate, with_documents=False):
             ids, metas = [], []
             for item in page:
                 meta = dict(item.metadata or {})

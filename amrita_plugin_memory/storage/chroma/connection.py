@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import fcntl
 import os
+import re
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -55,10 +56,21 @@ def _remote_name(value: str, default: str) -> str:
     return default if value in ("", "default") else value
 
 
+_BEING_DROPPED = re.compile(r"Missing (?:metadata|vector|record) segment")
+"""Chroma's answer to a request that reaches a collection while it is being deleted
+(chromadb 1.5: HTTP 412, ``ChromaError: Missing field: [Missing metadata segment]``)."""
+
+
 def is_missing_collection(exc: BaseException) -> bool:
-    """Whether ``exc`` (or its cause) says the collection does not exist."""
+    """Whether ``exc`` (or its cause) says the collection does not exist, or is being
+    deleted right now (a remap's swap drops the original: see :data:`_BEING_DROPPED`)."""
     text = f"{exc} {exc.__cause__ or ''}"
-    return "does not exist" in text or "NotFound" in text or "not found" in text.lower()
+    return (
+        "does not exist" in text
+        or "NotFound" in text
+        or "not found" in text.lower()
+        or _BEING_DROPPED.search(text) is not None
+    )
 
 
 def _is_transport_error(exc: BaseException) -> bool:

@@ -10,7 +10,7 @@ pages by id.
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .connection import ChromaConnection
@@ -39,7 +39,7 @@ async def iter_pages(
     where: dict[str, Any] | None = None,
     page_size: int | None = None,
     with_documents: bool = True,
-) -> AsyncIterator[list[Item]]:
+) -> AsyncGenerator[list[Item], None]:
     """Every item of ``col`` (matching ``where``), one bounded page at a time.
 
     An item deleted meanwhile is simply missing from its page; callers that

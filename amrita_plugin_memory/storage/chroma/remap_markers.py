@@ -7,19 +7,30 @@ the live collections (metadata, see ``embedding/remap.py``) and writers here
 refuse while a marker is present. :class:`CollectionGuard` keeps that check
 cheap (one metadata read per ``MARKER_TTL`` at most) and exact (see its
 docstring for the guarantee).
+
+The check and the swap are not atomic: a call that passed the check (or a
+read, which is never refused) can reach the original while the swap deletes
+it, and Chroma then answers with an internal error of its own ("Missing
+metadata segment") rather than "does not exist". Every call therefore goes
+through the guard (:meth:`CollectionGuard.run`, :meth:`~CollectionGuard.write`,
+:meth:`~CollectionGuard.apply`, :meth:`~CollectionGuard.pages`), which turns a
+collection replaced or being dropped under it into a retry on the new
+collection (reads) or the maintenance refusal (writes), never that error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from nonebot.log import logger
 
 from ...core.errors import MaintenanceInProgress, VectorStoreError
 from .connection import ChromaConnection, is_missing_collection
+from .paging import Item, iter_pages
 
 T = TypeVar("T")
 
@@ -36,6 +47,7 @@ __all__ = [
     "TEMP_SUFFIX",
     "WRITE_WINDOW",
     "CollectionGuard",
+    "WriteSlot",
     "maintenance_busy",
 ]
 
@@ -86,6 +98,16 @@ class _View:
     """Monotonic time at which the read that produced this view started."""
 
 
+class WriteSlot(NamedTuple):
+    """A write's permission from :meth:`CollectionGuard.for_write`."""
+
+    collection: Collection
+    read_at: float
+    """Monotonic time of the marker read that allowed the write."""
+    generation: int
+    """The connection's generation the handle belongs to."""
+
+
 class CollectionGuard:
     """How writers see one named collection: a cached handle and the maintenance markers.
 
@@ -102,6 +124,12 @@ class CollectionGuard:
       collection was replaced) meanwhile. So every acknowledged write landed
       within ``window`` seconds of a read that saw no marker, i.e. before
       ``marker + window``; a remap's final pass starts later than that.
+    * A call that meets the collection replaced or being dropped (a remap's
+      swap, which no marker check can exclude for a call already past it):
+      a read is retried once on the collection the name now has, a write is
+      refused as not applied (it cannot have landed in the new collection);
+      the same collection still answering its name while it is dropped, or
+      the name missing beside a remap's temporary, is the maintenance refusal.
     """
 
     def __init__(
@@ -159,57 +187,135 @@ class CollectionGuard:
         assert col is not None
         return col
 
+    def _lost(self, exc: VectorStoreError, generation: int) -> bool:
+        """Whether a call failed because its handle is stale: the collection was
+        replaced or is being dropped, or the client was closed or reopened."""
+        return is_missing_collection(exc) or self.connection.generation != generation
+
+    async def _replacement(
+        self, name: str, failed: Collection, exc: VectorStoreError
+    ) -> Collection:
+        """The collection ``name`` has now, after a call on ``failed`` was :meth:`_lost`.
+
+        Raises :class:`MaintenanceInProgress` when the name still answers with
+        ``failed`` while it is being dropped, or is missing beside a remap's
+        temporary (:meth:`_missing`); a collection gone for good stays an error.
+        """
+        view = await self.read(name)
+        if is_missing_collection(exc) and view.collection.id == failed.id:
+            raise MaintenanceInProgress() from exc  # dropped right now: a remap's swap
+        return view.collection
+
     async def run(
         self, name: str, fn: Callable[[Collection], T], on_replaced: Callable[[], None]
     ) -> T:
-        """One call on ``name``. A replaced collection (remote remap) or a client
-        reopened meanwhile (a remap's check) is fetched again once, never re-created;
+        """One read on ``name``. A collection replaced or being dropped meanwhile (a
+        remote remap's swap) or a client reopened (a remap's check) is looked up again
+        and the call retried once on what the name has now, never re-created;
         ``on_replaced`` lets the owner drop what it cached about the old one."""
         generation = self.connection.generation
         col = await self.collection(name)
         try:
             return await self.connection.run(fn, col)
         except VectorStoreError as exc:
-            if is_missing_collection(exc) or self.connection.generation != generation:
+            if not self._lost(exc, generation):
+                raise
+            on_replaced()
+            generation = self.connection.generation
+            col = await self._replacement(name, col, exc)
+        try:
+            return await self.connection.run(fn, col)
+        except VectorStoreError as exc:
+            if self._lost(exc, generation):  # replaced again: a swap in progress
                 on_replaced()
-                return await self.connection.run(fn, await self.collection(name))
+                raise MaintenanceInProgress() from exc
             raise
 
     async def write(
         self, name: str, fn: Callable[[Collection], T], on_replaced: Callable[[], None]
     ) -> T:
-        """One write on ``name``: refused while a remap runs (:meth:`for_write`), and
-        confirmed when slow (:meth:`after_write`). Replaced or its client closed by a
+        """One write on ``name``: :meth:`for_write`, then :meth:`apply`."""
+        return await self.apply(name, await self.for_write(name), fn, on_replaced)
+
+    async def apply(
+        self,
+        name: str,
+        slot: WriteSlot,
+        fn: Callable[[Collection], T],
+        on_replaced: Callable[[], None] | None = None,
+    ) -> T:
+        """Run the write ``fn`` on the handle :meth:`for_write` gave, confirmed when
+        slow (:meth:`after_write`). Replaced, being dropped or its client closed by a
         remap meanwhile: the write did not land, :class:`MaintenanceInProgress`."""
-        generation = self.connection.generation
-        col, read_at = await self.for_write(name)
         try:
-            result = await self.connection.run(fn, col)
+            result = await self.connection.run(fn, slot.collection)
         except VectorStoreError as exc:
-            if is_missing_collection(exc) or self.connection.generation != generation:
-                on_replaced()
+            if self._lost(exc, slot.generation):
+                self.invalidate()
+                if on_replaced is not None:
+                    on_replaced()
                 raise MaintenanceInProgress() from exc
             raise
-        await self.after_write(name, col, read_at)
+        await self.after_write(name, slot)
         return result
 
-    async def for_write(self, name: str) -> tuple[Collection, float]:
-        """``(handle, read time)`` for one write; raises while a remap runs."""
+    async def pages(
+        self,
+        name: str,
+        on_replaced: Callable[[], None],
+        *,
+        where: dict[str, Any] | None = None,
+        with_documents: bool = True,
+        page_size: int | None = None,
+    ) -> AsyncIterator[list[Item]]:
+        """Every item of ``name`` (matching ``where``), page by page (:func:`.paging.iter_pages`).
+
+        A stale handle is replaced as in :meth:`run` before the first page; a
+        collection replaced or dropped after it is :class:`MaintenanceInProgress`
+        (one scan never mixes two collections).
+        """
+        for attempt in range(2):
+            generation = self.connection.generation
+            col = await self.collection(name)
+            source = iter_pages(
+                self.connection,
+                col,
+                where=where,
+                with_documents=with_documents,
+                page_size=page_size,
+            )
+            started = False
+            try:
+                async with contextlib.aclosing(source):
+                    async for page in source:
+                        started = True
+                        yield page
+                return
+            except VectorStoreError as exc:
+                if not self._lost(exc, generation):
+                    raise
+                on_replaced()
+                if started or attempt:
+                    raise MaintenanceInProgress() from exc
+                await self._replacement(name, col, exc)
+
+    async def for_write(self, name: str) -> WriteSlot:
+        """A write's :class:`WriteSlot` (handle, read time); raises while a remap runs."""
         self.connection.writers_seen = True
         view = self._current(name)
         if view is None or self.clock() - view.read_at > self.ttl:
             view = await self.read(name)
         if view.busy:
             raise MaintenanceInProgress()
-        return view.collection, view.read_at
+        return WriteSlot(view.collection, view.read_at, view.generation)
 
-    async def after_write(self, name: str, col: Collection, read_at: float) -> None:
+    async def after_write(self, name: str, slot: WriteSlot) -> None:
         """Confirm a slow write (see the class docstring); raises if it may be lost."""
-        if self.clock() - read_at <= self.window:
+        if self.clock() - slot.read_at <= self.window:
             return
         try:
             view = await self.read(name)
         except VectorStoreError as exc:
             raise MaintenanceInProgress(ambiguous=True) from exc
-        if view.busy or view.collection.id != col.id:
+        if view.busy or view.collection.id != slot.collection.id:
             raise MaintenanceInProgress(ambiguous=True)

@@ -8,7 +8,6 @@ id, whatever the size of the partition or of the collection.
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,10 +27,7 @@ async def _read_ids(store: MemoryStore, partition: str) -> list[str]:
     collection and the cached list, so the list read here misses none of them.
     """
     async with store.locks.hold(partition):
-        col = await store.collection()
-        res = await store.connection.run(
-            functools.partial(col.get, where={"user_id": partition}, include=[])
-        )
+        res = await store._run(lambda c: c.get(where={"user_id": partition}, include=[]))
         ids = list(res["ids"])
         store.recent.set(partition, ids)
         return ids
@@ -95,18 +91,12 @@ async def newest_page(
     page = ids[max(stop - limit, 0) : stop][::-1]
     if not page:
         return [], total
-    col = await store.collection()
-    res = await store.connection.run(
-        functools.partial(col.get, ids=page, include=["documents", "metadatas"])
-    )
+    res = await store._run(lambda c: c.get(ids=page, include=["documents", "metadatas"]))
     return _records(res, page, partition), total
 
 
 async def locate(store: MemoryStore, memory_id: str) -> MemoryRecord | None:
     """The memory ``memory_id`` in whatever partition it is (admin only; tools never do this)."""
-    col = await store.collection()
-    res = await store.connection.run(
-        functools.partial(col.get, ids=[memory_id], include=["documents", "metadatas"])
-    )
+    res = await store._run(lambda c: c.get(ids=[memory_id], include=["documents", "metadatas"]))
     records = _records(res, [memory_id], None)
     return records[0] if records else None

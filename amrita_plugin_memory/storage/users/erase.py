@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from ...core.records import META_AUTHOR, MemoryRecord, where_partition
 from ..archive.store import ArchivedMemory
-from ..chroma.paging import iter_pages
 from ..memory_store import MemoryStore
 
 if TYPE_CHECKING:
@@ -70,8 +69,9 @@ async def partition_contents(store: MemoryStore, partition: str) -> PartitionCon
         memories.extend(page)
     archived: list[ArchivedMemory] = []
     if await store.archive.count(partition):
-        col = await store.archive.collection()
-        async for items in iter_pages(store.connection, col, where={"user_id": partition}):
+        archive = store.archive
+        pages = archive.guard.pages(archive.name, archive.invalidate, where={"user_id": partition})
+        async for items in pages:
             archived.extend(ArchivedMemory.from_chroma(i.id, i.document, i.metadata) for i in items)
     memories.sort(key=lambda r: (r.created_at, r.id))
     archived.sort(key=lambda r: (r.archived_at, r.id))
@@ -80,9 +80,9 @@ async def partition_contents(store: MemoryStore, partition: str) -> PartitionCon
 
 async def authored_records(store: MemoryStore, user_id: str) -> list[MemoryRecord]:
     """Live group memories whose writer mark is ``user_id``, oldest first."""
-    col = await store.collection()
     out: list[MemoryRecord] = []
-    async for items in iter_pages(store.connection, col, where={META_AUTHOR: user_id}):
+    pages = store.guard.pages(store.name, store.invalidate, where={META_AUTHOR: user_id})
+    async for items in pages:
         out.extend(MemoryRecord.from_chroma(i.id, i.document, i.metadata) for i in items)
     out.sort(key=lambda r: (r.created_at, r.id))
     return out
