@@ -60,9 +60,11 @@ def answer_rule(
     answer: Callable[[dict[str, Any]], Any],
     *,
     hold: threading.Event | None = None,
+    delay: float = 0.0,
 ) -> Any:
     """Answer extraction requests with ``answer(body)`` (a dict → JSON, a str verbatim,
-    a :class:`Reply` as it is), once ``hold`` is set (a model still thinking)."""
+    a :class:`Reply` as it is), once ``hold`` is set (a model still thinking), or after
+    ``delay`` seconds (a slow model: what the test does meanwhile needs no exact timing)."""
 
     def rule(body: dict[str, Any]) -> Reply | None:
         if not is_extraction(body):
@@ -71,7 +73,7 @@ def answer_rule(
         if isinstance(value, Reply):
             return value
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        return Reply(content=text, hold=hold)
+        return Reply(content=text, hold=hold, delay=delay)
 
     return rule
 

@@ -249,6 +249,8 @@ async def test_error_drops_entry_and_falls_back(store: Any, logs: list[str]) -> 
 
 
 async def test_invalidate_and_reconnect_drop_everything(store: Any) -> None:
+    from amrita_plugin_memory.storage.keys import rewrite_memory_keys
+
     rng = random.Random(7)
     dim = await _dim(store)
     await _seed(store, {"a": 20, "b": 20}, dim, rng)
@@ -266,7 +268,7 @@ async def test_invalidate_and_reconnect_drop_everything(store: Any) -> None:
     assert "b" not in store.index and "a" in store.index
     # Key migration moves memories between partitions: all dropped.
     memory_id = (await store.list("a", limit=1))[0].id
-    await store.rewrite_partition_keys({memory_id: "b"})
+    await rewrite_memory_keys(store, {memory_id: "b"})
     assert len(store.index) == 0
     hits = await store.query_vector("b", q, top_k=50)
     assert memory_id in [h.id for h in hits]

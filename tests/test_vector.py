@@ -122,6 +122,8 @@ async def test_limit_is_atomic_under_concurrency(store: Any) -> None:
 
 async def test_limit_follows_deletes_and_key_rewrites(store: Any) -> None:
     """The kept count tracks our own adds and deletes; a refusal is always re-counted."""
+    from amrita_plugin_memory.storage.keys import rewrite_memory_keys
+
     ids = [(await store.add(ALICE, "user", f"记忆 {i}", limit=3)).id for i in range(3)]
     assert store.counts.get(ALICE) == 3
     with pytest.raises(V.MemoryLimitReached):
@@ -132,7 +134,7 @@ async def test_limit_follows_deletes_and_key_rewrites(store: Any) -> None:
     with pytest.raises(V.MemoryLimitReached, match="3/3"):
         await store.add(ALICE, "user", "又满了", limit=3)
     # Key migration moves memories between partitions: every kept count is dropped.
-    await store.rewrite_partition_keys({ids[1]: BOB})
+    await rewrite_memory_keys(store, {ids[1]: BOB})
     assert len(store.counts) == 0
     await store.add(ALICE, "user", "迁走一条后还能写", limit=3)
     assert await store.count(ALICE) == 3 and await store.count(BOB) == 1

@@ -12,6 +12,7 @@ current ``QQPlatform_Private_{qq}`` / ``QQPlatform_Group_{gid}`` form are read.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -151,9 +152,27 @@ async def migrate_partition_keys(
                 updates[record.id] = new
         report.rewritten += len(updates)
         if updates and not dry_run:
-            await store.rewrite_partition_keys(updates)
+            await rewrite_memory_keys(store, updates)
     if not dry_run:
         # Archived memories and versions follow their partition (restores find them).
         await store.archive.rewrite_partition_keys(normalize_key)
         await store.set_meta({KEY_FORMAT_META: current})
     return report
+
+
+async def rewrite_memory_keys(store: MemoryStore, updates: Mapping[str, str]) -> None:
+    """Set ``user_id`` of the given memories ``{memory id: new key}`` (key migration only)."""
+    ids = list(updates)
+    res = await store._run(lambda c: c.get(ids=ids, include=["metadatas"]))
+    new_metas = []
+    for memory_id, meta in zip(res["ids"], res.get("metadatas") or [], strict=False):
+        meta = dict(meta or {})
+        meta["user_id"] = updates[memory_id]
+        new_metas.append(meta)
+    try:
+        if res["ids"]:
+            await store._run(lambda c: c.update(ids=list(res["ids"]), metadatas=new_metas))
+    finally:
+        store.counts.clear()  # memories moved between partitions
+        store.recent.clear()
+        store.index.clear()

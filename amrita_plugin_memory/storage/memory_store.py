@@ -483,20 +483,3 @@ class MemoryStore:
             page_size=page_size,
         ):
             yield [MemoryRecord.from_chroma(i.id, i.document, i.metadata) for i in page]
-
-    async def rewrite_partition_keys(self, updates: Mapping[str, str]) -> None:
-        """Set ``user_id`` of the given memories (used by key migration only)."""
-        ids = list(updates)
-        res = await self._run(lambda c: c.get(ids=ids, include=["metadatas"]))
-        new_metas = []
-        for memory_id, meta in zip(res["ids"], res.get("metadatas") or [], strict=False):
-            meta = dict(meta or {})
-            meta["user_id"] = updates[memory_id]
-            new_metas.append(meta)
-        try:
-            if res["ids"]:
-                await self._run(lambda c: c.update(ids=list(res["ids"]), metadatas=new_metas))
-        finally:
-            self.counts.clear()  # memories moved between partitions
-            self.recent.clear()
-            self.index.clear()

@@ -93,9 +93,10 @@ async def authored_archived(store: MemoryStore, user_id: str) -> list[ArchivedMe
     or previous versions), oldest first."""
     if await store.archive.count() == 0:
         return []
-    col = await store.archive.collection()
+    archive = store.archive
     out: list[ArchivedMemory] = []
-    async for items in iter_pages(store.connection, col, where={META_AUTHOR: user_id}):
+    pages = archive.guard.pages(archive.name, archive.invalidate, where={META_AUTHOR: user_id})
+    async for items in pages:
         out.extend(ArchivedMemory.from_chroma(i.id, i.document, i.metadata) for i in items)
     out.sort(key=lambda r: (r.archived_at, r.id))
     return out
