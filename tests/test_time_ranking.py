@@ -147,3 +147,11 @@ async def test_a_newer_memory_about_someone_else_gets_no_push_from_its_age(rt: A
         plain = await _top(rt, 50003, query, k=4)
         rt.store.settings = default
         assert ranked == plain, query
+
+
+async def test_the_time_step_without_the_partition_index(rt: Any) -> None:
+    """With the partition index off (``vector_index_max_mb = 0``) Chroma supplies the days."""
+    rt.store.index.max_bytes = 0
+    await _write_days(rt, 50004, COOKING)
+    assert (await _top(rt, 50004, "3月5号我做了什么菜？"))[0] == COOKING[3][1]
+    assert len(rt.store.index) == 0

@@ -15,7 +15,8 @@ the days around now (今天 昨天 前天, ``yesterday``), and the first convers
 spans ("last week", "上周") and a month without a year are not recognised:
 their reference point is unclear ("last week" in a question about a past
 conversation means the week before that conversation, not before now).
-Days are calendar days of ``now``'s time zone (the stored stamps are UTC).
+Days are calendar days of ``now``'s time zone: the ranking passes UTC, the zone of
+the stored stamps (and of the dates ``<MEMORIES>`` shows).
 """
 
 from __future__ import annotations

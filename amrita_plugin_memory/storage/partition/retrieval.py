@@ -235,12 +235,24 @@ async def _keyword_hits(
     return out
 
 
-def _day_of(meta: dict[str, Any], now: datetime) -> date | None:
-    """The calendar day (in ``now``'s time zone) a memory was written."""
+_DAYS_KEY = "days"
+"""Key of the memories' calendar days in a cached partition entry's ``derived`` dict."""
+
+
+def _day_of(meta: dict[str, Any]) -> date | None:
+    """The calendar day (UTC, like the stored stamps and the clock) a memory was written."""
     when = parse_time(str(meta.get("created_at") or meta.get("updated_at") or ""))
-    if when is None:
-        return None
-    return when.astimezone(now.tzinfo).date() if now.tzinfo is not None else when.date()
+    return None if when is None else when.astimezone(UTC).date()
+
+
+def _days(entry: Any, metas: Sequence[dict[str, Any]]) -> list[date | None]:
+    """Every row's day, cached with the partition's snapshot (parsed once, not per question)."""
+    if entry is None:
+        return [_day_of(m) for m in metas]
+    days = entry.derived.get(_DAYS_KEY)
+    if days is None:
+        days = entry.derived[_DAYS_KEY] = [_day_of(m) for m in metas]
+    return days
 
 
 async def _period_hits(
@@ -249,7 +261,6 @@ async def _period_hits(
     partition: str,
     named: Period | str,
     vector: Sequence[float],
-    now: datetime,
     limit: int,
     importance: str | None,
     group_origin_only: bool,
@@ -260,7 +271,7 @@ async def _period_hits(
         ids, docs, metas = entry.ids, entry.documents, entry.metadatas
     else:
         ids, docs, metas = await _partition_rows(store, partition)
-    days = [_day_of(m, now) for m in metas]
+    days = _days(entry, metas)
     if isinstance(named, Period):
         period = named
     else:  # FIRST_CHAT
@@ -299,7 +310,8 @@ async def search(
     """The ``top_k`` memories of ``partition`` for the query ``text`` / ``vector``."""
     script = settings.script(text)
     now = _now(store.clock)
-    named = named_period(text, now) if settings.time_weight > 0 else None
+    utc = now.astimezone(UTC) if now.tzinfo is not None else now  # days are UTC days
+    named = named_period(text, utc) if settings.time_weight > 0 else None
     hybrid = settings.hybrid and settings.keyword_weight > 0
     if not hybrid and not settings.decay and named is None:
         return await store.query_vector(
@@ -323,7 +335,7 @@ async def search(
             bonus[record.id] = settings.keyword_weight * part
     if named is not None:
         then = await _period_hits(
-            store, entry, partition, named, vector, now, pool, importance, group_origin_only
+            store, entry, partition, named, vector, pool, importance, group_origin_only
         )
         for record in then:
             records.setdefault(record.id, record)
