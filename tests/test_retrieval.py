@@ -221,7 +221,9 @@ async def _old_then_new(rt: Any, uid: int, old: str, new: str) -> None:
 
 
 async def test_a_clearly_better_old_match_still_wins(rt: Any) -> None:
-    # Age decay only breaks near ties: a newer memory on another subject does not displace it.
+    # Age decay (off by default, switched on here) only breaks near ties: a newer memory
+    # on another subject does not displace it.
+    settings(rt, decay=True)
     await _old_then_new(rt, 30001, "用户的生日是三月五日", "用户昨天去看了五月天的演唱会")
     assert (await top(rt, "用户的生日是哪天", uid=30001))[0] == "用户的生日是三月五日"
     await _old_then_new(rt, 30002, "用户的生日是三月五日", "用户昨天过了生日，收到了一个蛋糕")
@@ -229,7 +231,7 @@ async def test_a_clearly_better_old_match_still_wins(rt: Any) -> None:
 
 
 async def test_high_importance_never_ages(rt: Any) -> None:
-    settings(rt, half_lives={"low": 7.0, "medium": 90.0, "high": 0.0})
+    settings(rt, decay=True, half_lives={"low": 7.0, "medium": 90.0, "high": 0.0})
     record = dataclasses.replace(
         (await rt.store.add(K.user_key("10001"), "user", "x", importance="high")),
         updated_at=at(10_000)(),

@@ -29,6 +29,7 @@ from nonebot import logger
 from ..core.records import GroupPrivacy, MemoryRecord, origin_of_chat
 from ..infra.breaker import CircuitBreaker
 from ..prompting.blocks import render_memories_block
+from ..ranking.when import has_cjk
 from ..storage.keys import ChatTarget
 from ..storage.memory_store import MemoryStore
 from ..storage.partition.retrieval import search
@@ -37,17 +38,6 @@ __all__ = ["MemoryRecall", "cosine_similarities", "has_cjk"]
 
 QUERY_CHARS = 500
 """A message is searched with at most this much of its text (like ``read_memory``'s query)."""
-
-
-def has_cjk(text: str) -> bool:
-    """Whether ``text`` holds a CJK ideograph, kana or hangul (which threshold applies)."""
-    return any(
-        "\u4e00" <= ch <= "\u9fff"
-        or "\u3400" <= ch <= "\u4dbf"
-        or "\u3040" <= ch <= "\u30ff"
-        or "\uac00" <= ch <= "\ud7af"
-        for ch in text
-    )
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:

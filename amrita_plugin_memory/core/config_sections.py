@@ -142,7 +142,9 @@ class DecayConfig(Section):
     )
     """The comment above the table in the written default file."""
 
-    enabled: bool = True
+    # Off by default: on the public yardsticks (bench.locomo_bench / memorybank_bench
+    # --channels, dev splits) decay lost on LoCoMo and changed nothing on MemoryBank-CN.
+    enabled: bool = False
     low_half_life_days: float | None = Field(default=None, ge=0)
     medium_half_life_days: float | None = Field(default=None, ge=0)
     high_half_life_days: float = Field(default=0, ge=0)

@@ -12,6 +12,16 @@ word list decides which memory is "the update" or what a question is about
 (issue #23: such rules put the wrong memory first on data they were not
 written for). Every candidate comes from the one partition, with the same
 filters, so the partition rules are those of the plain vector search.
+
+Per language (issue #31): the query's script picks a :class:`ScriptRanking`
+(:attr:`RetrievalSettings.cjk` for a query with CJK characters,
+:attr:`RetrievalSettings.other` for any other). A channel that did not beat
+plain cosine on a language's public yardstick (MemoryBank-CN, LoCoMo; dev
+splits) is off for it: for Chinese the CJK terms of the keyword channel (ASCII
+words and codes in a Chinese question still count). Age decay helped neither
+language and is off by default (``[decay] enabled``).
+A question that names a time (:func:`~...ranking.when.named_period`) adds the
+memories written then to the candidates and gives them :attr:`~RetrievalSettings.time_weight`.
 """
 
 from __future__ import annotations
@@ -19,7 +29,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
@@ -27,7 +37,8 @@ import numpy as np
 from ...core.config import ConfigFile
 from ...core.records import MemoryRecord, OriginFilter, where_partition
 from ...ranking.keywords import CJK_UNIT, KeywordIndex
-from ...ranking.scores import age_days, combine, decay_factor, decayed_distance
+from ...ranking.scores import age_days, combine, decay_factor, decayed_distance, parse_time
+from ...ranking.when import Period, has_cjk, named_period
 from .index import IndexedStore, PartitionIndex
 
 
@@ -50,7 +61,7 @@ class SearchStore(IndexedStore, Protocol):
     async def _run(self, fn: Callable[[Any], T]) -> T: ...
 
 
-__all__ = ["INLINE_KEYWORD_ROWS", "RetrievalSettings", "SearchStore", "search"]
+__all__ = ["INLINE_KEYWORD_ROWS", "RetrievalSettings", "ScriptRanking", "SearchStore", "search"]
 
 T = TypeVar("T")
 
@@ -59,12 +70,29 @@ _KEYWORD_KEY = "keywords"
 
 
 @dataclass(frozen=True, slots=True)
+class ScriptRanking:
+    """The channels for queries of one script (decided by measurement: docs/retrieval.md)."""
+
+    cjk_unit: float
+    """Weight of a CJK term in the keyword part (a word, number or code counts 1)."""
+
+
+CJK_RANKING = ScriptRanking(cjk_unit=0.0)
+"""A query with CJK characters: on MemoryBank-CN's dev users the CJK terms of the
+keyword channel put a wrong memory first and never a right one
+(``bench.memorybank_bench --channels``); its ASCII words and codes still count."""
+OTHER_RANKING = ScriptRanking(cjk_unit=CJK_UNIT)
+"""Any other query: the keyword channel beats plain cosine on LoCoMo's dev
+conversations (``bench.locomo_bench --channels``)."""
+
+
+@dataclass(frozen=True, slots=True)
 class RetrievalSettings:
     """The ``[retrieval]`` and ``[decay]`` settings the store ranks and merges with."""
 
     hybrid: bool = True
     keyword_weight: float = 0.25
-    decay: bool = True
+    decay: bool = False
     decay_weight: float = 0.05
     half_lives: dict[str, float] = field(
         default_factory=lambda: {"low": 7.0, "medium": 90.0, "high": 0.0}
@@ -72,6 +100,14 @@ class RetrievalSettings:
     candidates: int = 20
     dedup: bool = True
     dedup_min_cosine: float = 0.95
+    cjk: ScriptRanking = CJK_RANKING
+    other: ScriptRanking = OTHER_RANKING
+    time_weight: float = 0.2
+    """Added to the score of a memory written in the period the query names (0: off)."""
+
+    def script(self, text: str) -> ScriptRanking:
+        """The channels for the query ``text``, by its script."""
+        return self.cjk if has_cjk(text) else self.other
 
     @classmethod
     def from_config(cls, file: ConfigFile) -> RetrievalSettings:
@@ -164,18 +200,19 @@ async def _keyword_hits(
     limit: int,
     importance: str | None,
     origins: OriginFilter,
+    cjk_unit: float,
 ) -> list[tuple[MemoryRecord, float]]:
     """``(record, keyword part)`` of the best keyword matches: the share of the query's
-    keyword weight a memory holds, CJK terms counted at :data:`~...ranking.keywords.CJK_UNIT`
-    (what the ranking adds). Records carry distances when the partition's vectors are
-    cached (keyword-only hits are shown like the others)."""
+    keyword weight a memory holds, CJK terms counted at ``cjk_unit`` (what the ranking
+    adds). Records carry distances when the partition's vectors are cached (keyword-only
+    hits are shown like the others)."""
     if entry is not None:
         ids, docs, metas = entry.ids, entry.documents, entry.metadatas
         keywords = await _keywords_of(store, entry)
     else:
         ids, docs, metas = await _partition_rows(store, partition)
         keywords = await _build_keywords(store, docs)
-    scores = keywords.coverage(text, cjk_unit=CJK_UNIT)
+    scores = keywords.coverage(text, cjk_unit=cjk_unit)
     rows = np.asarray([r for r in scores if _keep(metas[r], importance, origins)], dtype=np.int64)
     query = np.asarray(vector, dtype=np.float32)
     by_score = np.asarray([-scores[r] for r in rows.tolist()], dtype=np.float64)
@@ -196,6 +233,67 @@ async def _keyword_hits(
     return out
 
 
+_DAYS_KEY = "days"
+"""Key of the memories' calendar days in a cached partition entry's ``derived`` dict."""
+
+
+def _day_of(meta: dict[str, Any]) -> date | None:
+    """The calendar day (UTC, like the stored stamps and the clock) a memory was written."""
+    when = parse_time(str(meta.get("created_at") or meta.get("updated_at") or ""))
+    return None if when is None else when.astimezone(UTC).date()
+
+
+def _days(entry: Any, metas: Sequence[dict[str, Any]]) -> list[date | None]:
+    """Every row's day, cached with the partition's snapshot (parsed once, not per question)."""
+    if entry is None:
+        return [_day_of(m) for m in metas]
+    days = entry.derived.get(_DAYS_KEY)
+    if days is None:
+        days = entry.derived[_DAYS_KEY] = [_day_of(m) for m in metas]
+    return days
+
+
+async def _period_hits(
+    store: SearchStore,
+    entry: Any,
+    partition: str,
+    named: Period | str,
+    vector: Sequence[float],
+    limit: int,
+    importance: str | None,
+    origins: OriginFilter,
+) -> list[MemoryRecord]:
+    """Memories written in the period a query names (the closest ``limit``), with distances
+    when the partition's vectors are cached. :data:`FIRST_CHAT` is the oldest memory's day."""
+    if entry is not None:
+        ids, docs, metas = entry.ids, entry.documents, entry.metadatas
+    else:
+        ids, docs, metas = await _partition_rows(store, partition)
+    days = _days(entry, metas)
+    if isinstance(named, Period):
+        period = named
+    else:  # FIRST_CHAT
+        known = [d for d in days if d is not None]
+        if not known:
+            return []
+        period = Period(min(known), min(known))
+    rows = [
+        r
+        for r, day in enumerate(days)
+        if day is not None and period.holds(day) and _keep(metas[r], importance, origins)
+    ]
+    query = np.asarray(vector, dtype=np.float32)
+    distances: list[float | None] = [None] * len(rows)
+    if entry is not None and query.shape == (entry.dim,) and rows:
+        diff = entry.vectors[np.asarray(rows, dtype=np.int64)] - query
+        distances = np.einsum("ij,ij->i", diff, diff).tolist()
+    order = sorted(range(len(rows)), key=lambda i: (distances[i] is None, distances[i] or 0.0))
+    return [
+        MemoryRecord.from_chroma(ids[rows[i]], docs[rows[i]], metas[rows[i]], distances[i])
+        for i in order[:limit]
+    ]
+
+
 async def search(
     store: SearchStore,
     partition: str,
@@ -209,26 +307,37 @@ async def search(
 ) -> list[MemoryRecord]:
     """The ``top_k`` memories of ``partition`` for the query ``text`` / ``vector``
     (only those ``origins`` lets through)."""
-    if not settings.hybrid and not settings.decay:
+    script = settings.script(text)
+    now = _now(store.clock)
+    utc = now.astimezone(UTC) if now.tzinfo is not None else now  # days are UTC days
+    named = named_period(text, utc) if settings.time_weight > 0 else None
+    hybrid = settings.hybrid and settings.keyword_weight > 0
+    if not hybrid and not settings.decay and named is None:
         return await store.query_vector(
             partition, vector, top_k=top_k, importance=importance, origins=origins
         )
     pool = max(top_k, settings.candidates)
-    now = _now(store.clock)
     by_vector = await store.query_vector(
         partition, vector, top_k=pool, importance=importance, origins=origins
     )
     records = {r.id: r for r in by_vector}
     entry = await _snapshot(store, partition)
-    keyword_part: dict[str, float] = {}
-    if settings.hybrid and settings.keyword_weight > 0:
-        hits = await _keyword_hits(store, entry, partition, text, vector, pool, importance, origins)
+    bonus: dict[str, float] = {}
+    if hybrid:
+        hits = await _keyword_hits(
+            store, entry, partition, text, vector, pool, importance, origins, script.cjk_unit
+        )
         for record, part in hits:
             records.setdefault(record.id, record)
-            keyword_part[record.id] = part
+            bonus[record.id] = settings.keyword_weight * part
+    if named is not None:
+        then = await _period_hits(store, entry, partition, named, vector, pool, importance, origins)
+        for record in then:
+            records.setdefault(record.id, record)
+            bonus[record.id] = bonus.get(record.id, 0.0) + settings.time_weight
     distances = {
         memory_id: None if r.distance is None else r.distance * settings.growth(r, now)
         for memory_id, r in records.items()
     }
-    ranked = [records[i] for i in combine(distances, keyword_part, settings.keyword_weight)]
+    ranked = [records[i] for i in combine(distances, bonus, 1.0)]
     return [replace(r) for r in ranked[:top_k]]
