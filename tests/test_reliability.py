@@ -491,8 +491,14 @@ async def test_permission_matrix(role: str, uid: int, where: str, tool: str) -> 
     STATS.inputs_tried += 2
     manager = where == "group" and (role in ("admin", "owner") or str(uid) == SUPERUSER)
 
-    # Personal scope: always the caller's own partition, always allowed.
-    own = await rt.store.add(f"QQPlatform_Private_{uid}", "user", "自己的记忆")
+    # Personal scope: always the caller's own partition, always allowed (on a memory this
+    # chat may read: said here; a private one is not found from a group, see below).
+    origin = f"group:{gid}" if where == "group" else "private"
+    own = await rt.store.add(f"QQPlatform_Private_{uid}", "user", "自己的记忆", origin=origin)
+    if where == "group" and tool == "update_memory":
+        hidden = await rt.store.add(f"QQPlatform_Private_{uid}", "user", "私聊里说的")
+        refused = await rt.tools.update_memory(caller, {"id": hidden.id, "importance": "high"})
+        assert refused["ok"] is False and "私聊里说的" not in str(refused)
     args = {
         "write_memory": {"content": "新记忆", "tags": [], "scope": "user"},
         "update_memory": {"id": own.id, "scope": "user", "importance": "high"},

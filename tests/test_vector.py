@@ -196,11 +196,13 @@ async def test_collection_metadata_is_merged(store: Any) -> None:
 
 
 async def test_distribution_and_paging(store: Any) -> None:
+    from amrita_plugin_memory.embedding.status import memory_distribution
+
     for i in range(7):
         await store.add(ALICE, "user", f"A{i}")
     for i in range(3):
         await store.add(GROUP, "group", f"G{i}")
-    assert await store.distribution(page_size=4) == {(ALICE, "user"): 7, (GROUP, "group"): 3}
+    assert await memory_distribution(store) == {(ALICE, "user"): 7, (GROUP, "group"): 3}
     seen, sizes = [], []
     async for page in store.iter_records(with_documents=True, page_size=4):
         seen += [r.content for r in page]

@@ -32,7 +32,7 @@ from .maintenance import (
     open_collection,
 )
 
-__all__ = ["RemapMarker", "StatusReport", "collect_status"]
+__all__ = ["RemapMarker", "StatusReport", "collect_status", "memory_distribution"]
 
 _KINDS = {"reindex": "重映射（reindex）", "restore": "从备份恢复（backup restore）"}
 
@@ -206,7 +206,7 @@ class StatusReport:
         )
 
 
-async def _distribution(store: MemoryStore) -> dict[tuple[str, str], int]:
+async def memory_distribution(store: MemoryStore) -> dict[tuple[str, str], int]:
     """Memory count per ``(partition, scope)`` over the whole collection."""
     counts: dict[tuple[str, str], int] = {}
     async for page in store.iter_records():
@@ -230,7 +230,7 @@ async def collect_status(maint: Maintenance) -> StatusReport:
     except EmbeddingError as exc:
         error = str(exc)
         config_problem = isinstance(exc, EmbeddingConfigError)
-    distribution = await _distribution(maint.store) if memory.name in existing else {}
+    distribution = await memory_distribution(maint.store) if memory.name in existing else {}
     kcol = await open_collection(conn, knowledge.name) if knowledge.name in existing else None
     acol = await open_collection(conn, archive.name) if archive.name in existing else None
     metas = {
