@@ -89,3 +89,22 @@ def ref_of(request: dict[str, Any], content: str) -> str:
         if text == content:
             return ref
     raise AssertionError(f"{content!r} not shown in {shown_refs(request)}")
+
+
+async def live(uid: int) -> dict[str, Any]:
+    """``{content: record}`` of every live memory of user ``uid``."""
+    from amrita_plugin_memory.storage.keys import user_key
+    from tests.helpers import runtime
+
+    out: dict[str, Any] = {}
+    async for page in runtime().store.iter_records(user_key(uid), with_documents=True):
+        out.update({r.content: r for r in page})
+    return out
+
+
+async def archived(uid: int) -> list[Any]:
+    """The archive rows of user ``uid``'s partition."""
+    from amrita_plugin_memory.storage.keys import user_key
+    from tests.helpers import runtime
+
+    return await runtime().store.archive.list(user_key(uid), limit=100)

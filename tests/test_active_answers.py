@@ -15,25 +15,14 @@ from typing import Any
 
 import pytest
 
-from tests.active_helpers import active, answer_rule, extractions, is_extraction
+from tests.active_helpers import active, answer_rule, extractions, is_extraction, live
 from tests.events import private_event
 from tests.group_helpers import say
-from tests.helpers import runtime
 from tests.servers import ChatServer, Reply
 
 __all__ = ["active"]  # the fixture, imported for pytest
 
 pytestmark = pytest.mark.usefixtures("whole_replies")
-
-
-async def live(uid: int) -> dict[str, Any]:
-    """``{content: record}`` of every live memory of user ``uid``."""
-    from amrita_plugin_memory.storage.keys import user_key
-
-    out: dict[str, Any] = {}
-    async for page in runtime().store.iter_records(user_key(uid), with_documents=True):
-        out.update({r.content: r for r in page})
-    return out
 
 
 def batch_of(request: dict[str, Any]) -> str:

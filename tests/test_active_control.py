@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.active_helpers import active, answer_rule, extractions, settle
+from tests.active_helpers import active, answer_rule, archived, extractions, live, settle
 from tests.chat import BotRecorder, connect_bot
 from tests.events import group_event, private_event
 from tests.group_helpers import MARKER as PERSONA_MARKER
@@ -31,21 +31,6 @@ from tests.servers import ChatServer, EmbeddingServer, Reply
 __all__ = ["active", "groups"]  # the fixtures, imported for pytest
 
 pytestmark = pytest.mark.usefixtures("whole_replies")
-
-
-async def live(uid: int) -> dict[str, Any]:
-    from amrita_plugin_memory.storage.keys import user_key
-
-    out: dict[str, Any] = {}
-    async for page in runtime().store.iter_records(user_key(uid), with_documents=True):
-        out.update({r.content: r for r in page})
-    return out
-
-
-async def archived(uid: int) -> list[Any]:
-    from amrita_plugin_memory.storage.keys import user_key
-
-    return await runtime().store.archive.list(user_key(uid), limit=100)
 
 
 async def in_flight(server: ChatServer, count: int = 1, marker: str = "") -> None:

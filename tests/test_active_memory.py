@@ -20,7 +20,9 @@ from tests.active_helpers import (
     MARKER,
     active,
     answer_rule,
+    archived,
     extractions,
+    live,
     ref_of,
     settle,
     shown_refs,
@@ -43,23 +45,6 @@ async def seed(uid: int, content: str, *, group_id: int | None = None) -> str:
     result = await runtime().tools.write_memory(caller, {"content": content, "tags": ["测试"]})
     assert result["ok"] is True, result
     return str(result["memory"]["id"])
-
-
-async def live(uid: int) -> dict[str, Any]:
-    """``{content: record}`` of every live memory of user ``uid``."""
-    from amrita_plugin_memory.storage.keys import user_key
-
-    store = runtime().store
-    out: dict[str, Any] = {}
-    async for page in store.iter_records(user_key(uid), with_documents=True):
-        out.update({r.content: r for r in page})
-    return out
-
-
-async def archived(uid: int) -> list[Any]:
-    from amrita_plugin_memory.storage.keys import user_key
-
-    return await runtime().store.archive.list(user_key(uid), limit=100)
 
 
 def non_extraction_prompts(server: ChatServer) -> list[str]:
