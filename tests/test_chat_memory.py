@@ -7,60 +7,14 @@ request body, so the tests assert what the model actually saw.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
-from tests.chat import BotRecorder, make_bot, run_turn
+from tests.chat import BotRecorder, model_requests, tool_results, turn, write_call
 from tests.conftest import SUPERUSER
 from tests.events import group_event, private_event
 from tests.helpers import runtime, system_prompt
 from tests.servers import ChatServer, EmbeddingServer, Reply
-
-
-def model_requests(server: ChatServer) -> list[dict[str, Any]]:
-    """Requests of the answering model (not Amrita's content-safety check)."""
-    return [
-        r
-        for r in server.requests
-        if [t["function"]["name"] for t in r.get("tools", [])] != ["report"]
-    ]
-
-
-def tool_results(server: ChatServer) -> list[dict[str, Any]]:
-    """Tool results of this turn's tool calls, parsed, in order, without repeats.
-
-    Results already present in the first request come from the stored history
-    of earlier turns and are skipped.
-    """
-    requests = model_requests(server)
-    history = {m.get("tool_call_id") for m in requests[0]["messages"]} if requests else set()
-    seen: dict[str, dict[str, Any]] = {}
-    for request in requests:
-        for message in request["messages"]:
-            call_id = message.get("tool_call_id")
-            if message["role"] == "tool" and call_id not in seen and call_id not in history:
-                try:
-                    seen[message["tool_call_id"]] = json.loads(message["content"])
-                except ValueError:
-                    seen[message["tool_call_id"]] = {"raw": message["content"]}
-    return list(seen.values())
-
-
-async def turn(
-    server: ChatServer, event: Any, *replies: Reply, recorder: BotRecorder | None = None
-) -> BotRecorder:
-    recorder = recorder or BotRecorder()
-    server.clear()
-    server.script(*replies)
-    await run_turn(make_bot(recorder), event)
-    return recorder
-
-
-def write_call(content: str, scope: str = "user", **extra: Any) -> Reply:
-    args = {"content": content, "tags": ["测试"], "importance": "medium", "scope": scope} | extra
-    return Reply.tool_call("write_memory", args)
-
 
 # ---------------------------------------------------------------------------
 # L2 through chat turns

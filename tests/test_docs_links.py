@@ -206,3 +206,36 @@ def test_the_check_catches_issue_references(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     assert issue_references(user_docs(tmp_path), tmp_path) == ["README.md:3 #23"]
+
+
+_QUOTED_CJK = re.compile(r'"([^"\n]*[\u4e00-\u9fff][^"\n]*)"')
+
+
+def headings(paths: list[Path]) -> set[str]:
+    """The text of every heading in ``paths`` (inline-code backticks removed)."""
+    found: set[str] = set()
+    for path in paths:
+        for _, line in prose_lines(path.read_text(encoding="utf-8")):
+            match = _HEADING.match(line)
+            if match:
+                found.add(match.group(2).replace("`", "").strip())
+    return found
+
+
+def named_headings(text: str) -> list[str]:
+    """The doc headings a developer text names: quoted texts in Chinese ("用户命令 `/memory`")."""
+    return [m.replace("`", "").strip() for m in _QUOTED_CJK.findall(text)]
+
+
+def test_architecture_names_only_headings_that_exist() -> None:
+    """ARCHITECTURE.md's how-to sends a newcomer to doc sections by their heading."""
+    names = named_headings((ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8"))
+    assert names, "ARCHITECTURE.md names no doc heading: this check reads nothing"
+    missing = sorted(set(names) - headings([*user_docs(), ROOT / "docs" / "development.md"]))
+    assert missing == [], f"ARCHITECTURE.md names headings that no doc has: {missing}"
+
+
+def test_named_headings_reads_quoted_chinese_only() -> None:
+    text = 'a row of "全部配置键" and "English only" and docs: "用户命令 `/memory`".'
+    assert named_headings(text) == ["全部配置键", "用户命令 /memory"]
+    assert "全部配置键" not in headings([])

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.active_helpers import active, answer_rule, extractions, settle, shown_refs
+from tests.chat import tool_results
 from tests.events import group_event, private_event
 from tests.group_helpers import block, say, turn_prompts
 from tests.helpers import partition, runtime
@@ -46,31 +47,11 @@ def privacy() -> Iterator[Callable[..., None]]:
     tools.privacy = saved
 
 
-def results(server: ChatServer) -> list[dict[str, Any]]:
-    """This turn's tool results, parsed, in order (first seen; history excluded)."""
-    seen: dict[str, dict[str, Any]] = {}
-    requests = [
-        r
-        for r in server.requests
-        if [t["function"]["name"] for t in r.get("tools") or []] != ["report"]
-    ]
-    history = {m.get("tool_call_id") for m in requests[0]["messages"]} if requests else set()
-    for request in requests:
-        for message in request["messages"]:
-            call_id = message.get("tool_call_id")
-            if message["role"] == "tool" and call_id not in seen and call_id not in history:
-                try:
-                    seen[call_id] = json.loads(message["content"])
-                except ValueError:
-                    seen[call_id] = {"raw": message["content"]}
-    return list(seen.values())
-
-
 async def turn(server: ChatServer, event: Any, *replies: Reply) -> list[dict[str, Any]]:
     server.clear()
     server.script(*replies)
     await say(event)
-    return results(server)
+    return tool_results(server)
 
 
 def write(content: str) -> Reply:
@@ -253,7 +234,7 @@ async def test_active_memory_keeps_what_was_learned_in_a_group_to_that_group(
         await say(chat_in(group_id))
         await settle(service)
         (request,) = extractions(chat_server)
-        found = contents(results(chat_server)[0])
+        found = contents(tool_results(chat_server)[0])
         return said(chat_server), set(shown_refs(request).values()), found
 
     memories, refs, found = await seen_in(group_b)

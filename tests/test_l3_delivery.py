@@ -264,7 +264,7 @@ async def test_sense_registry_seam_still_matches_amrita_sense() -> None:
 
     If this fails after an amrita-sense upgrade, re-read ``amrita_sense.hook.matcher``
     (``EventRegistry`` / ``Matcher`` / ``FunctionData``) and adapt
-    ``adapters/subconscious_hooks.remove_sense_matcher`` — or switch to a public
+    ``adapters/hooks.remove_sense_matcher`` — or switch to a public
     unregister API if the new version has one.
     """
     from dataclasses import dataclass
@@ -272,7 +272,7 @@ async def test_sense_registry_seam_still_matches_amrita_sense() -> None:
     import amrita_sense
     from amrita_sense import BaseEvent, EventRegistry, MatcherFactory, on_event
 
-    from amrita_plugin_memory.adapters.subconscious_hooks import remove_sense_matcher
+    from amrita_plugin_memory.adapters.hooks import remove_sense_matcher
 
     for name in ("EventRegistry", "MatcherFactory", "on_event", "BaseEvent"):
         assert hasattr(amrita_sense, name), f"amrita_sense no longer exports {name}"

@@ -23,13 +23,12 @@ from typing import Any
 
 import pytest
 
-from tests.chat import BotRecorder, make_bot
+from tests.chat import BotRecorder, make_bot, tool_results, turn
 from tests.conftest import SUPERUSER
 from tests.events import group_event, private_event
 from tests.helpers import runtime
 from tests.reliability_stats import STATS
 from tests.servers import ChatServer, Reply
-from tests.test_chat_memory import tool_results, turn
 
 _users = iter(range(35001, 35999))
 

@@ -21,7 +21,7 @@ from ..active import ActiveMemory
 from ..prompting.blocks import insert_block
 from ..services import MemoryRuntime
 from .events import amrita_event, target_from_event
-from .subconscious_hooks import remove_sense_matcher
+from .hooks import HookSet
 
 __all__ = ["ActiveHooks", "current_active", "setup_active_memory"]
 
@@ -48,7 +48,7 @@ class ActiveHooks:
 
     def __init__(self, active: ActiveMemory) -> None:
         self.active = active
-        self._sense_matchers: list[Any] = []
+        self._hooks = HookSet()
 
     async def inject(self, event: PreCompletionEvent) -> None:
         ev = amrita_event(event.chat_object)
@@ -80,28 +80,13 @@ class ActiveHooks:
             logger.warning(f"[Memory] 主动记忆排队失败：{exc.__class__.__name__}: {exc}")
 
     def register(self) -> None:
-        from amrita_core import on_completion, on_precompletion
-
-        if self._sense_matchers:
+        if self._hooks.registered:
             return
-        pre = on_precompletion(priority=ACTIVE_HOOK_PRIORITY, block=False)
-
-        @pre.handle()
-        async def inject_memories(event: PreCompletionEvent) -> None:
-            await self.inject(event)
-
-        post = on_completion(priority=ACTIVE_HOOK_PRIORITY, block=False)
-
-        @post.handle()
-        async def queue_for_extraction(event: CompletionEvent) -> None:
-            await self.answered(event)
-
-        self._sense_matchers = [pre, post]
+        self._hooks.on_precompletion(self.inject, priority=ACTIVE_HOOK_PRIORITY)
+        self._hooks.on_completion(self.answered, priority=ACTIVE_HOOK_PRIORITY)
 
     def unregister(self) -> None:
-        for matcher in self._sense_matchers:
-            remove_sense_matcher(matcher)
-        self._sense_matchers = []
+        self._hooks.remove()
 
 
 async def send_notice(bot_id: str, user_id: str, text: str) -> bool:

@@ -23,14 +23,14 @@ from typing import Any
 
 from amrita_core import CompletionEvent, PreCompletionEvent
 from nonebot import logger
-from nonebot.adapters import Event
+from nonebot.adapters import Bot, Event
 
 from ..groups.service import GroupAwareness
 from ..prompting.blocks import insert_block
 from ..prompting.group_blocks import SeenInRequest, prepend_block
 from ..services import MemoryRuntime
 from .events import amrita_event
-from .subconscious_hooks import remove_sense_matcher
+from .hooks import HookSet
 
 __all__ = ["GroupHooks", "current_hooks", "seen_in_request", "setup_group_awareness"]
 
@@ -73,8 +73,7 @@ class GroupHooks:
     def __init__(self, awareness: GroupAwareness, command_start: set[str] | None = None) -> None:
         self.awareness = awareness
         self.command_prefixes = tuple(p for p in (command_start or set()) if p.strip())
-        self._matcher: Any = None
-        self._sense_matchers: list[Any] = []
+        self._hooks = HookSet()
 
     # -- handlers ----------------------------------------------------------------------
 
@@ -147,52 +146,27 @@ class GroupHooks:
     # -- registration ---------------------------------------------------------------------------
 
     def register(self) -> None:
-        from amrita_core import on_completion, on_precompletion
-        from nonebot import on_message
         from nonebot.adapters.onebot.v11 import GroupMessageEvent
-        from nonebot.rule import Rule
 
-        if self._matcher is not None:
+        if self._hooks.registered:
             return
 
         async def window_on(event: Event) -> bool:
             return self.awareness.window_enabled and isinstance(event, GroupMessageEvent)
 
-        matcher = on_message(rule=Rule(window_on), priority=1, block=False)
-
-        @matcher.handle()
-        async def observe_group_message(event: Event) -> None:
+        async def observe_group_message(bot: Bot, event: Event) -> None:
             self.observe_event(event)
 
-        self._matcher = matcher
-
-        group_pre = on_precompletion(priority=GROUP_HOOK_PRIORITY, block=False)
-
-        @group_pre.handle()
-        async def inject_group_blocks(event: PreCompletionEvent) -> None:
-            await self.inject_group(event)
-
-        self_pre = on_precompletion(priority=SELF_HOOK_PRIORITY, block=False)
-
-        @self_pre.handle()
-        async def inject_self_memory(event: PreCompletionEvent) -> None:
-            await self.inject_self(event)
-
-        post = on_completion(priority=GROUP_HOOK_PRIORITY, block=False)
-
-        @post.handle()
         async def record_group_reply(event: CompletionEvent) -> None:
             self.record_reply(event)
 
-        self._sense_matchers = [group_pre, self_pre, post]
+        self._hooks.on_message(window_on, observe_group_message, priority=1)
+        self._hooks.on_precompletion(self.inject_group, priority=GROUP_HOOK_PRIORITY)
+        self._hooks.on_precompletion(self.inject_self, priority=SELF_HOOK_PRIORITY)
+        self._hooks.on_completion(record_group_reply, priority=GROUP_HOOK_PRIORITY)
 
     def unregister(self) -> None:
-        if self._matcher is not None:
-            self._matcher.destroy()
-            self._matcher = None
-        for matcher in self._sense_matchers:
-            remove_sense_matcher(matcher)
-        self._sense_matchers = []
+        self._hooks.remove()
 
 
 def setup_group_awareness(runtime: MemoryRuntime) -> GroupAwareness:

@@ -27,8 +27,9 @@ from ..prompting.blocks import insert_block, render_block
 from ..subconscious.runner import SubconsciousRunner
 from ..subconscious.types import PendingMessage
 from .events import amrita_event
+from .hooks import HookSet
 
-__all__ = ["NOTES_HOOK_PRIORITY", "SubconsciousHooks", "remove_sense_matcher", "render_notes_block"]
+__all__ = ["NOTES_HOOK_PRIORITY", "SubconsciousHooks", "render_notes_block"]
 
 NOTES_HOOK_PRIORITY = 16
 """After the L1 memo hook (15), so the notes follow the memo in the prompt."""
@@ -59,8 +60,7 @@ class SubconsciousHooks:
 
     def __init__(self, runner: SubconsciousRunner) -> None:
         self.runner = runner
-        self._matcher: Any = None
-        self._sense_matchers: list[Any] = []
+        self._hooks = HookSet()
 
     # -- predicates ---------------------------------------------------------
 
@@ -106,68 +106,22 @@ class SubconsciousHooks:
 
     def register(self) -> None:
         """Register the message matcher and the two completion hooks."""
-        from amrita_core import on_completion, on_precompletion
-        from nonebot import on_message
-        from nonebot.rule import Rule
-
-        if self._matcher is not None:
+        if self._hooks.registered:
             return
         runner = self.runner
 
         async def target_rule(event: Event) -> bool:
             return runner.active and self.is_target(event)
 
-        matcher = on_message(rule=Rule(target_rule), priority=1, block=False)
-
-        @matcher.handle()
-        async def on_target_message(bot: Bot) -> None:
+        async def on_target_message(bot: Bot, event: Event) -> None:
             # The bot this message came through is the one that can reach the user.
             runner.messenger.saw_target(str(bot.self_id))
             runner.on_target_message()
 
-        self._matcher = matcher
-
-        pre = on_precompletion(priority=NOTES_HOOK_PRIORITY, block=False)
-
-        @pre.handle()
-        async def deliver_pending(event: PreCompletionEvent) -> None:
-            await self.deliver(event)
-
-        post = on_completion(priority=NOTES_HOOK_PRIORITY, block=False)
-
-        @post.handle()
-        async def confirm_pending(event: CompletionEvent) -> None:
-            await self.confirm(event)
-
-        self._sense_matchers = [pre, post]
+        self._hooks.on_message(target_rule, on_target_message, priority=1)
+        self._hooks.on_precompletion(self.deliver, priority=NOTES_HOOK_PRIORITY)
+        self._hooks.on_completion(self.confirm, priority=NOTES_HOOK_PRIORITY)
 
     def unregister(self) -> None:
         """Remove every hook registered by :meth:`register`."""
-        if self._matcher is not None:
-            self._matcher.destroy()
-            self._matcher = None
-        for matcher in self._sense_matchers:
-            remove_sense_matcher(matcher)
-        self._sense_matchers = []
-
-
-def remove_sense_matcher(matcher: Any) -> int:
-    """Remove the handlers of an amrita-sense ``matcher`` from the global registry now.
-
-    amrita-sense (1.1.x) has no public way to unregister a hook: ``Matcher``
-    only registers, and drops a handler lazily, at the next event, once its
-    ``dead_at`` passed (set only in the constructor, which ``on_precompletion``
-    does not expose). So this is the one place that edits the registry's
-    handler table, ``EventRegistry().get_handlers(event_type)`` →
-    ``{priority: [FunctionData(matcher=…)]}``; ``tests/test_l3_delivery.py``
-    fails loudly when that shape changes. The priority's list is replaced, not
-    edited in place, so an event being dispatched over it right now is not
-    disturbed. Returns the number of handlers removed.
-    """
-    from amrita_sense import EventRegistry
-
-    handlers = EventRegistry().get_handlers(matcher.event_type)
-    current = list(handlers.get(matcher.priority, []))
-    kept = [h for h in current if h.matcher is not matcher]
-    handlers[matcher.priority] = kept
-    return len(current) - len(kept)
+        self._hooks.remove()
