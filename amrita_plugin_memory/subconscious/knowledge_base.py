@@ -19,23 +19,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import re
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from ..core.protocols import Embedder
-from ..core.text import single_line
 from ..infra.files import atomic_write_text
 from ..storage.chroma.connection import ChromaConnection
 from ..storage.chroma.remap_markers import CollectionGuard
+from .knowledge_entry import (
+    SUMMARY_MAX,
+    TITLE_MAX,
+    KnowledgeEntry,
+    KnowledgeError,
+    header_field,
+    now,
+)
 
 __all__ = [
+    "SUMMARY_MAX",
+    "TITLE_MAX",
     "KnowledgeBaseManager",
     "KnowledgeEntry",
     "KnowledgeError",
@@ -45,97 +52,7 @@ __all__ = [
 
 FILE_PREFIX = "KNOWLEDGE_"
 INDEX_FILE = "knowledge_index.json"
-TITLE_MAX = 100
-SUMMARY_MAX = 500
 _KID_RE = re.compile(r"^[a-z0-9]{6,32}$")
-
-
-class KnowledgeError(ValueError):
-    """A knowledge operation cannot be done; the message is meant for the model."""
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def _header_field(value: Any, name: str, limit: int) -> str:
-    """A validated one-line header value (newlines would break the file header)."""
-    if not isinstance(value, str):
-        raise KnowledgeError(f"参数 {name} 必须是字符串")
-    text = single_line(value)
-    if not text:
-        raise KnowledgeError(f"参数 {name} 不能为空")
-    if len(text) > limit:
-        raise KnowledgeError(f"参数 {name} 过长（{len(text)} 字，上限 {limit} 字）")
-    return text
-
-
-@dataclass(slots=True)
-class KnowledgeEntry:
-    kid: str
-    title: str
-    summary: str
-    body: str
-    created_at: str = ""
-    updated_at: str = ""
-
-    def render(self) -> str:
-        """The file text. Header values are JSON strings: any text round-trips."""
-        header = {
-            "kid": self.kid,
-            "title": self.title,
-            "summary": self.summary,
-            "created_at": self.created_at,
-            "updated_at": self.updated_at,
-        }
-        lines = ["<!-- amrita_plugin_memory knowledge -->"]
-        lines += [
-            f"{key}: {json.dumps(value, ensure_ascii=False)}" for key, value in header.items()
-        ]
-        return (
-            "\n".join(lines) + "\n\n" + self.body + ("\n" if not self.body.endswith("\n") else "")
-        )
-
-    @classmethod
-    def parse(cls, text: str) -> KnowledgeEntry:
-        head, sep, body = text.partition("\n\n")
-        if not sep:
-            raise KnowledgeError("知识文件缺少正文分隔空行")
-        values: dict[str, str] = {}
-        for line in head.splitlines()[1:]:
-            key, _, raw = line.partition(": ")
-            try:
-                values[key] = json.loads(raw)
-            except ValueError:
-                raise KnowledgeError(f"知识文件头部无法解析：{line[:60]!r}") from None
-        try:
-            return cls(
-                kid=values["kid"],
-                title=values["title"],
-                summary=values["summary"],
-                body=body[:-1] if body.endswith("\n") else body,
-                created_at=values.get("created_at", ""),
-                updated_at=values.get("updated_at", ""),
-            )
-        except KeyError as exc:
-            raise KnowledgeError(f"知识文件头部缺少 {exc.args[0]}") from None
-
-    @property
-    def document(self) -> str:
-        """The text that is embedded."""
-        return f"{self.title}\n{self.summary}\n{self.body}"
-
-    @property
-    def checksum(self) -> str:
-        return hashlib.sha256(self.render().encode("utf-8")).hexdigest()
-
-    def brief(self) -> dict[str, Any]:
-        return {
-            "kid": self.kid,
-            "title": self.title,
-            "summary": self.summary,
-            "updated_at": self.updated_at,
-        }
 
 
 @dataclass(slots=True)
@@ -330,14 +247,14 @@ class KnowledgeBaseManager:
         )
 
     async def create(self, title: Any, summary: Any, body: Any) -> KnowledgeEntry:
-        now = _now()
+        stamp = now()
         entry = KnowledgeEntry(
             kid=uuid.uuid4().hex[:12],
-            title=_header_field(title, "title", TITLE_MAX),
-            summary=_header_field(summary, "summary", SUMMARY_MAX),
+            title=header_field(title, "title", TITLE_MAX),
+            summary=header_field(summary, "summary", SUMMARY_MAX),
             body=self._validate_body(body),
-            created_at=now,
-            updated_at=now,
+            created_at=stamp,
+            updated_at=stamp,
         )
         vector = (await self.embedder.embed([entry.document]))[0]
         async with self._lock:
@@ -354,12 +271,12 @@ class KnowledgeBaseManager:
         async with self._lock:
             entry = await self.get(kid)
             if title is not None:
-                entry.title = _header_field(title, "title", TITLE_MAX)
+                entry.title = header_field(title, "title", TITLE_MAX)
             if summary is not None:
-                entry.summary = _header_field(summary, "summary", SUMMARY_MAX)
+                entry.summary = header_field(summary, "summary", SUMMARY_MAX)
             if body is not None:
                 entry.body = self._validate_body(body)
-            entry.updated_at = _now()
+            entry.updated_at = now()
             vector = (await self.embedder.embed([entry.document]))[0]
             await self._commit(entry, vector)
         self.log(f"[Subconscious] 更新知识 {kid}")
