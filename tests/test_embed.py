@@ -223,3 +223,45 @@ async def test_one_session_is_reused(embed_server: EmbeddingServer) -> None:
     finally:
         await c.close()
     assert c._session is None
+
+
+@pytest.mark.parametrize(
+    ("name", "families", "expected"),
+    [
+        ("nomic-embed-text", [], True),
+        ("bge-m3:latest", [], True),
+        ("multilingual-e5-small", [], True),
+        ("all-minilm", [], True),
+        ("qwen2.5:7b", ["qwen2"], False),
+        ("gte-large", [], True),
+        ("gtest-chat", [], False),  # "gte" only as a whole name part
+        ("mxbai-large", ["bert"], True),  # Ollama's BERT family
+    ],
+)
+def test_which_listed_models_look_like_embedding_models(
+    name: str, families: list[str], expected: bool
+) -> None:
+    from amrita_plugin_memory.embedding.model_choice import looks_like_embedding_model
+
+    assert looks_like_embedding_model(name, families) is expected
+
+
+def test_list_answers_of_both_protocols_are_read_and_junk_is_skipped() -> None:
+    from amrita_plugin_memory.embedding.model_choice import listed_models
+
+    openai = {"data": [{"id": "a"}, {"no_id": 1}, "junk", {"id": "b"}]}
+    assert listed_models("openai", openai) == [("a", []), ("b", [])]
+    ollama = {
+        "models": [
+            {"name": "m1", "details": {"family": "bert", "families": ["bert", "x"]}},
+            {"model": "m2", "details": "not a dict"},
+            {"details": {}},
+            7,
+        ]
+    }
+    assert listed_models("ollama-embed", ollama) == [
+        ("m1", ["bert", "bert", "x"]),
+        ("m2", [""]),
+    ]
+    assert listed_models("openai", ["not", "a", "dict"]) == []
+    assert listed_models("ollama-embed", None) == []

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import re
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -37,12 +36,16 @@ from ..core.errors import (
 )
 from ..core.protocols import TextKind
 from .local_model import LOCAL_BASE_URL, LOCAL_MODEL_NAME, embed_local, ensure_available
+from .model_choice import (
+    ListedModel,
+    choose_embedding_model,
+    listed_models,
+)
 
 __all__ = [
     "PROBE_TIMEOUT_MAX",
     "EmbeddingClient",
     "EmbeddingConfigError",
-    "looks_like_embedding_model",
 ]
 
 Protocol = Literal["openai", "ollama-embed", "local"]
@@ -56,22 +59,6 @@ PinSource = Callable[[], Awaitable[str | None]]
 
 EmbeddingHook = Callable[[], Awaitable[bool]]
 """Runs after a successful embedding; returns ``True`` when it need not run again."""
-
-# Model families that are embedding models even without "embed" in the name
-# (multilingual-e5-*, bge-m3, gte-*, all-minilm, nomic-*), as whole name parts.
-_EMBEDDING_FAMILIES = re.compile(r"(?<![a-z0-9])(e5|bge|gte|minilm|nomic)(?![a-z])")
-
-
-def looks_like_embedding_model(name: str, families: Sequence[str] = ()) -> bool:
-    """Whether a listed model is (very probably) an embedding model.
-
-    ``families`` are Ollama's ``details.family``/``families`` (BERT-based
-    models are embedding models there).
-    """
-    lower = name.lower()
-    if "embed" in lower or _EMBEDDING_FAMILIES.search(lower):
-        return True
-    return any("bert" in f.lower() for f in families)
 
 
 def _detail(body: Any, fallback: str) -> str:
@@ -284,29 +271,14 @@ class EmbeddingClient:
 
     # -- model resolution ----------------------------------------------------
 
-    async def _list_entries(self, deadline: _Deadline, retries: int) -> list[tuple[str, list[str]]]:
+    async def _list_entries(self, deadline: _Deadline, retries: int) -> list[ListedModel]:
         """``(name, families)`` of every listed model (families: Ollama only)."""
         if self.protocol == "openai":
-            body = await self._request(
-                "GET", self._openai_base() + "/models", None, deadline=deadline, retries=retries
-            )
-            items = body.get("data") if isinstance(body, dict) else None
-            return [(str(m["id"]), []) for m in items or [] if isinstance(m, dict) and "id" in m]
-        body = await self._request(
-            "GET", self._ollama_base() + "/api/tags", None, deadline=deadline, retries=retries
-        )
-        entries: list[tuple[str, list[str]]] = []
-        for m in (body.get("models") if isinstance(body, dict) else None) or []:
-            if not isinstance(m, dict) or not (m.get("name") or m.get("model")):
-                continue
-            details = m.get("details")
-            if not isinstance(details, dict):
-                details = {}
-            families = [str(details.get("family", ""))] + [
-                str(f) for f in details.get("families") or []
-            ]
-            entries.append((str(m.get("name") or m.get("model")), families))
-        return entries
+            url = self._openai_base() + "/models"
+        else:
+            url = self._ollama_base() + "/api/tags"
+        body = await self._request("GET", url, None, deadline=deadline, retries=retries)
+        return listed_models(self.protocol, body)
 
     async def list_models(self) -> list[str]:
         """Names of the models the service lists."""
@@ -314,30 +286,6 @@ class EmbeddingClient:
             return [LOCAL_MODEL_NAME]
         deadline = _Deadline.after(self.timeout)
         return [name for name, _ in await self._list_entries(deadline, self.max_retries)]
-
-    async def _pick_embedding_model(self, deadline: _Deadline, retries: int) -> str:
-        """The model ``auto`` stands for: the only one listed, else the first embedding model."""
-        entries = await self._list_entries(deadline, retries)
-        names = [name for name, _ in entries]
-        if len(entries) == 1:
-            logger.info(
-                f"[Memory] EMBEDDING_MODEL_NAME=auto：嵌入服务只列出一个模型，使用 {names[0]}"
-            )
-            return names[0]
-        candidates = [name for name, fam in entries if looks_like_embedding_model(name, fam)]
-        if not candidates:
-            listed = "、".join(names[:10]) + ("…" if len(names) > 10 else "") if names else "无"
-            raise EmbeddingConfigError(
-                f"EMBEDDING_MODEL_NAME=auto，但无法从嵌入服务列出的模型（{listed}）中认出嵌入模型。"
-                "这是配置问题：请在 .env 中把 EMBEDDING_MODEL_NAME 设为要使用的嵌入模型名"
-            )
-        chosen = candidates[0]
-        others = f"；其他候选：{'、'.join(candidates[1:])}" if len(candidates) > 1 else ""
-        logger.info(
-            f"[Memory] EMBEDDING_MODEL_NAME=auto：从 {len(names)} 个模型中选用嵌入模型 {chosen}"
-            f"{others}（要用其他模型请设置 EMBEDDING_MODEL_NAME）"
-        )
-        return chosen
 
     async def _resolve(self, deadline: _Deadline, retries: int) -> str:
         if self._resolved is not None:
@@ -353,7 +301,9 @@ class EmbeddingClient:
                     )
                     self._resolved = pinned
                 else:
-                    self._resolved = await self._pick_embedding_model(deadline, retries)
+                    self._resolved = choose_embedding_model(
+                        await self._list_entries(deadline, retries)
+                    )
         return self._resolved
 
     async def _resolve_local(self) -> str:
