@@ -86,7 +86,7 @@ def _setup() -> MemoryRuntime | None:
     get_driver().on_shutdown(rt.close)
     register_memo_hook(rt.memo)
     register_memo_key_migration(rt.memo)  # after nonebot_plugin_orm's init_orm
-    register_surface_tools(rt.tools)
+    register_surface_tools(rt.tools, lambda: rt.scopes)
     awareness = setup_group_awareness(rt)  # group window, personas, self memory
     active = setup_active_memory(rt)  # learns after answered turns, recalls into the prompt
     runner = setup_subconscious(rt)
@@ -100,7 +100,8 @@ def _setup() -> MemoryRuntime | None:
     user_data.forget_hooks.append(active.forget)  # unprocessed messages go, work in flight stops
     users = UserCommands(user_data, rt.config.export_dir)
     register_commands(
-        MemoryCommands(rt.tools, GroupCommands(awareness.stores, rt.memo), users, auto=active)
+        MemoryCommands(rt.tools, GroupCommands(awareness.stores, rt.memo), users, auto=active),
+        lambda: rt.scopes,
     )
     setup_archive(rt)  # the periodic sweep into the archive ([archive] enabled)
     setup_console(rt, runner, awareness.stores, user_data)  # WebUI page, admin API, ambot memory

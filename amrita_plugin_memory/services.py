@@ -11,7 +11,6 @@ import asyncio
 from nonebot.log import logger
 
 from .core.config import PluginConfig
-from .core.records import GroupPrivacy
 from .embedding.client import EmbeddingClient
 from .embedding.fingerprint import pin_auto_model
 from .embedding.forgotten import BackupScrubber
@@ -23,6 +22,7 @@ from .storage.groups.stores import GroupStores
 from .storage.memo_store import MemoService
 from .storage.memory_store import MEMORY_COLLECTION, MemoryStore
 from .storage.partition.retrieval import RetrievalSettings
+from .storage.scope import ScopeRules
 from .storage.users.fences import UserFences
 from .storage.users.loop_profile import ProfileFile
 from .storage.users.loop_state_row import LoopStateAccess, LoopStateRow
@@ -60,9 +60,10 @@ class MemoryRuntime:
             self.store,
             self.memo,
             memory_limit=config.file.per_session_memory_limit,
-            group_editors=config.file.group_memo_editors,
-            privacy=GroupPrivacy.from_config(config.file),
         )
+        self.scopes = ScopeRules.from_config(config.file)
+        """What every request's :class:`~.storage.scope.Scope` is decided with (the
+        privacy switches, ``group_memo_editors``): the adapters build scopes from it."""
         self.maintenance = Maintenance(
             connection=self.connection,
             store=self.store,

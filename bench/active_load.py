@@ -102,6 +102,7 @@ async def _flood(rt: Any, texts: list[str], users: int, args: argparse.Namespace
 async def _latency(rt: Any, texts: list[str]) -> tuple[float, float]:
     from amrita_plugin_memory.active import MemoryRecall
     from amrita_plugin_memory.storage.keys import target_from_ids, user_key
+    from amrita_plugin_memory.storage.scope import ScopeRules
 
     target = target_from_ids(7_500_000, None)
     partition = user_key(7_500_000)
@@ -116,11 +117,12 @@ async def _latency(rt: Any, texts: list[str]) -> tuple[float, float]:
         min_similarity_non_cjk=0.82,
         timeout=5.0,
     )
-    await recall.block(target, "warm-up")
+    scope = ScopeRules().of_turn(target)
+    await recall.block(scope, "warm-up")
     waits: list[float] = []
     for text in texts[200:400]:
         started = time.perf_counter()
-        await recall.block(target, text)
+        await recall.block(scope, text)
         waits.append((time.perf_counter() - started) * 1000)
     return float(np.percentile(waits, 50)), float(np.percentile(waits, 95))
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
     from amrita_plugin_memory.embedding.client import EmbeddingClient
     from amrita_plugin_memory.services import MemoryRuntime
-    from amrita_plugin_memory.tools.memory_tools import Caller
+    from amrita_plugin_memory.storage.scope import Scope
 
 BASE_UID = 100_000  # QQ number of partition 0's user
 
@@ -24,12 +24,12 @@ def uid_of(index: int) -> str:
     return str(BASE_UID + index)
 
 
-def caller_of(ds: Dataset, partition: str) -> Caller:
+def caller_of(ds: Dataset, partition: str) -> Scope:
     """A tool caller whose personal partition is ``partition``."""
     from amrita_plugin_memory.storage.keys import target_from_ids
-    from amrita_plugin_memory.tools.memory_tools import caller_for_user
+    from amrita_plugin_memory.storage.scope import Scope
 
-    return caller_for_user(target_from_ids(uid_of(ds.keys.index(partition))))
+    return Scope.of_loop(target_from_ids(uid_of(ds.keys.index(partition))))
 
 
 @dataclass

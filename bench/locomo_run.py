@@ -36,7 +36,7 @@ from .recall_run import EmbedTimer, Step, build_runtime
 
 if TYPE_CHECKING:
     from amrita_plugin_memory.services import MemoryRuntime
-    from amrita_plugin_memory.tools.memory_tools import Caller
+    from amrita_plugin_memory.storage.scope import Scope
 
 __all__ = [
     "BASE_UID",
@@ -93,7 +93,7 @@ class Answer:
 class Partition:
     """One conversation's memories as stored: ids, their stored vectors, their turns."""
 
-    caller: Caller
+    caller: Scope
     turns: dict[str, frozenset[str]] = field(default_factory=dict)
     ids: list[str] = field(default_factory=list)
     vectors: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
@@ -137,11 +137,11 @@ class QueryCapture(EmbedTimer):
         return vectors
 
 
-def _caller(index: int) -> Caller:
+def _caller(index: int) -> Scope:
     from amrita_plugin_memory.storage.keys import target_from_ids
-    from amrita_plugin_memory.tools.memory_tools import caller_for_user
+    from amrita_plugin_memory.storage.scope import Scope
 
-    return caller_for_user(target_from_ids(str(BASE_UID + index)))
+    return Scope.of_loop(target_from_ids(str(BASE_UID + index)))
 
 
 async def _write(

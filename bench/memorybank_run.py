@@ -83,7 +83,7 @@ def in_block(probe: Probe, threshold: float, max_chars: int) -> tuple[bool, bool
 async def _probe(
     recall: Any, part: Partition, user: int, text: str, evidence: frozenset[str]
 ) -> Probe:
-    found = await recall.recall(part.caller.target, text)
+    found = await recall.recall(part.caller, text)
     hits = tuple(
         Hit(
             (r.updated_at or r.created_at)[:10],

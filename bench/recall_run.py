@@ -26,7 +26,7 @@ from .recall_data import RecallDataset, UserData
 
 if TYPE_CHECKING:
     from amrita_plugin_memory.services import MemoryRuntime
-    from amrita_plugin_memory.tools.memory_tools import Caller
+    from amrita_plugin_memory.storage.scope import Scope
 
 __all__ = ["STEPS", "Outcome", "Step", "StepResult", "embedder_env", "run_step"]
 
@@ -143,11 +143,11 @@ class EmbedTimer:
         self.embedder.embed = self.original  # type: ignore[method-assign]
 
 
-def _caller(index: int) -> Caller:
+def _caller(index: int) -> Scope:
     from amrita_plugin_memory.storage.keys import target_from_ids
-    from amrita_plugin_memory.tools.memory_tools import caller_for_user
+    from amrita_plugin_memory.storage.scope import Scope
 
-    return caller_for_user(target_from_ids(str(BASE_UID + index)))
+    return Scope.of_loop(target_from_ids(str(BASE_UID + index)))
 
 
 def _stamp(now: datetime, age_days: float) -> str:

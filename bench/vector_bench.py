@@ -26,7 +26,8 @@ from .stats import PeakRss, Summary, fmt_ms, verdict
 
 if TYPE_CHECKING:
     from amrita_plugin_memory.storage.memory_store import MemoryStore
-    from amrita_plugin_memory.tools.memory_tools import Caller, MemoryTools
+    from amrita_plugin_memory.storage.scope import Scope
+    from amrita_plugin_memory.tools.memory_tools import MemoryTools
 
 INCLUDE: Any = ["documents", "metadatas", "distances"]
 READ_TARGET = 1.25
@@ -183,7 +184,7 @@ async def bench_read(ctx: ModeContext) -> None:
             t_emb = await timed(lambda t=text: rt.embedder.embed([t]))
             result: dict[str, Any] = {}
 
-            async def call(t: str = text, c: Caller = caller, out: dict[str, Any] = result) -> None:
+            async def call(t: str = text, c: Scope = caller, out: dict[str, Any] = result) -> None:
                 out.update(await rt.tools.read_memory(c, {"query": t, "top_k": 5, "scope": "user"}))
 
             t_e2e = await timed(call)
@@ -348,7 +349,7 @@ async def _write_round(
         def raw_add(t: str = t1, i: str = raw_id, m: dict[str, Any] = meta) -> None:
             col.add(ids=[i], documents=[t], embeddings=[vectors[t]], metadatas=[m])  # type: ignore[list-item]
 
-        async def our_add(t: str = t2, c: Caller = caller, out: dict[str, Any] = result) -> None:
+        async def our_add(t: str = t2, c: Scope = caller, out: dict[str, Any] = result) -> None:
             out.update(
                 await tools.write_memory(
                     c, {"content": t, "tags": ["基准"], "importance": "medium", "scope": "user"}

@@ -134,13 +134,13 @@ async def test_a_hung_embedder_does_not_hold_a_turn_and_recall_comes_back(
 ) -> None:
     from amrita_plugin_memory.infra.breaker import CircuitBreaker
     from amrita_plugin_memory.storage.keys import target_from_ids
-    from amrita_plugin_memory.tools.memory_tools import caller_for_user
+    from amrita_plugin_memory.storage.scope import ScopeRules
 
     service = active(batch_messages=100, recall_min_similarity=0.1, recall_timeout_seconds=1.0)
     service.recaller.breaker = CircuitBreaker(threshold=2, cooldown=1.5, max_cooldown=1.5)
     uid = 5322001
     written = await runtime().tools.write_memory(
-        caller_for_user(target_from_ids(uid, None)),
+        ScopeRules().of_chat(target_from_ids(uid, None)),
         {"content": "用户养了一只橘猫，名字叫年糕", "tags": ["宠物"]},
     )
     assert written["ok"], written
@@ -169,14 +169,14 @@ async def test_a_full_partition_keeps_learning_and_never_locks_out_explicit_writ
     chat_server: ChatServer, active: Callable[..., Any]
 ) -> None:
     from amrita_plugin_memory.storage.keys import target_from_ids
-    from amrita_plugin_memory.tools.memory_tools import caller_for_user
+    from amrita_plugin_memory.storage.scope import ScopeRules
 
     service = active(batch_messages=1)
     tools = runtime().tools
     saved = (tools.memory_limit, service.extractor.memory_limit)
     tools.memory_limit = service.extractor.memory_limit = 3
     uid = 5323001
-    caller = caller_for_user(target_from_ids(uid, None))
+    caller = ScopeRules().of_chat(target_from_ids(uid, None))
     queue: list[dict[str, Any]] = []
     chat_server.set_rule(answer_rule(lambda _: {"memories": [queue.pop(0)]}))
 

@@ -39,9 +39,9 @@ pytestmark = pytest.mark.usefixtures("whole_replies")
 
 async def seed(uid: int, content: str, *, group_id: int | None = None) -> str:
     from amrita_plugin_memory.storage.keys import target_from_ids
-    from amrita_plugin_memory.tools.memory_tools import caller_for_user
+    from amrita_plugin_memory.storage.scope import ScopeRules
 
-    caller = caller_for_user(target_from_ids(uid, group_id))
+    caller = ScopeRules().of_chat(target_from_ids(uid, group_id))
     result = await runtime().tools.write_memory(caller, {"content": content, "tags": ["测试"]})
     assert result["ok"] is True, result
     return str(result["memory"]["id"])
@@ -310,9 +310,9 @@ async def test_private_update_of_a_group_memory_makes_it_private(
     assert record.id == said_in_group and record.origin == "private"
     chat_server.clear()
     from amrita_plugin_memory.storage.keys import target_from_ids
-    from amrita_plugin_memory.tools.memory_tools import caller_for_user
+    from amrita_plugin_memory.storage.scope import ScopeRules
 
-    in_group = caller_for_user(target_from_ids(uid, gid))
+    in_group = ScopeRules().of_chat(target_from_ids(uid, gid))
     found = await runtime().tools.read_memory(in_group, {"query": "工作"})
     assert found["ok"] and found["memories"] == []
 

@@ -41,7 +41,7 @@ E = lazy_import(
     "amrita_plugin_memory.core.errors",
 )
 K = lazy_import("amrita_plugin_memory.storage.keys", "amrita_plugin_memory.adapters.events")
-T = lazy_import("amrita_plugin_memory.tools.memory_tools")
+T = lazy_import("amrita_plugin_memory.tools.memory_tools", "amrita_plugin_memory.storage.scope")
 
 E5 = "multilingual-e5-small-q4"
 USER = 15001
@@ -52,7 +52,7 @@ def _never_called(question: str) -> bool:
 
 
 def _caller(uid: int = USER) -> Any:
-    return T.caller_for_user(K.target_from_ids(uid))
+    return T.ScopeRules().of_chat(K.target_from_ids(uid))
 
 
 async def _write(rt: Any, content: str, uid: int = USER) -> dict[str, Any]:

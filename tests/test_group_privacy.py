@@ -13,6 +13,7 @@ any group; ``private_memories_in_groups = true`` lets a group read everything.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -36,15 +37,15 @@ R = lazy_import("amrita_plugin_memory.core.records")
 
 @pytest.fixture
 def privacy() -> Iterator[Callable[..., None]]:
-    """Set the chat tools' rule (the two switches as keywords); restored afterwards."""
-    tools = runtime().tools
-    saved = tools.privacy
+    """Set the rule of the chat's scopes (the two switches as keywords); restored afterwards."""
+    rt = runtime()
+    saved = rt.scopes
 
     def configure(**switches: bool) -> None:
-        tools.privacy = R.GroupPrivacy(**switches)
+        rt.scopes = dataclasses.replace(saved, privacy=R.GroupPrivacy(**switches))
 
     yield configure
-    tools.privacy = saved
+    rt.scopes = saved
 
 
 async def turn(server: ChatServer, event: Any, *replies: Reply) -> list[dict[str, Any]]:
@@ -191,10 +192,10 @@ async def test_a_memory_stays_with_the_chat_it_was_said_in(
 async def test_memory_commands_in_another_group_answer_privately(chat_server: ChatServer) -> None:
     uid, group_a, group_b = 4501003, 45004, 45005
     from amrita_plugin_memory.storage.keys import target_from_ids
-    from amrita_plugin_memory.tools.memory_tools import caller_for_user
+    from amrita_plugin_memory.storage.scope import ScopeRules
 
     tools = runtime().tools
-    in_a = caller_for_user(target_from_ids(uid, group_a))
+    in_a = ScopeRules().of_chat(target_from_ids(uid, group_a))
     written = await tools.write_memory(in_a, {"content": "群A里说的：用户在备考", "tags": ["x"]})
     assert written["ok"]
     for command in ("/memory user list", "/memory user search 备考", "/memory list"):

@@ -21,7 +21,7 @@ from tests.lazy import lazy_import
 
 D = lazy_import("amrita_plugin_memory.ranking.repeats")
 K = lazy_import("amrita_plugin_memory.storage.keys")
-T = lazy_import("amrita_plugin_memory.tools.memory_tools")
+T = lazy_import("amrita_plugin_memory.tools.memory_tools", "amrita_plugin_memory.storage.scope")
 
 GROUP = 4242
 
@@ -35,7 +35,7 @@ async def rt(tmp_path: Path) -> AsyncIterator[Any]:
 
 
 def caller(uid: int, gid: int | None = None) -> Any:
-    return T.caller_for_user(K.target_from_ids(uid, gid))
+    return T.ScopeRules().of_chat(K.target_from_ids(uid, gid))
 
 
 async def write(rt: Any, who: Any, text: str) -> dict[str, Any]:

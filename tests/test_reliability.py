@@ -41,6 +41,7 @@ K = lazy_import("amrita_plugin_memory.storage.keys", "amrita_plugin_memory.adapt
 M = lazy_import("amrita_plugin_memory.tools.commands")
 T = lazy_import(
     "amrita_plugin_memory.tools.memory_tools",
+    "amrita_plugin_memory.storage.scope",
     "amrita_plugin_memory.tools.args",
     "amrita_plugin_memory.adapters.events",
 )
@@ -79,7 +80,7 @@ def record_loss(before: tuple[int, str], after: tuple[int, str]) -> None:
 async def test_hundred_concurrent_writes_respect_the_limit() -> None:
     rt = runtime()
     assert rt.tools.memory_limit == 50
-    caller = T.caller_for_user(K.target_from_ids(14001))
+    caller = T.ScopeRules().of_chat(K.target_from_ids(14001))
 
     async def write(i: int) -> dict[str, Any]:
         return await rt.tools.write_memory(
@@ -122,7 +123,7 @@ async def test_embedding_faults_during_write_and_read(
     fault_runtime: Any, embed_server: EmbeddingServer, fault: str
 ) -> None:
     rt = fault_runtime
-    caller = T.caller_for_user(K.target_from_ids(14100))
+    caller = T.ScopeRules().of_chat(K.target_from_ids(14100))
     before = await fingerprint_of_store(rt.store)
     if fault == "refused":
         embed_server.stop()
@@ -205,7 +206,7 @@ async def test_remote_chroma_down_and_back(
     rt = make_runtime(
         tmp_path, mode="remote", chroma=chroma_server, memory_name="reliability-remote"
     )
-    caller = T.caller_for_user(K.target_from_ids(14200))
+    caller = T.ScopeRules().of_chat(K.target_from_ids(14200))
     try:
         for i in range(5):
             assert (
@@ -280,7 +281,7 @@ async def test_a_delete_under_a_fault_loses_nothing(
         memory_name=f"reliability-delete-{fault.replace('_', '-')}",
     )
     uid = 14300
-    caller = T.caller_for_user(K.target_from_ids(uid))
+    caller = T.ScopeRules().of_chat(K.target_from_ids(uid))
     try:
         ids = [
             (await rt.tools.write_memory(caller, {"content": text, "tags": [], "scope": "user"}))["memory"]["id"]
@@ -441,7 +442,7 @@ async def test_property_commands_never_raise_or_change_others(
     async def manage() -> bool:
         return admin
 
-    caller = T.Caller(K.target_from_ids(14300, 24300 if in_group else None), manage)
+    caller = T.ScopeRules().of_chat(K.target_from_ids(14300, 24300 if in_group else None), manage)
     commands = M.MemoryCommands(rt.tools, None, _own_data_commands(rt))
     reply = await commands.run(M.parse_command(" ".join(words)), caller)
     STATS.inputs_tried += 1
@@ -487,7 +488,7 @@ async def test_permission_matrix(role: str, uid: int, where: str, tool: str) -> 
     recorder = BotRecorder(roles={(gid, uid): role})
     bot = make_bot(recorder)
     event = group_event(uid, gid, "x", role=role) if where == "group" else private_event(uid, "x")
-    caller = await T.caller_from_event(bot, event)
+    caller = await T.scope_from_event(bot, event, rt.scopes)
     STATS.inputs_tried += 2
     manager = where == "group" and (role in ("admin", "owner") or str(uid) == SUPERUSER)
 
@@ -555,7 +556,7 @@ async def test_memory_text_is_never_logged(
 ) -> None:
     rt = runtime()
     secret = "机密内容-身份证号-110101199001011234"
-    caller = T.caller_for_user(K.target_from_ids(14500))
+    caller = T.ScopeRules().of_chat(K.target_from_ids(14500))
     written = await rt.tools.write_memory(
         caller, {"content": secret, "tags": ["机密标签"], "scope": "user"}
     )

@@ -53,7 +53,11 @@ E = lazy_import(
     "amrita_plugin_memory.core.errors",
     "amrita_plugin_memory.storage.chroma.paging",
 )
-T = lazy_import("amrita_plugin_memory.storage.keys", "amrita_plugin_memory.tools.memory_tools")
+T = lazy_import(
+    "amrita_plugin_memory.storage.keys",
+    "amrita_plugin_memory.tools.memory_tools",
+    "amrita_plugin_memory.storage.scope",
+)
 
 _OTHER_PROCESS_WRITE = """
 import json, sys
@@ -71,7 +75,7 @@ print(json.dumps(seen))
 
 
 def _caller() -> Any:
-    return T.caller_for_user(T.target_from_ids(10001))  # partition ALICE
+    return T.ScopeRules().of_chat(T.target_from_ids(10001))  # partition ALICE
 
 
 # ---------------------------------------------------------------------------

@@ -21,7 +21,11 @@ from tests.botproject import BotProject
 from tests.lazy import lazy_import
 from tests.servers import EmbeddingServer
 
-T = lazy_import("amrita_plugin_memory.storage.keys", "amrita_plugin_memory.tools.memory_tools")
+T = lazy_import(
+    "amrita_plugin_memory.storage.keys",
+    "amrita_plugin_memory.tools.memory_tools",
+    "amrita_plugin_memory.storage.scope",
+)
 
 TOPIC = "用户最喜欢的甜点是草莓蛋糕"
 
@@ -41,7 +45,7 @@ async def _bot(project: BotProject, tool: str, args: dict[str, Any]) -> dict[str
     """Start the bot's runtime, call one memory tool in a private chat, stop it."""
     rt = project.runtime()
     try:
-        caller = T.caller_for_user(T.target_from_ids(10001))
+        caller = T.ScopeRules().of_chat(T.target_from_ids(10001))
         # A read first, as a chatting bot does: this process indexes the collection.
         await rt.tools.list_memory(caller, {})
         return await getattr(rt.tools, tool)(caller, args)

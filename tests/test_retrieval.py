@@ -26,7 +26,7 @@ from tests.reliability_stats import STATS
 R = lazy_import("amrita_plugin_memory.ranking.keywords", "amrita_plugin_memory.ranking.scores")
 D = lazy_import("amrita_plugin_memory.ranking.repeats")
 K = lazy_import("amrita_plugin_memory.storage.keys")
-T = lazy_import("amrita_plugin_memory.tools.memory_tools")
+T = lazy_import("amrita_plugin_memory.tools.memory_tools", "amrita_plugin_memory.storage.scope")
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -64,7 +64,7 @@ def settings(rt: Any, **changes: Any) -> None:
 
 
 def caller(uid: int = 10001, gid: int | None = None) -> Any:
-    return T.caller_for_user(K.target_from_ids(uid, gid))
+    return T.ScopeRules().of_chat(K.target_from_ids(uid, gid))
 
 
 async def write(rt: Any, text: str, **args: Any) -> dict[str, Any]:

@@ -31,7 +31,11 @@ from tests.reliability_stats import STATS
 from tests.servers import ChromaProxy, ChromaServer, EmbeddingServer
 
 E = lazy_import("amrita_plugin_memory.core.errors")
-T = lazy_import("amrita_plugin_memory.storage.keys", "amrita_plugin_memory.tools.memory_tools")
+T = lazy_import(
+    "amrita_plugin_memory.storage.keys",
+    "amrita_plugin_memory.tools.memory_tools",
+    "amrita_plugin_memory.storage.scope",
+)
 KB = lazy_import("amrita_plugin_memory.subconscious.knowledge_base")
 
 REFUSED = {"ok": False, "error": "记忆库维护中，请稍后再试（本次操作未执行）"}
@@ -118,7 +122,7 @@ async def test_calls_that_meet_the_drop_in_progress_are_refused_and_nothing_is_a
     tmp_path: Path, embed_server: EmbeddingServer, chroma_proxy: ChromaProxy
 ) -> None:
     rt, name = _runtime(tmp_path, chroma_proxy)
-    caller = T.caller_for_user(T.target_from_ids(10001))  # partition ALICE
+    caller = T.ScopeRules().of_chat(T.target_from_ids(10001))  # partition ALICE
     try:
         first = await rt.store.add(ALICE, "user", "用户的猫叫做团子")
         dropping = await _held_drop(chroma_proxy, name)

@@ -22,7 +22,7 @@ from tests.lazy import lazy_import
 
 W = lazy_import("amrita_plugin_memory.ranking.when")
 K = lazy_import("amrita_plugin_memory.storage.keys")
-T = lazy_import("amrita_plugin_memory.tools.memory_tools")
+T = lazy_import("amrita_plugin_memory.tools.memory_tools", "amrita_plugin_memory.storage.scope")
 S = lazy_import("amrita_plugin_memory.storage.partition.retrieval")
 C = lazy_import("amrita_plugin_memory.core.config")
 
@@ -89,7 +89,7 @@ async def _write_days(rt: Any, uid: int, days: list[tuple[datetime, str]]) -> No
 
 
 async def _top(rt: Any, uid: int, query: str, k: int = 3) -> list[str]:
-    caller = T.caller_for_user(K.target_from_ids(uid))
+    caller = T.ScopeRules().of_chat(K.target_from_ids(uid))
     result = await rt.tools.read_memory(caller, {"query": query, "top_k": k})
     assert result["ok"], result
     return [m["content"] for m in result["memories"]]

@@ -17,6 +17,7 @@ from tests.reliability_stats import STATS
 K = lazy_import("amrita_plugin_memory.storage.keys", "amrita_plugin_memory.adapters.events")
 T = lazy_import(
     "amrita_plugin_memory.tools.memory_tools",
+    "amrita_plugin_memory.storage.scope",
     "amrita_plugin_memory.tools.args",
     "amrita_plugin_memory.adapters.events",
 )
@@ -28,7 +29,7 @@ def caller(group: bool = False, admin: bool = False) -> Any:
     async def manage() -> bool:
         return admin
 
-    return T.Caller(K.target_from_ids(UID, GID if group else None), manage)
+    return T.ScopeRules().of_chat(K.target_from_ids(UID, GID if group else None), manage)
 
 
 async def snapshot() -> dict[str, Any]:

@@ -39,6 +39,7 @@ U = lazy_import(
     "amrita_plugin_memory.storage.archive.restore",
     "amrita_plugin_memory.storage.keys",
     "amrita_plugin_memory.tools.memory_tools",
+    "amrita_plugin_memory.storage.scope",
     "amrita_plugin_memory.tools.user_commands",
     "amrita_plugin_memory.embedding",
     "amrita_plugin_memory.core.errors",
@@ -75,7 +76,7 @@ async def seed_user(rt: Any, groups: Any, uid: int, gid: int, tag: str) -> dict[
     said_in_group = await rt.store.add(
         key, "user", f"{tag}在群里说过住在杭州", origin=f"group:{gid}"
     )
-    caller = U.caller_for_user(U.target_from_ids(uid, gid))
+    caller = U.ScopeRules().of_chat(U.target_from_ids(uid, gid))
     written = await rt.tools.write_memory(
         caller, {"content": f"{tag}定下群规：周五聚餐", "tags": ["群规"], "scope": "group"}
     )
@@ -164,7 +165,7 @@ async def test_export_holds_the_opt_out_archived_group_memories_and_queued_turns
     service = active(batch_messages=10)  # turns wait in the queue
     rt = runtime()
     me, gid = 18201, 28201
-    caller = U.caller_for_user(U.target_from_ids(me, gid))
+    caller = U.ScopeRules().of_chat(U.target_from_ids(me, gid))
     written = await rt.tools.write_memory(
         caller, {"content": "寅定下群规：周六爬山", "tags": ["群规"], "scope": "group"}
     )
@@ -204,7 +205,7 @@ async def test_a_forget_from_the_chat_drops_the_console_caches(tmp_path: Path) -
     console = ConsoleService(rt, None, groups, data)
     assert partition(me) in (await console.catalog.get()).partitions  # cached now
     users = U.UserCommands(data, tmp_path)
-    caller = U.caller_for_user(U.target_from_ids(me))
+    caller = U.ScopeRules().of_chat(U.target_from_ids(me))
     await users.forget(caller, "")
     assert (await users.forget(caller, "confirm")).startswith("已删除机器人保存的你的数据")
     assert partition(me) not in (await console.catalog.get()).partitions  # not 30 s later
@@ -324,7 +325,7 @@ async def test_forget_confirmation_expires_and_arguments_are_checked(tmp_path: P
     await rt.store.add(partition(me), "user", "戊喜欢山楂")
     clock = [1000.0]
     users = U.UserCommands(rt.user_data(groups), tmp_path, clock=lambda: clock[0])
-    caller = U.caller_for_user(U.target_from_ids(me))
+    caller = U.ScopeRules().of_chat(U.target_from_ids(me))
 
     assert "个人记忆 1 条" in await users.forget(caller, "")
     clock[0] += U.CONFIRM_SECONDS + 1
@@ -552,7 +553,7 @@ async def test_forget_with_chroma_down_fails_cleanly_and_completes_later(
     )  # fmt: skip
     groups = U.GroupStores.build(rt.config.file)
     users = U.UserCommands(rt.user_data(groups), tmp_path / "exports")
-    caller = U.caller_for_user(U.target_from_ids(me))
+    caller = U.ScopeRules().of_chat(U.target_from_ids(me))
     try:
         await seed_user(rt, groups, me, gid, "子")
         await seed_user(rt, groups, other, gid, "丑")

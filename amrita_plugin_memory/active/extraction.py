@@ -22,13 +22,14 @@ from dataclasses import dataclass, field
 
 from ..core.errors import MemoryLimitReached, WriteFenced
 from ..core.protocols import Fence
-from ..core.records import ORIGIN_PRIVATE, SOURCE_AUTO, GroupPrivacy, MemoryRecord, OriginFilter
+from ..core.records import ORIGIN_PRIVATE, SOURCE_AUTO, MemoryRecord
 from ..core.text import cut, single_line
 from ..prompting.labels import neutralize_brackets, neutralize_labels
 from ..prompting.memory_ops import MemoryOp, OpLimits, ParsedOps, parse_memory_ops, reference
 from ..storage.archive.store import REASON_OUTDATED
 from ..storage.memory_store import MemoryStore
 from ..storage.partition.retrieval import search
+from ..storage.scope import Scope, ScopeRules
 from ..tools.args import LIMITS
 from .batches import BatchKey, Turn
 
@@ -125,13 +126,13 @@ class MemoryExtractor:
         memory_limit: int,
         related_memories: int,
         max_ops: int,
-        privacy: GroupPrivacy | None = None,
+        rules: ScopeRules | None = None,
     ) -> None:
         self.store = store
         self.memory_limit = memory_limit
         self.related_memories = related_memories
         self.max_ops = max_ops
-        self.privacy = privacy or GroupPrivacy()
+        self.rules = rules or ScopeRules()
 
     @property
     def limits(self) -> OpLimits:
@@ -142,9 +143,10 @@ class MemoryExtractor:
             tag_chars=LIMITS.tag_chars,
         )
 
-    def origins(self, key: BatchKey) -> OriginFilter:
-        """Which memories the batch may see: what its chat may read (``read_memory``'s rule)."""
-        return self.privacy.origins_for(key.origin)
+    def scope(self, key: BatchKey) -> Scope:
+        """The batch's scope: the user's partition, what its chat may read
+        (``read_memory``'s rule), no group rights."""
+        return self.rules.of_batch(key.user_id, key.partition, key.origin)
 
     async def related(self, key: BatchKey, turns: Sequence[Turn]) -> list[MemoryRecord]:
         """The user's memories most related to the batch (what the model may update or archive)."""
@@ -152,14 +154,15 @@ class MemoryExtractor:
             return []
         text = cut("\n".join(t.text for t in turns), QUERY_CHARS)
         vector = (await self.store.embedder.embed([text], "query"))[0]
+        scope = self.scope(key)
         return await search(
             self.store,
-            key.partition,
+            scope.partition("user"),
             text,
             vector,
             top_k=self.related_memories,
             importance=None,
-            origins=self.origins(key),
+            origins=scope.origins("user"),
             settings=self.store.settings,
         )
 
@@ -201,9 +204,10 @@ class MemoryExtractor:
         outcome.ignored.extend(parsed.ignored)
         if parsed.malformed:
             return parsed
+        scope = self.scope(key)
         for op in parsed.ops:
             try:
-                await self._apply_one(key, op, by_ref, outcome, fence)
+                await self._apply_one(scope, op, by_ref, outcome, fence)
             except MemoryLimitReached:
                 outcome.ignored.append(f"{op.op}: partition full ({self.memory_limit})")
             except WriteFenced:
@@ -213,7 +217,7 @@ class MemoryExtractor:
 
     async def _apply_one(
         self,
-        key: BatchKey,
+        scope: Scope,
         op: MemoryOp,
         by_ref: dict[str, MemoryRecord],
         outcome: ExtractionOutcome,
@@ -221,8 +225,9 @@ class MemoryExtractor:
     ) -> None:
         if op.op == "add":
             written = await self.store.remember(
-                key.partition, "user", op.content, tags=op.tags, importance=op.importance,
-                limit=self.memory_limit, origin=key.origin, source=SOURCE_AUTO,
+                await scope.require("write", "user"), "user", op.content, tags=op.tags,
+                importance=op.importance, limit=self.memory_limit, origin=scope.origin,
+                source=SOURCE_AUTO,
                 displace=op.importance, fence=fence,
             )  # fmt: skip
             (outcome.updated if written.merged else outcome.added).append(written.record.id)
@@ -230,18 +235,25 @@ class MemoryExtractor:
         target = by_ref[op.ref]
         if op.op == "archive":
             if await self.store.delete(
-                key.partition, target.id, reason=REASON_OUTDATED, fence=fence
+                await scope.require("delete", "user"),
+                target.id,
+                reason=REASON_OUTDATED,
+                fence=fence,
             ):
                 outcome.archived.append(target.id)
             else:
                 outcome.ignored.append(f"{op.ref}: gone before archive")
             return
         # A private chat's text in a memory written in a group would be read in groups.
-        origin = ORIGIN_PRIVATE if key.origin == ORIGIN_PRIVATE else None
+        origin = ORIGIN_PRIVATE if scope.origin == ORIGIN_PRIVATE else None
         if origin == target.origin:
             origin = None
         changed = await self.store.update(
-            key.partition, target.id, content=op.content, origin=origin, fence=fence
+            await scope.require("update", "user"),
+            target.id,
+            content=op.content,
+            origin=origin,
+            fence=fence,
         )
         if changed is None:
             outcome.ignored.append(f"{op.ref}: gone before update")

@@ -7,7 +7,7 @@ millisecond). Only memories whose vector is close enough to the message
 characters, ``recall_min_similarity_non_cjk`` for any other: the embedding
 model scores Chinese pairs far higher than English ones) are shown, so an
 unrelated message ("哈哈", "在吗") gets no block. In a group only what ``read_memory``
-may return there (:meth:`~..core.records.GroupPrivacy.origins_for`: by default the
+may return there: the turn's :class:`~..storage.scope.Scope` decides (by default the
 speaker's memories written in that group).
 
 Recall never holds a turn: the query embedding has its own deadline
@@ -26,13 +26,13 @@ from collections.abc import Sequence
 import numpy as np
 from nonebot import logger
 
-from ..core.records import GroupPrivacy, MemoryRecord, origin_of_chat
+from ..core.records import MemoryRecord
 from ..infra.breaker import CircuitBreaker
 from ..prompting.blocks import render_memories_block
 from ..ranking.when import has_cjk
-from ..storage.keys import ChatTarget
 from ..storage.memory_store import MemoryStore
 from ..storage.partition.retrieval import search
+from ..storage.scope import Scope
 
 __all__ = ["MemoryRecall", "cosine_similarities", "has_cjk"]
 
@@ -82,7 +82,6 @@ class MemoryRecall:
         max_chars: int,
         min_similarity: float,
         min_similarity_non_cjk: float,
-        privacy: GroupPrivacy | None = None,
         timeout: float = 1.2,
     ) -> None:
         self.store = store
@@ -93,27 +92,28 @@ class MemoryRecall:
         self.max_chars = max_chars
         self.min_similarity = min_similarity
         self.min_similarity_non_cjk = min_similarity_non_cjk
-        self.privacy = privacy or GroupPrivacy()
 
-    async def recall(self, target: ChatTarget, text: str) -> list[tuple[MemoryRecord, float]]:
-        """The relevant memories of the speaker for ``text``, best first, with their similarity."""
+    async def recall(self, scope: Scope, text: str) -> list[tuple[MemoryRecord, float]]:
+        """The relevant memories of the speaker for ``text``, best first, with their similarity
+        (only what ``scope``, the turn's, may show)."""
         query = text.strip()[:QUERY_CHARS]
         if not query:
             return []
         vector = await self._embed(query)
         if vector is None:
             return []
+        partition = scope.partition("user")
         hits = await search(
             self.store,
-            target.user,
+            partition,
             query,
             vector,
             top_k=self.top_k,
             importance=None,
-            origins=self.privacy.origins_for(origin_of_chat(target.group_id)),
+            origins=scope.origins("user"),
             settings=self.store.settings,
         )
-        similarity = await cosine_similarities(self.store, target.user, vector, hits)
+        similarity = await cosine_similarities(self.store, partition, vector, hits)
         floor = self.min_similarity if has_cjk(query) else self.min_similarity_non_cjk
         return [(r, similarity[r.id]) for r in hits if similarity.get(r.id, -math.inf) >= floor]
 
@@ -135,8 +135,8 @@ class MemoryRecall:
         self.breaker.success()
         return vector
 
-    async def block(self, target: ChatTarget, text: str) -> str:
+    async def block(self, scope: Scope, text: str) -> str:
         """The ``<MEMORIES>`` block for a message (empty when nothing is relevant)."""
-        found = await self.recall(target, text)
+        found = await self.recall(scope, text)
         lines = [((r.updated_at or r.created_at)[:10], r.content) for r, _ in found]
         return render_memories_block(lines, max_chars=self.max_chars)

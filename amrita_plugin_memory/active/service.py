@@ -25,7 +25,7 @@ from typing import Any
 from nonebot import logger
 
 from ..core.config import ActiveMemoryConfig, ConfigFile
-from ..core.records import ORIGIN_PRIVATE, GroupPrivacy, origin_of_group
+from ..core.records import ORIGIN_PRIVATE, origin_of_group
 from ..groups.amrita_llm import Completion, add_usage, complete_isolated
 from ..infra.breaker import CircuitBreaker
 from ..infra.fences import UserEpochs
@@ -33,6 +33,7 @@ from ..services import MemoryRuntime
 from ..storage.consent_store import ConsentStore
 from ..storage.keys import ChatTarget
 from ..storage.memory_store import MemoryStore
+from ..storage.scope import ScopeRules
 from ..storage.users.fences import UserFences
 from .batches import Batch, BatchKey, BatchQueue, BatchResult, Turn
 from .extraction import ExtractionOutcome, MemoryExtractor, describe
@@ -95,6 +96,8 @@ class ActiveMemory:
         """Open after 3 failed extraction requests in a row: batches wait, 30 s … 10 min."""
         self._notice_tried: set[str] = set()
         self.config = config
+        self.rules = ScopeRules.from_config(config)
+        """What a turn's :class:`~..storage.scope.Scope` (recall, extraction) is decided with."""
         self.extractor = self._extractor(config)
         self.recaller = self._recaller(config)
         self.queue = BatchQueue(self._extract, epochs=self.fences.epochs, **self._queue_args())
@@ -120,7 +123,7 @@ class ActiveMemory:
             memory_limit=config.per_session_memory_limit,
             related_memories=am.related_memories,
             max_ops=am.max_ops,
-            privacy=GroupPrivacy.from_config(config),
+            rules=self.rules,
         )
 
     def _recaller(self, config: ConfigFile) -> MemoryRecall:
@@ -132,7 +135,6 @@ class ActiveMemory:
             max_chars=am.recall_max_chars,
             min_similarity=am.recall_min_similarity,
             min_similarity_non_cjk=am.recall_min_similarity_non_cjk,
-            privacy=GroupPrivacy.from_config(config),
             timeout=am.recall_timeout_seconds,
         )
         if previous is not None:
@@ -142,6 +144,7 @@ class ActiveMemory:
     def configure(self, config: ConfigFile) -> None:
         """Use another configuration from now on (queued turns stay)."""
         self.config = config
+        self.rules = ScopeRules.from_config(config)
         self.extractor = self._extractor(config)
         self.recaller = self._recaller(config)
         self.queue.configure(**self._queue_args())
@@ -263,7 +266,7 @@ class ActiveMemory:
             return ""
         if not await self.consent.allows(target.user_id):
             return ""
-        return await self.recaller.block(target, message)
+        return await self.recaller.block(self.rules.of_turn(target), message)
 
     # -- consent ---------------------------------------------------------------------
 

@@ -1,18 +1,25 @@
-"""The one place that turns a chat event into partition keys and a :class:`Caller`."""
+"""The one place that turns a chat event into partition keys and the request's :class:`Scope`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..storage.keys import ChatTarget, group_key, user_key
-from ..tools.memory_tools import Caller
+from ..storage.scope import Scope, ScopeRules
 
 __all__ = [
+    "RulesOf",
     "amrita_event",
-    "caller_from_event",
-    "caller_from_tool_context",
+    "scope_from_event",
+    "scope_from_tool_context",
     "target_from_event",
+    "target_from_tool_context",
 ]
+
+RulesOf = Callable[[], ScopeRules]
+"""The runtime's current :class:`ScopeRules` (``lambda: rt.scopes``: read per request,
+so a test can flip ``rt.scopes`` on the session's runtime)."""
 
 
 class _OneBotLikeEvent(Protocol):
@@ -38,11 +45,14 @@ def amrita_event(chat_object: Any) -> Any:
     return ctx["event"] if ctx else None
 
 
-async def caller_from_event(bot: Any, event: Any) -> Caller:
-    """The :class:`Caller` of a OneBot message event.
+async def scope_from_event(
+    bot: Any, event: Any, rules: ScopeRules, *, private_reply: bool = False
+) -> Scope:
+    """The :class:`Scope` of a OneBot message event (``private_reply``: the answer goes
+    to the speaker's private chat).
 
     Group management rights are Amrita's own rule (``is_group_admin``): the
-    group's admin or owner, or a bot admin / superuser.
+    group's admin or owner, or a bot admin / superuser, asked only when needed.
     """
     from amrita.plugins.chat.check_rule import is_group_admin
     from nonebot.adapters.onebot.v11 import GroupMessageEvent
@@ -50,15 +60,26 @@ async def caller_from_event(bot: Any, event: Any) -> Caller:
     async def can_manage_group() -> bool:
         return isinstance(event, GroupMessageEvent) and await is_group_admin(event, bot)
 
-    return Caller(target_from_event(event), can_manage_group)
+    return rules.of_chat(target_from_event(event), can_manage_group, private_reply=private_reply)
 
 
-async def caller_from_tool_context(ctx: Any) -> Caller | None:
-    """The caller of a tool invoked in an Amrita chat turn; ``None`` elsewhere."""
+def _tool_turn(ctx: Any) -> Any:
+    """Amrita's context of the chat turn a tool runs in; ``None`` elsewhere."""
     from amrita.plugins.chat.runtime import try_get_amrita_ctx
 
     chat = getattr(ctx.ctx, "chat_object", None)
-    amrita_ctx = try_get_amrita_ctx(chat) if chat is not None else None
-    if not amrita_ctx:
+    return (try_get_amrita_ctx(chat) if chat is not None else None) or None
+
+
+async def scope_from_tool_context(ctx: Any, rules: ScopeRules) -> Scope | None:
+    """The scope of a tool invoked in an Amrita chat turn; ``None`` elsewhere."""
+    turn = _tool_turn(ctx)
+    if turn is None:
         return None
-    return await caller_from_event(amrita_ctx["bot"], amrita_ctx["event"])
+    return await scope_from_event(turn["bot"], turn["event"], rules)
+
+
+def target_from_tool_context(ctx: Any) -> ChatTarget | None:
+    """Who calls a tool, where (no rights: the knowledge tools only name the source)."""
+    turn = _tool_turn(ctx)
+    return target_from_event(turn["event"]) if turn is not None else None

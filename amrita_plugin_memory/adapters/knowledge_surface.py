@@ -23,7 +23,7 @@ from ..subconscious.toolsets.suggestions import REASON_CHARS, SUGGESTION_BODY_MA
 from ..subconscious.types import SUGGESTION_ACTIONS
 from ..tools.args import dump_result, tool_error
 from ..tools.schemas import define, prop
-from .events import caller_from_tool_context
+from .events import target_from_tool_context
 
 __all__ = [
     "SURFACE",
@@ -149,9 +149,9 @@ class SurfaceKnowledgeTools:
             return await logic.read(args)
         if name == "knowledge_search":
             return await logic.search(args)
-        caller = await caller_from_tool_context(ctx)
-        source = caller.target.session if caller is not None else "unknown"
-        user_id = caller.target.user_id if caller is not None else None
+        target = target_from_tool_context(ctx)
+        source = target.session if target is not None else "unknown"
+        user_id = target.user_id if target is not None else None
         assert queue is not None
         return await queue.suggest(
             args, source=source, user_id=user_id, superuser=is_superuser(user_id)

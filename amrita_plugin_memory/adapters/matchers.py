@@ -22,7 +22,7 @@ from nonebot.params import CommandArg
 
 from ..tools.commands import USAGE, MemoryCommands, parse_command, replies_privately
 from ..tools.user_commands import Send, Upload
-from .events import caller_from_event
+from .events import RulesOf, scope_from_event
 
 __all__ = ["current_commands", "register_commands"]
 
@@ -51,8 +51,9 @@ def _outbox(bot: Bot, event: MessageEvent) -> tuple[Upload, Send]:
     return upload, send
 
 
-def register_commands(commands: MemoryCommands) -> None:
-    """Register the ``/memory`` matcher (priority 10, blocking, like Amrita's own commands)."""
+def register_commands(commands: MemoryCommands, rules: RulesOf) -> None:
+    """Register the ``/memory`` matcher (priority 10, blocking, like Amrita's own commands);
+    each command's scope is decided with the current ``rules()``."""
     # Handler annotations are resolved by NoneBot from this module's globals.
     from amrita.plugins.menu.models import MatcherData
     from nonebot import logger, on_command
@@ -74,12 +75,13 @@ def register_commands(commands: MemoryCommands) -> None:
     @matcher.handle()
     async def _(bot: Bot, event: MessageEvent, args: Message = CommandArg()) -> None:
         request = parse_command(args.extract_plain_text())
-        caller = await caller_from_event(bot, event)
+        private = replies_privately(request)
+        scope = await scope_from_event(bot, event, rules(), private_reply=private)
         if request.action == "export":
-            await matcher.finish(await commands.export(request, caller, *_outbox(bot, event)))
+            await matcher.finish(await commands.export(request, scope, *_outbox(bot, event)))
         superuser = request.scope == "self" and await SUPERUSER(bot, event)
-        reply = await commands.run(request, caller, superuser=superuser)
-        if isinstance(event, GroupMessageEvent) and replies_privately(request):
+        reply = await commands.run(request, scope, superuser=superuser)
+        if isinstance(event, GroupMessageEvent) and private:
             try:
                 await bot.send_private_msg(user_id=event.user_id, message=reply)
             except Exception as exc:  # the user may not be a friend of the bot

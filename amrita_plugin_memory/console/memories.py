@@ -4,7 +4,10 @@ The table never loads a whole partition: a page is a slice of the
 partition's cached id list and one read by id (:mod:`..storage.partition.listing`). A
 search is one query of at most :data:`.params.SEARCH_MAX` results. Edits go
 through :class:`~..storage.memory_store.MemoryStore` like the tools' (same
-partition lock, same limits, same write gate during maintenance).
+partition lock, same limits, same write gate during maintenance). Each
+operation works in the operator's :class:`~..storage.scope.Scope` of its
+partition (``Scope.of_operator``: every origin, every right; both kinds name
+that one partition, so the console asks for ``user``).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 from ..core.records import MemoryRecord
 from ..storage.memory_store import MemoryStore
 from ..storage.partition.listing import locate, newest_page, partition_ids
+from ..storage.scope import Scope
 from . import params
 from .catalog import PartitionCatalog
 from .errors import audit, guarded, not_found
@@ -53,6 +57,7 @@ class MemoryAdmin:
         partition = params.partition_key(query.get("partition"))
         q = params.search_query(query.get("q"))
         offset, limit = params.page(query)
+        scope = Scope.of_operator(partition)
 
         async def run() -> dict[str, Any]:
             if not await partition_ids(self.store, partition):
@@ -64,7 +69,13 @@ class MemoryAdmin:
                 mode = "list"
             else:
                 depth = min(offset + limit, params.SEARCH_MAX)
-                hits = await self.store.query(partition, q, top_k=depth) if offset < depth else []
+                hits = (
+                    await self.store.query(
+                        scope.partition("user"), q, top_k=depth, origins=scope.origins("user")
+                    )
+                    if offset < depth
+                    else []
+                )
                 records, total = hits[offset:depth], len(hits)
                 mode = "search"
             return {
@@ -96,7 +107,7 @@ class MemoryAdmin:
         async def run() -> dict[str, Any]:
             owner = await self._owner(mid, partition)
             record = await self.store.update(
-                owner,
+                await Scope.of_operator(owner).require("update", "user"),
                 mid,
                 content=changes.content,
                 tags=changes.tags,
@@ -115,7 +126,9 @@ class MemoryAdmin:
 
         async def run() -> dict[str, Any]:
             owner = await self._owner(mid, partition)
-            if not await self.store.delete(owner, mid):
+            if not await self.store.delete(
+                await Scope.of_operator(owner).require("delete", "user"), mid
+            ):
                 not_found(f"记忆 {mid} 不存在（或不属于分区 {owner}）")
             self.catalog.invalidate()
             audit(actor, "删除记忆", partition=owner, id=mid)

@@ -12,6 +12,7 @@ __all__ = [
     "EmbeddingUnavailable",
     "MaintenanceInProgress",
     "MemoryLimitReached",
+    "ScopeRefused",
     "VectorStoreError",
     "WriteFenced",
 ]
@@ -92,3 +93,8 @@ class EmbeddingConfigError(EmbeddingResponseError):
     Not an outage: retrying or restarting does not help, setting
     ``EMBEDDING_MODEL_NAME`` does.
     """
+
+
+class ScopeRefused(ValueError):
+    """The request's scope does not allow this (a group partition outside a group, a
+    right the caller lacks); the message goes back to the model or the user."""

@@ -21,9 +21,10 @@ __all__ = [
     "GroupPrivacy",
     "MemoryRecord",
     "OriginFilter",
-    "Scope",
+    "ScopeKind",
     "decode_tags",
     "encode_tags",
+    "group_of_origin",
     "origin_of_chat",
     "origin_of_group",
     "utc_now",
@@ -32,7 +33,8 @@ __all__ = [
 
 IMPORTANCE_LEVELS: tuple[str, ...] = ("low", "medium", "high")
 SCOPES: tuple[str, ...] = ("user", "group")
-Scope = Literal["user", "group"]
+ScopeKind = Literal["user", "group"]
+"""The tool argument ``scope``: the speaker's partition or this group's (``storage/scope``)."""
 
 SOURCE_AUTO = "auto"
 """``source`` of a memory that active memory learned without a tool call."""
@@ -59,6 +61,13 @@ def origin_of_group(group_id: str) -> str:
 def origin_of_chat(group_id: str | None) -> str:
     """``origin`` of what is said in a chat: its group's, or ``private`` without a group."""
     return origin_of_group(group_id) if group_id else ORIGIN_PRIVATE
+
+
+def group_of_origin(origin: str) -> str | None:
+    """The group id of a ``group:<gid>`` origin; ``None`` for ``private`` (or anything else)."""
+    if origin.startswith(_GROUP_PREFIX) and origin != _GROUP_PREFIX:
+        return origin[len(_GROUP_PREFIX) :]
+    return None
 
 
 @dataclass(frozen=True, slots=True)

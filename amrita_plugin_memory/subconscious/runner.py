@@ -43,7 +43,7 @@ from nonebot import logger
 from ..core.config import SubconsciousConfig
 from ..services import MemoryRuntime
 from ..storage.keys import ChatTarget, target_from_ids
-from ..tools.memory_tools import caller_for_user
+from ..storage.scope import Scope
 from .amrita_data import AmritaData
 from .backend import SubconsciousBackend, build_cycle_tools
 from .consts import JOB_ID_PREFIX, SHUTDOWN_GRACE_SECONDS, STATE_UID
@@ -155,9 +155,9 @@ class SubconsciousRunner:
 
     def _add_default_groups(self) -> None:
         rt = self.runtime
-        caller = caller_for_user(self.target)
-        self.add_tool_group(MemoryToolset(self, rt.tools, rt.store, caller).group())
-        self.add_tool_group(MemoToolset(self, rt.tools, rt.memo, caller).group())
+        scope = Scope.of_loop(self.target)  # the target's private scope, no group rights
+        self.add_tool_group(MemoryToolset(self, rt.tools, rt.store, scope).group())
+        self.add_tool_group(MemoToolset(self, rt.tools, rt.memo, scope).group())
         self.add_tool_group(ReviewToolset(self.data).group())
         self.add_tool_group(
             MessageToolset(

@@ -22,6 +22,7 @@ from ..core.errors import (
     EmbeddingError,
     MaintenanceInProgress,
     MemoryLimitReached,
+    ScopeRefused,
     VectorStoreError,
 )
 
@@ -207,7 +208,7 @@ async def guard_tool_call(
     """
     try:
         return await call()
-    except (ToolArgError, MemoryLimitReached, *expected) as exc:
+    except (ToolArgError, ScopeRefused, MemoryLimitReached, *expected) as exc:
         return tool_error(str(exc))
     except EmbeddingConfigError as exc:
         logger.warning(f"{prefix} {name} 失败：嵌入模型配置有误：{exc}")

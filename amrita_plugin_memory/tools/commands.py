@@ -7,7 +7,9 @@ partition confinement and permissions are the same as in the tool path.
 
 Privacy rule: a user's personal memories are never posted into a group. In a
 group, ``/memory user list|search`` and ``/memory persona`` answer by private
-message (:func:`replies_privately`).
+message (:func:`replies_privately`); the matcher builds the request's
+:class:`~..storage.scope.Scope` with it, so such an answer is read as in the
+speaker's private chat.
 
 The group-awareness commands (``self``, ``persona``, ``memo``, ``group
 anonymize|context|memo``) are :class:`~.group_commands.GroupCommands`; a
@@ -25,9 +27,10 @@ from typing import Any, Protocol
 from ..core.records import SOURCE_AUTO
 from ..storage.archive.restore import ArchiveRestoreError, restore
 from ..storage.archive.view import describe_row
+from ..storage.scope import Scope
 from .args import guard_tool_call, parse_memory_id
 from .group_commands import GroupCommands
-from .memory_tools import Caller, MemoryTools
+from .memory_tools import MemoryTools
 from .user_commands import Send, Upload, UserCommands
 
 __all__ = [
@@ -253,30 +256,30 @@ class MemoryCommands:
         self.users = users
         self.auto = auto
 
-    async def run(self, request: CommandRequest, caller: Caller, *, superuser: bool = False) -> str:
+    async def run(self, request: CommandRequest, scope: Scope, *, superuser: bool = False) -> str:
         if request.action == "help":
             return USAGE
         if request.scope == "auto":
-            return await self._auto(request.action, caller)
+            return await self._auto(request.action, scope)
         if request.scope in ("self", "persona", "memo") or request.action in _GROUP_ACTIONS:
-            return await self._group_awareness(request, caller, superuser)
+            return await self._group_awareness(request, scope, superuser)
         if request.action == "archive":
-            return await self._archive(request, caller)
+            return await self._archive(request, scope)
         if request.action in ("export", "forget"):
-            return await self._own_data(request, caller)
-        if request.scope == "group" and not caller.target.is_group:
+            return await self._own_data(request, scope)
+        if request.scope == "group" and not scope.in_group:
             return "群共享记忆只能在群聊中使用"
         if request.action == "list":
-            return await self._list(request, caller)
+            return await self._list(request, scope)
         if request.action == "search":
-            return await self._search(request, caller)
-        return await self._delete(request, caller)
+            return await self._search(request, scope)
+        return await self._delete(request, scope)
 
-    async def _auto(self, action: str, caller: Caller) -> str:
+    async def _auto(self, action: str, scope: Scope) -> str:
         """``/memory auto [on|off]``: the caller's own consent to active memory."""
         if self.auto is None or not self.auto.enabled:
             return "本 Bot 未启用主动记忆（[active_memory] enabled = false）"
-        user_id = caller.target.user_id
+        user_id = scope.user_id
         if action == "show":
             if await self.auto.allows(user_id):
                 return f"主动记忆：已开启。{AUTO_ON}\n关闭：/memory auto off"
@@ -290,7 +293,7 @@ class MemoryCommands:
     async def _own_data(
         self,
         request: CommandRequest,
-        caller: Caller,
+        scope: Scope,
         upload: Upload | None = None,
         send: Send | None = None,
     ) -> str:
@@ -300,20 +303,18 @@ class MemoryCommands:
         if self.users is None:
             return "该命令未启用"
         if request.action == "forget":
-            return await self.users.forget(caller, request.argument)
+            return await self.users.forget(scope, request.argument)
         if upload is None or send is None:
             return "导出只在私聊中进行：请私聊我发送 /memory user export"
-        return await self.users.export(caller, request.argument, upload, send)
+        return await self.users.export(scope, request.argument, upload, send)
 
     async def export(
-        self, request: CommandRequest, caller: Caller, upload: Upload, send: Send
+        self, request: CommandRequest, scope: Scope, upload: Upload, send: Send
     ) -> str:
         """``/memory user export``: the matcher gives the ways to send (a file, messages)."""
-        return await self._own_data(request, caller, upload, send)
+        return await self._own_data(request, scope, upload, send)
 
-    async def _group_awareness(
-        self, request: CommandRequest, caller: Caller, superuser: bool
-    ) -> str:
+    async def _group_awareness(self, request: CommandRequest, scope: Scope, superuser: bool) -> str:
         if self.group is None:
             return "该命令未启用"
         if request.scope == "self":
@@ -321,21 +322,19 @@ class MemoryCommands:
                 request.action, request.argument, superuser=superuser
             )
         if request.scope == "persona":
-            return await self.group.persona(request.action, caller)
+            return await self.group.persona(request.action, scope)
         if request.scope == "memo":
-            return await self.group.private_memo(request.action, caller)
-        return await self.group.group(request.action, request.argument, caller)
+            return await self.group.private_memo(request.action, scope)
+        return await self.group.group(request.action, request.argument, scope)
 
-    async def _list(self, request: CommandRequest, caller: Caller) -> str:
+    async def _list(self, request: CommandRequest, scope: Scope) -> str:
         page = 1
         if request.argument:
             if not request.argument.isdigit() or int(request.argument) < 1:
                 return "页码必须是正整数，例如 /memory user list 2"
             page = int(request.argument)
         result = await self.tools.list_memory(
-            caller,
-            {"limit": PAGE_SIZE, "offset": (page - 1) * PAGE_SIZE, "scope": request.scope},
-            private_reply=replies_privately(request),
+            scope, {"limit": PAGE_SIZE, "offset": (page - 1) * PAGE_SIZE, "scope": request.scope}
         )
         if not result["ok"]:
             return f"查询失败：{result['error']}"
@@ -353,13 +352,11 @@ class MemoryCommands:
             lines.append(f"下一页：/memory {request.scope} list {page + 1}")
         return "\n".join(lines)
 
-    async def _search(self, request: CommandRequest, caller: Caller) -> str:
+    async def _search(self, request: CommandRequest, scope: Scope) -> str:
         if not request.argument:
             return f"请提供关键词，例如 /memory {request.scope} search 生日"
         result = await self.tools.read_memory(
-            caller,
-            {"query": request.argument, "top_k": 5, "scope": request.scope},
-            private_reply=replies_privately(request),
+            scope, {"query": request.argument, "top_k": 5, "scope": request.scope}
         )
         if not result["ok"]:
             return f"搜索失败：{result['error']}"
@@ -371,11 +368,11 @@ class MemoryCommands:
         lines += [_line(i + 1, m, with_distance=True) for i, m in enumerate(result["memories"])]
         return "\n".join(lines)
 
-    async def _delete(self, request: CommandRequest, caller: Caller) -> str:
+    async def _delete(self, request: CommandRequest, scope: Scope) -> str:
         if not request.argument:
             return f"请提供记忆 ID，例如 /memory {request.scope} delete <ID>"
         result = await self.tools.delete_memory(
-            caller, {"id": request.argument.split()[0], "scope": request.scope}
+            scope, {"id": request.argument.split()[0], "scope": request.scope}
         )
         if not result["ok"]:
             return f"删除失败：{result['error']}"
@@ -384,18 +381,20 @@ class MemoryCommands:
             return f"已删除群共享记忆 {deleted}（已存入归档）"
         return f"已删除个人记忆 {deleted}（已存入归档，可用 /memory user archive restore {deleted} 恢复）"
 
-    async def _archive(self, request: CommandRequest, caller: Caller) -> str:
+    async def _archive(self, request: CommandRequest, scope: Scope) -> str:
         """``/memory user archive [页码]`` and ``… archive restore <ID>``: the caller's own only."""
         if request.scope != "user":
             return "归档命令只用于个人记忆：/memory user archive"
         word, rest = _split(request.argument)
         if word in _RESTORE:
-            return await self._restore(rest, caller)
+            return await self._restore(rest, scope)
         if word and (not word.isdigit() or int(word) < 1 or rest):
             return "用法：/memory user archive [页码] 或 /memory user archive restore <ID>"
         page = int(word) if word else 1
+        if scope.origins("user").narrows:  # archived rows keep no origin filter: all or none
+            return "归档只通过私聊查看：请私聊我发送 /memory user archive"
         archive = self.tools.store.archive
-        partition = MemoryTools.partition_for(caller, "user")
+        partition = scope.partition("user")
         total = await archive.count(partition)
         if total == 0:
             return "你没有已归档的记忆"
@@ -410,14 +409,14 @@ class MemoryCommands:
             lines.append(f"下一页：/memory user archive {page + 1}")
         return "\n".join(lines)
 
-    async def _restore(self, argument: str, caller: Caller) -> str:
+    async def _restore(self, argument: str, scope: Scope) -> str:
         if not argument:
             return "请提供归档 ID，例如 /memory user archive restore <ID>"
         tools = self.tools
 
         async def run() -> dict[str, Any]:
             row_id = parse_memory_id({"id": argument})
-            partition = tools.partition_for(caller, "user")
+            partition = await scope.require("write", "user")
             done = await restore(tools.store, row_id, partition=partition, limit=tools.memory_limit)
             return {"ok": True, "message": done.describe()}
 

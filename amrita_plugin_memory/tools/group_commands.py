@@ -6,7 +6,7 @@ dispatches here). Permissions:
 * ``self …`` — superusers only (the self memory shapes every chat).
 * ``persona …`` — the caller's own persona, anywhere.
 * ``group anonymize|context clear|memo clear`` — the group's admins, its
-  owner and superusers (``Caller.can_manage_group``); ``group memo`` (show)
+  owner and superusers (``Scope.manages_group``); ``group memo`` (show)
   — any member.
 * ``memo`` / ``memo clear`` — the caller's own private memo, in private chat.
 """
@@ -17,7 +17,7 @@ from ..core.text import single_line
 from ..prompting.persona import render_persona
 from ..storage.groups.stores import GroupStores
 from ..storage.memo_store import MemoService
-from .memory_tools import Caller
+from ..storage.scope import Scope
 
 __all__ = ["SELF_ENTRY_MAX_CHARS", "GroupCommands"]
 
@@ -71,9 +71,9 @@ class GroupCommands:
 
     # -- the caller's persona --------------------------------------------------------------
 
-    async def persona(self, action: str, caller: Caller) -> str:
+    async def persona(self, action: str, scope: Scope) -> str:
         personas = self.stores.personas
-        user_id = caller.target.user_id
+        user_id = scope.user_id
         if action == "clear":
             cleared = await personas.clear(user_id)
             return "已删除你的画像" if cleared else "你还没有画像"
@@ -91,14 +91,14 @@ class GroupCommands:
 
     # -- group settings (admins) --------------------------------------------------------------
 
-    async def group(self, action: str, argument: str, caller: Caller) -> str:
-        group_id = caller.target.group_id
-        if group_id is None or caller.target.group is None:
+    async def group(self, action: str, argument: str, scope: Scope) -> str:
+        group_id = scope.target.group_id
+        if group_id is None or scope.target.group is None:
             return "该命令只能在群聊中使用"
         if action == "memo":
-            memo = await self.memo.get(caller.target.group)
+            memo = await self.memo.get(scope.partition("group"))
             return f"本群备忘录：\n{memo}" if memo.strip() else "本群备忘录为空"
-        if not await caller.can_manage_group():
+        if not await scope.manages_group():
             return f"该命令需要{_MANAGERS}权限"
         if action == "anonymize":
             value = {"on": True, "开": True, "开启": True, "off": False, "关": False, "关闭": False}
@@ -114,16 +114,16 @@ class GroupCommands:
             return "已清空本群的群聊上下文窗口"
         if action != "memo_clear":
             return "未知的群命令，发送 /memory 查看用法"
-        result = await self.memo.update(caller.target.group, "")
+        result = await self.memo.update(scope.partition("group"), "")
         return "已清空本群备忘录" if result.ok else "清空失败"
 
     # -- the caller's private memo ---------------------------------------------------------------
 
-    async def private_memo(self, action: str, caller: Caller) -> str:
-        if caller.target.is_group:
+    async def private_memo(self, action: str, scope: Scope) -> str:
+        if scope.in_group:
             return "个人备忘录只能在私聊中查看或清空（群备忘录：/memory group memo）"
         if action == "clear":
-            result = await self.memo.update(caller.target.user, "")
+            result = await self.memo.update(scope.partition("user"), "")
             return "已清空你的备忘录" if result.ok else "清空失败"
-        memo = await self.memo.get(caller.target.user)
+        memo = await self.memo.get(scope.partition("user"))
         return f"你的备忘录：\n{memo}" if memo.strip() else "你的备忘录为空"

@@ -32,9 +32,9 @@ from typing import Any
 
 from nonebot import logger
 
+from ..storage.scope import Scope
 from ..storage.users.user_data import ForgetBlocked, ForgetCounts, UserData
 from .args import guard_tool_call
-from .memory_tools import Caller
 
 __all__ = [
     "CONFIRM_SECONDS",
@@ -154,11 +154,11 @@ class UserCommands:
 
     # -- forget ----------------------------------------------------------------------
 
-    async def forget(self, caller: Caller, argument: str) -> str:
+    async def forget(self, scope: Scope, argument: str) -> str:
         """``/memory user forget`` (preview, then wait) or ``… forget confirm`` (do it)."""
-        if caller.target.is_group:
+        if scope.in_group:
             return "遗忘只在私聊中进行：请私聊我发送 /memory user forget"
-        user_id = caller.target.user_id
+        user_id = scope.user_id
         word = argument.strip().lower()
         now = self.clock()
         self._asked = {u: t for u, t in self._asked.items() if t >= now}
@@ -195,14 +195,14 @@ class UserCommands:
 
     # -- export ----------------------------------------------------------------------
 
-    async def export(self, caller: Caller, argument: str, upload: Upload, send: Send) -> str:
+    async def export(self, scope: Scope, argument: str, upload: Upload, send: Send) -> str:
         """``/memory user export [页码]``: send the document; the closing reply."""
-        if caller.target.is_group:
+        if scope.in_group:
             return "导出只在私聊中进行：请私聊我发送 /memory user export"
         word = argument.strip()
         if word and (not word.isdigit() or int(word) < 1):
             return "用法：/memory user export（发送文件，不支持时分页发送文字）或 /memory user export <页码>"
-        user_id = caller.target.user_id
+        user_id = scope.user_id
         result = await guard_tool_call("[Memory]", "export", lambda: self._document(user_id))
         if not result["ok"]:
             return f"导出失败：{result['error']}"

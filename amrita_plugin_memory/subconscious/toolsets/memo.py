@@ -8,7 +8,8 @@ from typing import Any
 from amrita_core import FunctionDefinitionSchema, ToolContext
 
 from ...storage.memo_store import MemoService
-from ...tools.memory_tools import Caller, MemoryTools
+from ...storage.scope import Scope
+from ...tools.memory_tools import MemoryTools
 from ...tools.schemas import define, prop
 from ..context import LoopContext, count_action
 from .base import LoopTool, SimpleGroup
@@ -41,12 +42,12 @@ class MemoToolset:
     name = "memo"
 
     def __init__(
-        self, ctx: LoopContext, memory: MemoryTools, memo: MemoService, caller: Caller
+        self, ctx: LoopContext, memory: MemoryTools, memo: MemoService, scope: Scope
     ) -> None:
         self.ctx = ctx
         self.memory = memory
         self.memo = memo
-        self.caller = caller
+        self.scope = scope
 
     def group(self) -> SimpleGroup:
         defs = memo_schemas(self.memo.max_chars)
@@ -59,7 +60,7 @@ class MemoToolset:
         )
 
     async def read_memo(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        memo = await self.memo.get(self.caller.target.session)
+        memo = await self.memo.get(self.scope.target.session)
         return {
             "ok": True,
             "content": memo,
@@ -68,7 +69,7 @@ class MemoToolset:
         }
 
     async def update_memo(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        result = await self.memory.update_memo(self.caller, args)
+        result = await self.memory.update_memo(self.scope, args)
         if result.get("ok"):
             count_action(self.ctx, "memo")
         return result

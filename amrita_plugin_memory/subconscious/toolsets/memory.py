@@ -1,7 +1,7 @@
 """The loop's L2 memory tools: the target user's personal partition only.
 
 Every tool delegates to the chat LLM's own tool logic
-(:class:`~...tools.memory_tools.MemoryTools`) with a fixed caller and
+(:class:`~...tools.memory_tools.MemoryTools`) with a fixed :class:`~...storage.scope.Scope` (``Scope.of_loop``) and
 ``scope=user``, so arguments are validated and bounded exactly as for the
 chat LLM.
 """
@@ -19,8 +19,9 @@ from ...core.records import MemoryRecord
 from ...ranking.repeats import repeats_memory
 from ...storage.memory_store import MemoryStore
 from ...storage.partition.stored_vectors import nearest, stored_vectors
+from ...storage.scope import Scope
 from ...tools.args import LIMITS, parse_number
-from ...tools.memory_tools import Caller, MemoryTools
+from ...tools.memory_tools import MemoryTools
 from ...tools.schemas import (
     define,
     importance_prop,
@@ -187,13 +188,13 @@ class MemoryToolset:
     name = "memory"
 
     def __init__(
-        self, ctx: LoopContext, memory: MemoryTools, store: MemoryStore, caller: Caller
+        self, ctx: LoopContext, memory: MemoryTools, store: MemoryStore, scope: Scope
     ) -> None:
         self.ctx = ctx
         self.memory = memory
         self.store = store
-        self.caller = caller
-        self.partition = caller.target.user
+        self.scope = scope
+        self.partition = scope.partition("user")
 
     def group(self) -> SimpleGroup:
         defs = memory_schemas()
@@ -214,28 +215,28 @@ class MemoryToolset:
         return {**args, "scope": "user"}
 
     async def read_memory(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        return await self.memory.read_memory(self.caller, self._user_scope(args))
+        return await self.memory.read_memory(self.scope, self._user_scope(args))
 
     async def write_memory(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        result = await self.memory.write_memory(self.caller, self._user_scope(args))
+        result = await self.memory.write_memory(self.scope, self._user_scope(args))
         if result.get("ok"):
             count_action(self.ctx, "write")
         return result
 
     async def update_memory(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        result = await self.memory.update_memory(self.caller, self._user_scope(args))
+        result = await self.memory.update_memory(self.scope, self._user_scope(args))
         if result.get("ok"):
             count_action(self.ctx, "update")
         return result
 
     async def delete_memory(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        result = await self.memory.delete_memory(self.caller, self._user_scope(args))
+        result = await self.memory.delete_memory(self.scope, self._user_scope(args))
         if result.get("ok"):
             count_action(self.ctx, "delete")
         return result
 
     async def list_memory(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        return await self.memory.list_memory(self.caller, self._user_scope(args))
+        return await self.memory.list_memory(self.scope, self._user_scope(args))
 
     async def _all_records(self, cap: int | None = None) -> list[MemoryRecord]:
         """The partition's memories (at most ``cap``), paged by id."""
