@@ -10,7 +10,7 @@ Two checks keep the document true:
   a path (``storage/memory_store.py``, ``tests/chat.py``), a module with
   attributes (``storage/memory_store.MemoryStore.remember``,
   ``services.MemoryRuntime``) or a class of the package with a member
-  (``MemoryTools.origins_for``) -- must exist.
+  (``Scope.origins``) -- must exist.
 
 Grammar of a ``modules`` cell: items separated by commas, each a module name
 relative to the layer's folder, optionally followed by a note in parentheses

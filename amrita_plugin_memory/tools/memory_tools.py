@@ -21,6 +21,7 @@ from ..storage.memo_store import MemoService
 from ..storage.memory_store import MemoryStore
 from ..storage.room import EXPLICIT
 from ..storage.scope import Scope
+from . import results
 from .args import (
     LIMITS,
     ToolArgError,
@@ -76,17 +77,11 @@ class MemoryTools:
                 # The user's own request: an automatic memory gives way (storage/room).
                 displace=EXPLICIT,
             )
-            record = written.record
-            if written.merged:
-                logger.info(f"[Memory] write_memory merged partition={partition} id={record.id}")
-                return {
-                    "ok": True,
-                    "merged": True,
-                    "memory": record.compact(),
-                    "note": "与已有记忆重复，已合并到该条（更新时间、合并标签、取较高重要性）",
-                }
-            logger.info(f"[Memory] write_memory partition={partition} id={record.id}")
-            return {"ok": True, "memory": record.compact()}
+            merged = " merged" if written.merged else ""
+            logger.info(
+                f"[Memory] write_memory{merged} partition={partition} id={written.record.id}"
+            )
+            return results.written(written)
 
         return await self._guard("write_memory", run)
 
@@ -106,7 +101,7 @@ class MemoryTools:
                 importance=importance,
                 origins=scope.origins(kind),
             )
-            return {"ok": True, "scope": kind, "memories": [h.compact() for h in hits]}
+            return results.found(kind, hits)
 
         return await self._guard("read_memory", run)
 
@@ -132,7 +127,7 @@ class MemoryTools:
             if record is None:
                 raise ToolArgError(f"记忆 {memory_id} 不存在（或不属于 scope={kind} 的当前分区）")
             logger.info(f"[Memory] update_memory partition={partition} id={memory_id}")
-            return {"ok": True, "memory": record.compact()}
+            return results.updated(record)
 
         return await self._guard("update_memory", run)
 
@@ -149,7 +144,7 @@ class MemoryTools:
             if not await self.store.delete(partition, memory_id):
                 raise ToolArgError(f"记忆 {memory_id} 不存在（或不属于 scope={kind} 的当前分区）")
             logger.info(f"[Memory] delete_memory partition={partition} id={memory_id}")
-            return {"ok": True, "deleted": memory_id}
+            return results.deleted(memory_id)
 
         return await self._guard("delete_memory", run)
 
@@ -165,13 +160,7 @@ class MemoryTools:
             origins = scope.origins(kind)
             records = await self.store.list(partition, limit=limit, offset=offset, origins=origins)
             total = await self.store.count(partition, origins=origins)
-            return {
-                "ok": True,
-                "scope": kind,
-                "total": total,
-                "offset": offset,
-                "memories": [r.compact() for r in records],
-            }
+            return results.listed(kind, total, offset, records)
 
         return await self._guard("list_memory", run)
 
@@ -185,18 +174,8 @@ class MemoryTools:
             content = content.strip()
             uni_id = await scope.require_memo()
             result = await self.memo.update(uni_id, content)
-            if not result.ok:
-                return {
-                    "ok": False,
-                    "error": (
-                        f"备忘录超出上限，未写入：本次 {result.attempted_chars} 字，上限 {result.limit} 字"
-                        f"（当前已存 {result.current_chars} 字）。请压缩（细节可用 write_memory 下放到 L2）后整篇重写"
-                    ),
-                    "current_chars": result.current_chars,
-                    "attempted_chars": result.attempted_chars,
-                    "limit": result.limit,
-                }
-            logger.info(f"[Memory] update_memo uni_id={uni_id} chars={result.current_chars}")
-            return {"ok": True, "chars": result.current_chars, "limit": result.limit}
+            if result.ok:
+                logger.info(f"[Memory] update_memo uni_id={uni_id} chars={result.current_chars}")
+            return results.memo_written(result)
 
         return await self._guard("update_memo", run)

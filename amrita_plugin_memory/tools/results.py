@@ -1,0 +1,76 @@
+"""The chat tools' answers, built in one place from records and outcomes.
+
+What the model (and the ``/memory`` commands, the L3 loop) reads back is
+decided here only: a memory always appears as :meth:`MemoryRecord.compact`,
+every answer carries ``ok``, and a refused memo write names its numbers so
+the model can shorten and retry. The tool logic (:mod:`.memory_tools`)
+returns these and never builds a dict itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..core.records import MemoryRecord
+from ..storage.memo_store import MemoWriteResult
+from ..storage.merge import WriteResult
+
+__all__ = [
+    "MERGED_NOTE",
+    "deleted",
+    "found",
+    "listed",
+    "memo_written",
+    "updated",
+    "written",
+]
+
+MERGED_NOTE = "与已有记忆重复，已合并到该条（更新时间、合并标签、取较高重要性）"
+
+
+def written(result: WriteResult) -> dict[str, Any]:
+    """``write_memory``: the new memory, or the one it was merged into."""
+    if result.merged:
+        return {"ok": True, "merged": True, "memory": result.record.compact(), "note": MERGED_NOTE}
+    return {"ok": True, "memory": result.record.compact()}
+
+
+def found(kind: str, hits: Sequence[MemoryRecord]) -> dict[str, Any]:
+    """``read_memory``: the best memories of the partition of ``kind``."""
+    return {"ok": True, "scope": kind, "memories": [h.compact() for h in hits]}
+
+
+def listed(kind: str, total: int, offset: int, records: Sequence[MemoryRecord]) -> dict[str, Any]:
+    """``list_memory``: one page of the partition of ``kind`` (``total`` readable memories)."""
+    return {
+        "ok": True,
+        "scope": kind,
+        "total": total,
+        "offset": offset,
+        "memories": [r.compact() for r in records],
+    }
+
+
+def updated(record: MemoryRecord) -> dict[str, Any]:
+    return {"ok": True, "memory": record.compact()}
+
+
+def deleted(memory_id: str) -> dict[str, Any]:
+    return {"ok": True, "deleted": memory_id}
+
+
+def memo_written(result: MemoWriteResult) -> dict[str, Any]:
+    """``update_memo``: the new length, or why nothing was written."""
+    if result.ok:
+        return {"ok": True, "chars": result.current_chars, "limit": result.limit}
+    return {
+        "ok": False,
+        "error": (
+            f"备忘录超出上限，未写入：本次 {result.attempted_chars} 字，上限 {result.limit} 字"
+            f"（当前已存 {result.current_chars} 字）。请压缩（细节可用 write_memory 下放到 L2）后整篇重写"
+        ),
+        "current_chars": result.current_chars,
+        "attempted_chars": result.attempted_chars,
+        "limit": result.limit,
+    }
