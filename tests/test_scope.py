@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -54,10 +55,11 @@ class Case:
         return "-".join(f for f in flags if f)
 
 
+BOTH = (False, True)
 CASES = [
-    Case(*values)
-    for values in itertools.product(
-        ("private", "A", "B"), (False, True), ("member", "admin"), *[(False, True)] * 3
+    Case(chat, admin, editors, private_in_groups, across, private_reply)
+    for chat, admin, editors, private_in_groups, across, private_reply in itertools.product(
+        ("private", "A", "B"), BOTH, ("member", "admin"), BOTH, BOTH, BOTH
     )
 ]
 
@@ -74,7 +76,7 @@ class Rights:
         return self.admin
 
 
-def build(case: Case) -> tuple[object, Rights]:
+def build(case: Case) -> tuple[Any, Rights]:
     group = None if case.chat == "private" else GROUPS[case.chat]
     gid = None if case.chat == "private" else GROUP_IDS[case.chat]
     target = S.ChatTarget(UID, OWN, group, gid)
