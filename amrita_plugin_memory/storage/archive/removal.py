@@ -6,7 +6,7 @@ the console, the L3 loop's ``subconscious_delete_memory``) goes through
 archive with its stored vector (reason ``deleted``, same id, restorable like
 a swept memory) before it leaves the live collection; if that save fails,
 nothing is deleted. Only a user's or operator's forget removes rows without
-archiving them (``storage/users/erase``).
+archiving them (``upkeep/users/erase``).
 
 **Deleting only what was read.** Chroma has no transactions, but its
 ``delete`` takes ``ids`` and a ``where`` filter together and removes only the

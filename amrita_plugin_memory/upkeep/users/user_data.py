@@ -48,12 +48,15 @@ from typing import Any, Protocol
 
 from nonebot import logger
 
-from ..archive.store import ArchivedMemory
-from ..consent_store import ConsentStore
-from ..groups.stores import GroupStores
-from ..keys import user_key
-from ..memo_store import MemoService
-from ..memory_store import MemoryStore
+from ...storage.archive.store import ArchivedMemory
+from ...storage.consent_store import ConsentStore
+from ...storage.groups.stores import GroupStores
+from ...storage.keys import user_key
+from ...storage.memo_store import MemoService
+from ...storage.memory_store import MemoryStore
+from ...storage.users.loop_profile import LoopProfile, profile_lines
+from ...storage.users.loop_state_row import LoopStateAccess, drop_user_items, user_items
+from ...storage.users.tombstones import ForgottenUsers
 from .erase import (
     authored_archived,
     authored_records,
@@ -61,9 +64,6 @@ from .erase import (
     partition_contents,
     unmark_author,
 )
-from .loop_profile import LoopProfile, profile_lines
-from .loop_state_row import LoopStateAccess, drop_user_items, user_items
-from .tombstones import ForgottenUsers
 
 __all__ = [
     "AMRITA_HISTORY",

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...core.records import META_AUTHOR, MemoryRecord, where_partition
-from ..archive.store import ArchivedMemory
-from ..memory_store import MemoryStore
+from ...storage.archive.store import ArchivedMemory
+from ...storage.memory_store import MemoryStore
 
 if TYPE_CHECKING:
     from chromadb.api.models.Collection import Collection

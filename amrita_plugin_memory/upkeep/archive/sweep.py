@@ -53,9 +53,8 @@ from nonebot.log import logger
 
 from ...core.records import MemoryRecord
 from ...ranking.scores import parse_time
-from ..memory_store import MemoryStore
-from .removal import deleted_count, row_state, unchanged_where
-from .store import REASON_EXPIRED, REASON_UPDATED, history_id
+from ...storage.archive.store import REASON_EXPIRED, REASON_UPDATED, history_id
+from ...storage.memory_store import MemoryStore, deleted_count, row_state, unchanged_where
 
 __all__ = ["WRITE_CHUNK", "SweepResult", "expired", "parse_time", "sweep"]
 

@@ -11,8 +11,8 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from ...core.records import MemoryRecord
-from ..memory_store import MemoryStore
+from ..core.records import MemoryRecord
+from ..storage.memory_store import MemoryStore
 
 __all__ = ["locate", "newest_page", "partition_ids"]
 
