@@ -6,6 +6,11 @@ database query (``where user_id == partition``); operations on one id fetch
 that id alone and check the stored partition before anything is returned or
 changed (a ``where`` next to ``ids`` makes Chroma evaluate the filter over the
 whole partition, which made by-id cost grow with its size).
+
+It is the only door into memories from outside ``storage/``: the partition index and
+ranking, merging, room-making, removal and paging are private to ``storage/`` (checked by
+``.ci/check_architecture.py``); the few of their names the layers above need are
+re-exported here.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Real deletion: what a user's forget removes from the memory collection and its archive.
 
 Everywhere else the plugin keeps data (deletes and sweeps keep an archive
-copy, see :mod:`..archive.store`); a user's forget (:mod:`.user_data`) is the
+copy, see :mod:`...storage.archive.store`); a user's forget (:mod:`.user_data`) is the
 one path that removes it. So nothing here goes through ``MemoryStore.delete``:
 the rows are deleted from the collections directly, under the partition's lock
 and the store's write gate (a sweep, an update or an archive restore of the
