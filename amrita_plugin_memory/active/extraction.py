@@ -26,9 +26,7 @@ from ..core.records import ORIGIN_PRIVATE, SOURCE_AUTO, MemoryRecord
 from ..core.text import cut, single_line
 from ..prompting.labels import neutralize_brackets, neutralize_labels
 from ..prompting.memory_ops import MemoryOp, OpLimits, ParsedOps, parse_memory_ops, reference
-from ..storage.archive.store import REASON_OUTDATED
-from ..storage.memory_store import MemoryStore
-from ..storage.partition.retrieval import search
+from ..storage.memory_store import REASON_OUTDATED, MemoryStore
 from ..storage.scope import Scope, ScopeRules
 from ..tools.args import LIMITS
 from .batches import BatchKey, Turn
@@ -155,15 +153,12 @@ class MemoryExtractor:
         text = cut("\n".join(t.text for t in turns), QUERY_CHARS)
         vector = (await self.store.embedder.embed([text], "query"))[0]
         scope = self.scope(key)
-        return await search(
-            self.store,
+        return await self.store.search(
             scope.partition("user"),
             text,
             vector,
             top_k=self.related_memories,
-            importance=None,
             origins=scope.origins("user"),
-            settings=self.store.settings,
         )
 
     async def prepare(

@@ -1,7 +1,7 @@
 """Active recall: the memories most relevant to a message, as a ``<MEMORIES>`` block.
 
 One query embedding per turn, then the same ranking as ``read_memory``
-(:func:`~..storage.partition.retrieval.search`, over the partition index: about a
+(:meth:`~..storage.memory_store.MemoryStore.search`, over the partition index: about a
 millisecond). Only memories whose vector is close enough to the message
 (cosine similarity ≥ ``recall_min_similarity`` for a message with CJK
 characters, ``recall_min_similarity_non_cjk`` for any other: the embedding
@@ -31,7 +31,6 @@ from ..infra.breaker import CircuitBreaker
 from ..prompting.blocks import render_memories_block
 from ..ranking.when import has_cjk
 from ..storage.memory_store import MemoryStore
-from ..storage.partition.retrieval import search
 from ..storage.scope import Scope
 
 __all__ = ["MemoryRecall", "cosine_similarities", "has_cjk"]
@@ -103,15 +102,12 @@ class MemoryRecall:
         if vector is None:
             return []
         partition = scope.partition("user")
-        hits = await search(
-            self.store,
+        hits = await self.store.search(
             partition,
             query,
             vector,
             top_k=self.top_k,
-            importance=None,
             origins=scope.origins("user"),
-            settings=self.store.settings,
         )
         similarity = await cosine_similarities(self.store, partition, vector, hits)
         floor = self.min_similarity if has_cjk(query) else self.min_similarity_non_cjk

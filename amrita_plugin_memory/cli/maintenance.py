@@ -26,8 +26,8 @@ from ..embedding import (
 from ..embedding.report_json import backup_json, status_json
 from ..infra.bot_link import BotEndpoint
 from ..infra.terminal import ask_yes_no
-from ..storage.keys import migrate_partition_keys
 from ..storage.memo_store import dispose_memo_engine
+from ..upkeep.rekey import migrate_partition_keys
 from .output import counts_text, fp, fpj, print_backups, print_status
 from .plumbing import (
     Progress,

@@ -1,6 +1,6 @@
 """``ambot memory export --user <QQ号> [--out FILE]`` and ``ambot memory forget --user <QQ号>``.
 
-The work is :class:`~..storage.users.user_data.UserData`. While a bot of this
+The work is :class:`~..upkeep.users.user_data.UserData`. While a bot of this
 project runs (either vector store mode: the bot keeps memos, personas, group
 windows and the L3 loop's state in memory), the command asks it through the
 admin API (``GET /api/memory/users/{id}/export``, ``GET …/forget``,
@@ -23,8 +23,8 @@ from ..infra.terminal import ask_yes_no
 from ..services import MemoryRuntime
 from ..storage.groups.stores import GroupStores
 from ..storage.memo_store import dispose_memo_engine
-from ..storage.users.user_data import ForgetBlocked, UserData
 from ..tools.args import ToolArgError, parse_user_id
+from ..upkeep.users.user_data import ForgetBlocked, UserData
 from .plumbing import ask, bot_of, fail, require_confirmation, run, runtime
 
 __all__ = ["USER_TIMEOUT", "export_cmd", "forget_cmd"]

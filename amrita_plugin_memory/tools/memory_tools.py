@@ -18,8 +18,7 @@ from nonebot import logger
 
 from ..core.records import IMPORTANCE_LEVELS, SCOPES, OriginFilter
 from ..storage.memo_store import MemoService
-from ..storage.memory_store import MemoryStore
-from ..storage.room import EXPLICIT
+from ..storage.memory_store import EXPLICIT, MemoryStore
 from ..storage.scope import Scope
 from . import results
 from .args import (

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..core.records import MemoryRecord
 from ..storage.memo_store import MemoWriteResult
-from ..storage.merge import WriteResult
+from ..storage.memory_store import WriteResult
 
 __all__ = [
     "MERGED_NOTE",
