@@ -223,7 +223,11 @@ async def test_loop_state_row_and_the_loops_store() -> None:
     from amrita_plugin_memory.subconscious.state import StateStore
 
     assert dict(await LoopStateRow().read()) == {}
-    document = {"total_runs": 3, "abstracts": ["第一轮：整理了饮食偏好"], "nested": {"k": [1, None]}}
+    document = {
+        "total_runs": 3,
+        "abstracts": ["第一轮：整理了饮食偏好"],
+        "nested": {"k": [1, None]},
+    }
     await StateStore().save(document)
     assert await StateStore().load() == document
     (row,) = await rows(M.SubconsciousState)
