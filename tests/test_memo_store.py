@@ -1,4 +1,6 @@
-"""The L1 memo store on the real SQLite: cache coherence and key migration.
+"""The L1 memo store on the real SQLite (and PostgreSQL): cache coherence and key migration.
+
+The in-process tests run on SQLite and on PostgreSQL 15 (``orm_db``).
 
 * A read that is still in flight when a newer write commits must not put its
   older text into the cache (the read is held inside SQLAlchemy's own ORM
@@ -21,7 +23,7 @@ import pytest
 
 from tests.botproject import BotProject
 from tests.conftest import captured_logs
-from tests.helpers import partition, runtime
+from tests.helpers import partition
 from tests.reliability_stats import STATS
 from tests.servers import EmbeddingServer
 from tests.test_bot_startup import run_bot_until_started
@@ -42,6 +44,7 @@ def info_logs() -> Iterator[list[str]]:
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("orm_db")
 async def test_a_read_in_flight_cannot_put_an_older_text_into_the_cache() -> None:
     from sqlalchemy import event
     from sqlalchemy.util import await_only
@@ -81,6 +84,7 @@ async def test_a_read_in_flight_cannot_put_an_older_text_into_the_cache() -> Non
     assert await MemoService(1000).get(key) == "新文本"
 
 
+@pytest.mark.usefixtures("orm_db")
 async def test_reads_without_writes_still_fill_the_cache() -> None:
     from amrita_plugin_memory.storage.memo_store import MemoService
 
@@ -108,12 +112,14 @@ async def _rows(*keys: str) -> dict[str, tuple[str, datetime]]:
         return {r.user_id: (r.content, r.updated_at) for r in rows}
 
 
+@pytest.mark.usefixtures("orm_db")
 async def test_legacy_memo_rows_move_to_the_current_keys(info_logs: list[str]) -> None:
     from nonebot_plugin_orm import get_session
 
+    from amrita_plugin_memory.storage.memo_store import MemoService
     from amrita_plugin_memory.storage.models import UserMemo
 
-    memo = runtime().memo
+    memo = MemoService(1000)  # a fresh cache: the test runs on each engine
     rows = [
         ("user_15101", "旧格式的个人备忘录甲", OLD),
         ("group_25101", "旧格式的群备忘录乙", OLD),

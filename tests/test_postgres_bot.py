@@ -18,9 +18,9 @@ from pathlib import Path
 
 import websockets
 
-from tests.botproject import ambot_ok
+from tests.botproject import BotProject, ambot_ok
 from tests.events import BOT_ID
-from tests.servers import ChatServer, Reply
+from tests.servers import ChatServer, EmbeddingServer, Reply
 from tests.servers.postgres import PostgresServer
 from tests.test_walkthrough import (
     OPERATOR,
@@ -150,3 +150,20 @@ async def test_bot_with_the_plugins_tables_on_postgresql(
     assert [m["content"] for m in exported["memories"]] == [FACT]
     assert exported["active_memory"]["learning_off"] is True
     assert not sqlite_tables(project.root) & PLUGIN_TABLES
+
+
+def test_amritas_own_tables_cannot_live_on_postgresql(
+    tmp_path: Path, embed_server: EmbeddingServer, postgres: PostgresServer
+) -> None:
+    """Why only the plugin's tables move (docs/operations.md): Amrita's chat migration
+    declares a foreign key to ``suggarchat_memory_data.ins_id``, unique only together with
+    ``is_group``. SQLite ignores it; PostgreSQL refuses it. When this test fails, Amrita
+    fixed it and the docs' limitation must be revisited."""
+    project = BotProject(tmp_path / "bot")
+    project.write_env(SQLALCHEMY_DATABASE_URL=postgres.url(postgres.create_database("whole")))
+    upgrade = project.command("orm", "upgrade")
+    assert upgrade.returncode != 0
+    assert (
+        'there is no unique constraint matching given keys for referenced table "suggarchat_memory_data"'
+        in upgrade.stdout + upgrade.stderr
+    ), (upgrade.stdout + upgrade.stderr)[-3000:]
