@@ -60,7 +60,7 @@ async def test_bound_engine_is_the_one_asked_for(orm_db: str) -> None:
     others = [m for m in orm._binds if m.__table__.info.get("bind_key") != "amrita_plugin_memory"]
     assert others  # Amrita's models stay on the session's SQLite file
     async with get_session() as session:
-        assert {str(session.get_bind(m).url) for m in others} == {str(orm._engines[""].url)}
+        assert all(session.get_bind(m) is orm._engines[""].sync_engine for m in others)
 
 
 async def test_memo_write_read_remove_migrate_and_console_list() -> None:
@@ -223,7 +223,7 @@ async def test_loop_state_row_and_the_loops_store() -> None:
     from amrita_plugin_memory.subconscious.state import StateStore
 
     assert dict(await LoopStateRow().read()) == {}
-    document = {
+    document: Any = {  # the loop's document is free-form JSON in the table
         "total_runs": 3,
         "abstracts": ["第一轮：整理了饮食偏好"],
         "nested": {"k": [1, None]},

@@ -82,7 +82,7 @@ async def test_bot_with_the_plugins_tables_on_postgresql(
 
     ambot_ok(project.command("orm", "upgrade"))
     on_pg = {
-        t
+        str(t)
         for (t,) in await pg_fetch(
             postgres, database, "select tablename from pg_tables where schemaname = 'public'"
         )
