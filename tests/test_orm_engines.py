@@ -196,10 +196,23 @@ async def test_personas_merge_opt_out_and_forget() -> None:
     assert off.learning_off is True and off.fields == []
     assert not await stores().personas.merge(LONGEST_QQ, [("爱好", "x")], now=now, max_chars=500)
     await personas.set_learning(LONGEST_QQ, True)
+    assert await personas.merge(LONGEST_QQ, [("语言", "中文")], now=now, max_chars=500)
     assert await personas.merge("30021", [("职业", "教师")], now=now, max_chars=500)
     assert await stores().personas.forget("30021") == 1
     assert (await stores().personas.get("30021")).fields == []
     assert [r.user_id for r in await rows(M.MemberPersona)] == [LONGEST_QQ]
+
+    # The console's list and the overview's count.
+    from amrita_plugin_memory.console.groups import GroupAdmin
+
+    admin = GroupAdmin(stores(), C.ConfigFile().persona)
+    listing = await admin.personas({})
+    assert listing["total"] == 1
+    (item,) = listing["personas"]
+    assert item["user_id"] == LONGEST_QQ and item["learning_off"] is False
+    assert item["updated_at"].endswith("+00:00")
+    assert [(f["field"], f["value"]) for f in item["fields"]] == [("语言", "中文")]
+    assert await admin.counts() == {"available": True, "personas": 1, "self_entries": 0}
 
 
 async def test_self_memory_ids_and_deletes() -> None:
