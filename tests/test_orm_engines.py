@@ -152,9 +152,20 @@ async def test_group_window_flush_reload_compact_and_forget() -> None:
     mine = await reloaded.messages_of(LONGEST_QQ)
     assert len(mine) == 5 and all(g == LONGEST_GROUP for g, _ in mine)
 
-    await reloaded.compact()
-    assert await stores().windows.forget_user(LONGEST_QQ) == 5
-    assert [e.text for e in await stores().windows.recent(LONGEST_GROUP, 20)] == ["机器人回答"]
+    assert (await reloaded.compact()).dropped == 0  # within the limits: nothing to do
+
+    # Lower limits (a changed configuration): the start-up compaction trims and cuts.
+    small = C.GroupContextConfig(
+        context_message_count=4, context_max_text_chars=2, bot_context_max_chars=3
+    )
+    report = await GS.GroupStores.build(C.ConfigFile(group_context=small)).windows.compact()
+    assert (report.dropped, report.cut) == (2, 4)
+    kept = await stores().windows.recent(LONGEST_GROUP, 20)
+    assert [len(e.text) <= (3 if e.is_bot else 2) for e in kept] == [True] * 4
+    assert [e.is_bot for e in kept] == [False, False, False, True]
+
+    assert await stores().windows.forget_user(LONGEST_QQ) == 3
+    assert [e.is_bot for e in await stores().windows.recent(LONGEST_GROUP, 20)] == [True]
     await stores().windows.clear(LONGEST_GROUP)
     assert await rows(M.GroupMessage) == []
 
