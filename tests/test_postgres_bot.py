@@ -18,7 +18,7 @@ from pathlib import Path
 
 import websockets
 
-from tests.botproject import BotProject, ambot_ok
+from tests.botproject import BotProject, ambot_ok, ambot_refused
 from tests.events import BOT_ID
 from tests.servers import ChatServer, EmbeddingServer, Reply
 from tests.servers.postgres import PostgresServer
@@ -167,3 +167,17 @@ def test_amritas_own_tables_cannot_live_on_postgresql(
         'there is no unique constraint matching given keys for referenced table "suggarchat_memory_data"'
         in upgrade.stdout + upgrade.stderr
     ), (upgrade.stdout + upgrade.stderr)[-3000:]
+
+
+def test_cli_on_an_empty_postgresql_database_says_what_is_missing(
+    tmp_path: Path, embed_server: EmbeddingServer, postgres: PostgresServer
+) -> None:
+    """No ``ambot orm upgrade`` yet: PostgreSQL's "relation does not exist" is told apart
+    from other errors as SQLite's "no such table" is (the same one-line answers)."""
+    project = BotProject(tmp_path / "bot")
+    binds = json.dumps({"amrita_plugin_memory": postgres.url(postgres.create_database("empty"))})
+    project.write_env(SQLALCHEMY_BINDS=f"'{binds}'")
+    line = ambot_refused(project.ambot("export", "--user", "10001"))
+    assert line.startswith("错误：数据库中还没有本插件的表"), line
+    migrated = ambot_ok(project.ambot("migrate-keys", "--dry-run"))
+    assert "备忘录：数据库中还没有备忘录表" in migrated

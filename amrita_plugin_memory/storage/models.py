@@ -7,6 +7,7 @@ from typing import Any
 
 from nonebot_plugin_orm import Model, plugin_config
 from sqlalchemy import JSON, Boolean, DateTime, Integer, String, Text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Mapped, mapped_column
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "UserMemo",
     "db_now",
     "migrates_on",
+    "missing_table",
 ]
 
 
@@ -45,6 +47,15 @@ def migrates_on(name: str) -> bool:
     """
     key = str(UserMemo.__table__.info.get("bind_key", ""))
     return name == (key if key in plugin_config.sqlalchemy_binds else "")
+
+
+def missing_table(exc: BaseException) -> bool:
+    """Whether a database error says that a table does not exist (no migration ran there)."""
+    if not isinstance(exc, DBAPIError):
+        return False
+    if "no such table" in str(exc):  # SQLite
+        return True
+    return getattr(exc.orig, "sqlstate", None) == "42P01"  # PostgreSQL: undefined_table
 
 
 class UserMemo(Model):
