@@ -5,7 +5,8 @@ line putting the ``amrita_plugin_memory`` bind key on a fresh database of the se
 throw-away PostgreSQL 15 cluster: ``ambot orm upgrade`` creates the plugin's tables there
 and Amrita's in the project's SQLite file, ``ambot run`` answers a private chat turn in
 which the model writes a memo and a memory (both read back from where they must be), and
-``ambot memory export`` (the CLI, the bot stopped) reads the same rows from PostgreSQL.
+``ambot memory export`` reads the same rows from PostgreSQL, through the running bot's
+admin API (the console's route) and, the bot stopped, by itself (the CLI).
 """
 
 from __future__ import annotations
@@ -143,6 +144,11 @@ async def test_bot_with_the_plugins_tables_on_postgresql(
             postgres, database, "select user_id from amrita_plugin_memory_active_optout"
         )
         assert opted_out == [(str(OPERATOR),)]
+        # The running bot's admin API (what the console calls) reads them from PostgreSQL.
+        live = await asyncio.to_thread(project.ambot, "export", "--user", str(OPERATOR))
+        exported_live = json.loads(ambot_ok(live))
+        assert exported_live["memo"] == MEMO
+        assert exported_live["active_memory"]["learning_off"] is True
 
     # The CLI, the bot stopped, reads the same database.
     exported = json.loads(ambot_ok(project.ambot("export", "--user", str(OPERATOR))))
