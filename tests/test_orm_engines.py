@@ -41,12 +41,13 @@ def stores() -> Any:
     return GS.GroupStores.build(C.ConfigFile())
 
 
-async def rows(model: Any) -> list[Any]:
+async def rows(model: Any, **where: Any) -> list[Any]:
+    """The table's rows (``where``: column values they must have)."""
     from nonebot_plugin_orm import get_session
     from sqlalchemy import select
 
     async with get_session() as session:
-        return list((await session.scalars(select(model))).all())
+        return list((await session.scalars(select(model).filter_by(**where))).all())
 
 
 async def test_bound_engine_is_the_one_asked_for(orm_db: str) -> None:
@@ -73,7 +74,7 @@ async def test_memo_write_read_remove_migrate_and_console_list() -> None:
     assert (await memo.update(key, "用户叫小明，喜欢🍎")).ok
     assert (await memo.update(group, "群规：不刷屏")).ok
     assert await MemoService(1000).get(key) == "用户叫小明，喜欢🍎"
-    (row,) = [r for r in await rows(M.UserMemo) if r.user_id == key]
+    (row,) = await rows(M.UserMemo, user_id=key)
     near_now(row.updated_at)
 
     listing = await MemoAdmin(MemoService(1000)).list({})
@@ -124,7 +125,7 @@ async def test_consent_opt_out_and_notice() -> None:
     await consent.mark_noticed("30003")
     await consent.mark_noticed("30003")  # twice: still one row
     assert await ConsentStore().noticed("30003")
-    (notice,) = await rows(M.ActiveMemoryNotice)
+    (notice,) = await rows(M.ActiveMemoryNotice, user_id="30003")
     near_now(notice.created_at)
     await consent.forget_notice("30003")
     assert not await ConsentStore().noticed("30003")
@@ -167,7 +168,7 @@ async def test_group_window_flush_reload_compact_and_forget() -> None:
     assert await stores().windows.forget_user(LONGEST_QQ) == 3
     assert [e.is_bot for e in await stores().windows.recent(LONGEST_GROUP, 20)] == [True]
     await stores().windows.clear(LONGEST_GROUP)
-    assert await rows(M.GroupMessage) == []
+    assert await rows(M.GroupMessage, group_id=LONGEST_GROUP) == []
 
 
 async def test_group_settings_and_labels() -> None:
@@ -177,7 +178,7 @@ async def test_group_settings_and_labels() -> None:
     assert await stores().directory.anonymize(LONGEST_GROUP) is False
     await directory.set_anonymize(LONGEST_GROUP, True)
     assert await stores().directory.anonymize(LONGEST_GROUP) is True
-    (setting,) = await rows(M.GroupSetting)
+    (setting,) = await rows(M.GroupSetting, group_id=LONGEST_GROUP)
     near_now(setting.updated_at)
 
     members = [LONGEST_QQ, "30011", "30012"]
@@ -199,7 +200,7 @@ async def test_personas_merge_opt_out_and_forget() -> None:
     got = await stores().personas.get(LONGEST_QQ)
     assert {(f.field, f.value) for f in got.fields} == {("爱好", "下围棋"), ("城市", "杭州")}
     assert got.learning_off is False
-    (row,) = await rows(M.MemberPersona)
+    (row,) = await rows(M.MemberPersona, user_id=LONGEST_QQ)
     near_now(row.updated_at)
 
     await personas.set_learning(LONGEST_QQ, False)
@@ -211,7 +212,7 @@ async def test_personas_merge_opt_out_and_forget() -> None:
     assert await personas.merge("30021", [("职业", "教师")], now=now, max_chars=500)
     assert await stores().personas.forget("30021") == 1
     assert (await stores().personas.get("30021")).fields == []
-    assert [r.user_id for r in await rows(M.MemberPersona)] == [LONGEST_QQ]
+    assert await rows(M.MemberPersona, user_id="30021") == []
 
     # The console's list and the overview's count.
     from amrita_plugin_memory.console.groups import GroupAdmin
@@ -246,24 +247,26 @@ async def test_loop_state_row_and_the_loops_store() -> None:
     from amrita_plugin_memory.storage.users.loop_state_row import LoopStateRow
     from amrita_plugin_memory.subconscious.state import StateStore
 
-    assert dict(await LoopStateRow().read()) == {}
+    UID = "orm_engines_loop"  # a row of its own (the session's loop keeps its own)
+
+    assert dict(await LoopStateRow(UID).read()) == {}
     document: Any = {  # the loop's document is free-form JSON in the table
         "total_runs": 3,
         "abstracts": ["第一轮：整理了饮食偏好"],
         "nested": {"k": [1, None]},
     }
-    await StateStore().save(document)
-    assert await StateStore().load() == document
-    (row,) = await rows(M.SubconsciousState)
+    await StateStore(UID).save(document)
+    assert await StateStore(UID).load() == document
+    (row,) = await rows(M.SubconsciousState, uid=UID)
     near_now(row.updated_at)
 
     def bump(data: dict[str, Any]) -> int:
         data["total_runs"] += 1
         return data["total_runs"]
 
-    assert await LoopStateRow().edit(bump) == 4
-    assert (await LoopStateRow().read())["total_runs"] == 4
-    assert await StateStore().load() == {**document, "total_runs": 4}
+    assert await LoopStateRow(UID).edit(bump) == 4
+    assert (await LoopStateRow(UID).read())["total_runs"] == 4
+    assert await StateStore(UID).load() == {**document, "total_runs": 4}
 
 
 async def test_user_export_and_forget(tmp_path: Path) -> None:
@@ -303,6 +306,6 @@ async def test_user_export_and_forget(tmp_path: Path) -> None:
         assert await stores().windows.messages_of(uid) == []
         assert (await stores().personas.get(uid)).fields == []
         assert await stores().directory.labels_of(uid) == {}
-        assert await rows(M.UserMemo) == []
+        assert await rows(M.UserMemo, user_id=personal) == []
     finally:
         await rt.close()
