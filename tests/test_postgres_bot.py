@@ -6,7 +6,9 @@ throw-away PostgreSQL 15 cluster: ``ambot orm upgrade`` creates the plugin's tab
 and Amrita's in the project's SQLite file, ``ambot run`` answers a private chat turn in
 which the model writes a memo and a memory (both read back from where they must be), and
 ``ambot memory export`` reads the same rows from PostgreSQL, through the running bot's
-admin API (the console's route) and, the bot stopped, by itself (the CLI).
+admin API (the console's route) and, the bot stopped, by itself (the CLI). Also: Amrita's
+own tables are refused by PostgreSQL (the documented limitation), and the CLI on a database
+without the plugin's tables answers alike on both engines.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import json
 import sqlite3
 from pathlib import Path
 
+import pytest
 import websockets
 
 from tests.botproject import BotProject, ambot_ok, ambot_refused
@@ -175,14 +178,17 @@ def test_amritas_own_tables_cannot_live_on_postgresql(
     ), (upgrade.stdout + upgrade.stderr)[-3000:]
 
 
-def test_cli_on_an_empty_postgresql_database_says_what_is_missing(
-    tmp_path: Path, embed_server: EmbeddingServer, postgres: PostgresServer
+@pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
+def test_cli_on_an_empty_database_says_what_is_missing(
+    request: pytest.FixtureRequest, engine: str, tmp_path: Path, embed_server: EmbeddingServer
 ) -> None:
     """No ``ambot orm upgrade`` yet: PostgreSQL's "relation does not exist" is told apart
     from other errors as SQLite's "no such table" is (the same one-line answers)."""
     project = BotProject(tmp_path / "bot")
-    binds = json.dumps({"amrita_plugin_memory": postgres.url(postgres.create_database("empty"))})
-    project.write_env(SQLALCHEMY_BINDS=f"'{binds}'")
+    if engine == "postgresql":
+        postgres: PostgresServer = request.getfixturevalue("postgres")
+        url = postgres.url(postgres.create_database("empty"))
+        project.write_env(SQLALCHEMY_BINDS=f"'{json.dumps({'amrita_plugin_memory': url})}'")
     line = ambot_refused(project.ambot("export", "--user", "10001"))
     assert line.startswith("错误：数据库中还没有本插件的表"), line
     migrated = ambot_ok(project.ambot("migrate-keys", "--dry-run"))
