@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import sqlite3
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -27,8 +28,10 @@ from tests.events import BOT_ID
 from tests.servers import ChatServer, EmbeddingServer, Reply
 from tests.servers.postgres import PostgresServer
 from tests.test_walkthrough import (
+    DEADLINE,
     OPERATOR,
     OneBotClient,
+    private_message,
     running_bot,
     tool_messages,
     until,
@@ -37,6 +40,11 @@ from tests.test_walkthrough import (
 
 MEMO = "用户叫阿青，住在杭州"
 FACT = "用户养了一只叫豆包的柯基"
+GROUP = 20001
+GROUP_TEXT = "今天的会改到下午三点"
+WINDOW_QUERY = (
+    "select group_id, user_id, text, is_bot, created_at from amrita_plugin_memory_group_message"
+)
 PLUGIN_TABLES = {
     "amrita_plugin_memory_user_memo",
     "amrita_plugin_memory_subconscious_state",
@@ -48,6 +56,18 @@ PLUGIN_TABLES = {
     "amrita_plugin_memory_active_optout",
     "amrita_plugin_memory_active_notice",
 }
+
+
+def group_message(text: str) -> dict[str, object]:
+    """A OneBot V11 group message event of the operator, not addressed to the bot."""
+    event = private_message(text)
+    event.update(
+        message_type="group",
+        sub_type="normal",
+        group_id=GROUP,
+        sender={"user_id": OPERATOR, "nickname": "operator", "role": "member"},
+    )
+    return event
 
 
 async def pg_fetch(server: PostgresServer, database: str, query: str) -> list[tuple[object, ...]]:
@@ -82,6 +102,13 @@ async def test_bot_with_the_plugins_tables_on_postgresql(
         env.read_text(encoding="utf-8")
         + f"SQLALCHEMY_BINDS='{binds}'\nALEMBIC_STARTUP_CHECK=false\n",
         encoding="utf-8",
+    )
+
+    # Group awareness on, every member message persisted at once (the group window's table).
+    plugin_config = project.root / "config" / "amrita_plugin_memory" / "config.toml"
+    plugin_config.parent.mkdir(parents=True, exist_ok=True)
+    plugin_config.write_text(
+        "[group_context]\nenabled = true\ncontext_persist_every = 1\n", encoding="utf-8"
     )
 
     ambot_ok(project.command("orm", "upgrade"))
@@ -129,6 +156,23 @@ async def test_bot_with_the_plugins_tables_on_postgresql(
                 )
                 results = [json.loads(m) for m in tool_messages(chat_server)]
                 assert len(results) == 2 and all(r["ok"] is True for r in results), results
+                # A group message not addressed to the bot: only its window keeps it.
+                await ws.send(json.dumps(group_message(GROUP_TEXT)))
+                async with asyncio.timeout(DEADLINE):  # hang guard
+                    # Another process writes the row: polled.
+                    while not await pg_fetch(postgres, database, WINDOW_QUERY):  # noqa: ASYNC110
+                        await asyncio.sleep(0.2)
+                ((group_id, user_id, text, is_bot, at),) = await pg_fetch(
+                    postgres, database, WINDOW_QUERY
+                )
+                assert (group_id, user_id, text, is_bot) == (
+                    str(GROUP),
+                    str(OPERATOR),
+                    GROUP_TEXT,
+                    False,
+                )
+                assert isinstance(at, datetime) and at.tzinfo is None  # naive UTC
+                assert abs(at.replace(tzinfo=UTC) - datetime.now(UTC)) < timedelta(minutes=5)
                 # Active memory's opt-out (a row with a time) through the user command.
                 before = len(client.replies())
                 await client.send("/memory auto off")
