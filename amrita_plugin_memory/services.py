@@ -23,6 +23,9 @@ from .storage.groups.stores import GroupStores
 from .storage.memo_store import MemoService
 from .storage.memory_store import MEMORY_COLLECTION, MemoryStore
 from .storage.partition.retrieval import RetrievalSettings
+from .storage.shared.coherence import Coherence
+from .storage.shared.feed import ChangeFeed
+from .storage.shared.leases import Leases
 from .storage.users.fences import UserFences
 from .storage.users.loop_profile import ProfileFile
 from .storage.users.loop_state_row import LoopStateAccess, LoopStateRow
@@ -49,6 +52,11 @@ class MemoryRuntime:
         self.store.index.max_bytes = config.file.vector_index_max_mb * 1024 * 1024
         self.store.keep_versions = config.file.archive.keep_history
         self.store.settings = RetrievalSettings.from_config(config.file)
+        if self.connection.mode == "remote":
+            # Other processes (bots, ``ambot memory``) may write the same store: the change
+            # feed and the leases in the SQL database keep every process's caches and
+            # decisions coherent (``storage/shared``). A local store belongs to this process.
+            self.store.share(Coherence(self.store.name, ChangeFeed(self.store.name), Leases()))
         self.forgotten = ForgottenUsers.in_dir(config.data_dir)
         self.store.forgotten = self.forgotten  # checked by every restore path
         self.fences = UserFences(UserEpochs(), self.forgotten)
@@ -113,6 +121,7 @@ class MemoryRuntime:
         not freeze for) and stays closed: a call arriving later fails instead
         of starting a new child server.
         """
+        await self.store.coherence.close()
         await self.embedder.close()
         await asyncio.to_thread(self.connection.close, final=True)
         logger.info("[Memory] 向量库连接已关闭")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..core.errors import VectorStoreError
@@ -24,12 +25,13 @@ from .archive.removal import move_to_archive
 from .archive.store import REASON_DELETED, REASON_UPDATED, ArchiveStore, archive_name
 from .chroma.connection import ChromaConnection
 from .chroma.remap_markers import CollectionGuard
-from .merge import MERGE_NEIGHBOURS, WriteResult, merge_candidates, merge_into
+from .merge import WriteResult, merge_repeat
 from .partition.counts import PartitionCounts
-from .partition.index import PartitionIndex
+from .partition.index import PartitionIndex, query_records
 from .partition.recent import RecentIds
 from .partition.retrieval import RetrievalSettings, search
 from .room import make_room
+from .shared.coherence import SAFETY_EXPIRY, Coherence
 from .users.tombstones import ForgottenUsers
 
 if TYPE_CHECKING:
@@ -56,8 +58,7 @@ class MemoryStore:
         self.name = name
         self.locks = PartitionLocks()
         self.counts = PartitionCounts()
-        self.recent = RecentIds()
-        """Id lists of partitions listed newest first (admin console, :mod:`.partition.listing`)."""
+        self.recent = RecentIds()  # id lists for listings newest first (.partition.listing)
         self.gate = WriteGate()
         """Closed by maintenance that replaces the collection inside the bot (reindex, restore)."""
         self.clock: Callable[[], str] = utc_now
@@ -75,19 +76,35 @@ class MemoryStore:
         self.forgotten: ForgottenUsers | None = None
         """Users whose data a forget removed (``storage.users.tombstones``): every restore path
         drops their rows from before it. Set by the runtime (it knows the data dir)."""
+        self.coherence = Coherence(name)
+        """The change feed and the leases shared with other processes (:meth:`share`)."""
+
+    def share(self, coherence: Coherence) -> None:
+        """Keep this store coherent with other processes' (remote mode, ``storage/shared``)."""
+        self.coherence = coherence
+        coherence.follow(self.counts, self.recent, self.index)
+        self.counts.ttl = self.index.ttl = self.recent.ttl = SAFETY_EXPIRY
+
+    async def fresh(self) -> None:
+        """Before a cached partition is read: every other process's writes are applied."""
+        await self.coherence.fresh()
+
+    def writing(self, *partitions: str, lease: bool = True) -> AbstractAsyncContextManager[None]:
+        """The write section of ``partitions`` (:meth:`.shared.coherence.Coherence.section`)."""
+        return self.coherence.section(self.gate, self.locks, partitions, lease=lease)
 
     # -- collection handle --------------------------------------------------
 
     async def collection(self) -> Collection:
         return await self.guard.collection(self.name)
 
-    def invalidate(self) -> None:
-        """Forget the cached handle and counts (after the collection was replaced)."""
+    def invalidate(self) -> None:  # after the collection was replaced
         self.guard.invalidate()
         self.archive.invalidate()
         self.counts.clear()
         self.recent.clear()
         self.index.clear()
+        self.coherence.changed_later()
 
     async def _run(self, fn: Callable[[Collection], T]) -> T:
         return await self.guard.run(self.name, fn, self.invalidate)
@@ -139,32 +156,55 @@ class MemoryStore:
         """Embed and store one memory; with ``limit``, refuse when the partition is full
         (unless an automatic memory of importance ≤ ``displace`` gives way, :mod:`.room`).
 
-        The count check and the add happen under the partition's lock, so
-        concurrent writers cannot exceed the limit. The text is embedded before
-        anything is written: an embedding failure leaves nothing behind.
-        ``vector`` is the text's embedding when the caller has it already;
-        ``author`` the user id of who wrote a group memory; ``fence`` is
-        awaited under the lock right before anything is written.
+        The count check and the add happen in the partition's write section
+        (:meth:`writing`): writers of any process cannot exceed the limit. The
+        text is embedded first (an embedding failure leaves nothing behind)
+        unless ``vector`` is given; ``author`` is who wrote a group memory;
+        ``fence`` is awaited in the section right before anything is written.
         """
         if vector is None:
             vector = (await self._embed([content]))[0]
+        result = await self._store(
+            partition, scope, content, vector, tags=tags, importance=importance, limit=limit,
+            origin=origin, source=source, author=author, displace=displace, fence=fence,
+            merge=False,
+        )  # fmt: skip
+        return result.record
+
+    async def _store(
+        self,
+        partition: str,
+        scope: str,
+        content: str,
+        vector: Sequence[float],
+        *,
+        tags: Sequence[str],
+        importance: str,
+        limit: int | None,
+        origin: str,
+        source: str,
+        author: str,
+        displace: str | None,
+        fence: Fence | None,
+        merge: bool,
+    ) -> WriteResult:
+        """In the write section: a merge into a memory it repeats (``merge``), else a new one."""
         now = self.clock()
         record = MemoryRecord(
-            id=uuid.uuid4().hex,
-            content=content,
-            partition=partition,
-            scope=scope,
-            tags=list(tags),
-            importance=importance,
-            created_at=now,
-            updated_at=now,
-            origin=origin,
-            source=source,
-            author=author,
-        )
-        async with self.gate.writing(), self.locks.hold(partition):
+            id=uuid.uuid4().hex, content=content, partition=partition, scope=scope,
+            tags=list(tags), importance=importance, created_at=now, updated_at=now,
+            origin=origin, source=source, author=author,
+        )  # fmt: skip
+        async with self.writing(partition):
             if fence is not None:
                 await fence()
+            if merge:
+                merged = await merge_repeat(
+                    self, partition, content, vector,
+                    tags=tags, importance=importance, scope=scope, origin=origin,
+                )  # fmt: skip
+                if merged is not None:
+                    return WriteResult(merged, merged=True)
             if limit is not None:
                 await make_room(self, partition, limit, displace)
             try:
@@ -182,7 +222,7 @@ class MemoryStore:
             self.counts.adjust(partition, +1)
             self.recent.added(partition, record.id)
             self.index.added(partition, vector, record)
-        return record
+        return WriteResult(record)
 
     async def update(
         self,
@@ -196,20 +236,16 @@ class MemoryStore:
         origin: str | None = None,
         fence: Fence | None = None,
     ) -> MemoryRecord | None:
-        """Change a memory of ``partition``; ``None`` if it is not there.
-
-        A changed text first keeps the previous version in the archive
-        (:meth:`keep_history`): if that fails, nothing changes. ``stored_vector``
-        is the vector of ``content`` when it is known already (an archived
-        version restored), so it is not embedded again. ``origin`` moves the
-        memory to another origin (a text from a private chat makes it private).
-        """
+        """Change a memory of ``partition``; ``None`` if it is not there. A changed text
+        first keeps the previous version in the archive (:meth:`keep_history`; if that
+        fails, nothing changes). ``stored_vector``: the vector of ``content`` when known
+        (not embedded again). ``origin`` moves it (a private chat's text makes it private)."""
         vector: Sequence[float] | None = None
         if content is not None:
             vector = stored_vector
             if vector is None:
                 vector = (await self._embed([content]))[0]
-        async with self.gate.writing(), self.locks.hold(partition):
+        async with self.writing(partition):
             if fence is not None:
                 await fence()
             current = await self.get(partition, memory_id)
@@ -263,7 +299,7 @@ class MemoryStore:
         the live row goes, and if that fails nothing is deleted
         (:func:`.archive.removal.move_to_archive`). Only a forget (``storage/users/erase``) removes data.
         """
-        async with self.gate.writing(), self.locks.hold(partition):
+        async with self.writing(partition):
             if fence is not None:
                 await fence()
             # Ownership is checked under the partition's lock; only key
@@ -305,31 +341,17 @@ class MemoryStore:
         with the same scope and origin, refreshes that memory (:mod:`.merge`) instead
         of adding a copy.
 
-        A merge adds nothing, so a full partition still accepts a repeated fact.
-        Candidates are found before the lock (the index loads under it) and
-        checked again under it: a memory deleted or changed meanwhile is skipped.
-        """
+        A merge adds nothing (a full partition accepts a repeated fact). The repeat is
+        looked for in the write section: two writers of one fact (in any processes)
+        never both add it. The index is loaded before (a load takes the lock)."""
         vector = (await self._embed([content]))[0]
         if self.settings.dedup:
-            near = await self.query_vector(partition, vector, top_k=MERGE_NEIGHBOURS)
-            candidates = merge_candidates(near, content, scope=scope, origin=origin)
-            if candidates:
-                async with self.gate.writing(), self.locks.hold(partition):
-                    if fence is not None:
-                        await fence()
-                    for candidate in candidates:
-                        merged = await merge_into(
-                            self, partition, candidate.id, content, vector,
-                            tags=tags, importance=importance, scope=scope, origin=origin,
-                        )  # fmt: skip
-                        if merged is not None:
-                            return WriteResult(merged, merged=True)
-        record = await self.add(
-            partition, scope, content, tags=tags, importance=importance, limit=limit,
-            origin=origin, vector=vector, source=source, author=author,
-            displace=displace, fence=fence,
+            await self.index.snapshot(self, partition)
+        return await self._store(
+            partition, scope, content, vector, tags=tags, importance=importance, limit=limit,
+            origin=origin, source=source, author=author, displace=displace, fence=fence,
+            merge=self.settings.dedup,
         )  # fmt: skip
-        return WriteResult(record)
 
     async def stored_vector(self, memory_id: str) -> list[float] | None:
         """The stored embedding of ``memory_id`` (``None`` if it is not there)."""
@@ -409,26 +431,16 @@ class MemoryStore:
         top_k: int = 5,
         importance: str | None = None,
         origins: OriginFilter = OriginFilter.ALL,
+        load: bool = True,
     ) -> list[MemoryRecord]:
-        hits = await self.index.query(self, partition, vector, top_k, importance, origins)
-        if hits is not None:
+        """The nearest memories; ``load=False`` inside the partition's write section."""
+        args = (self, partition, vector, top_k, importance, origins)
+        if (hits := await self.index.query(*args, load=load)) is not None:
             return hits
-        res = await self._run(
-            lambda c: c.query(
-                query_embeddings=[list(vector)],
-                n_results=top_k,
-                where=where_partition(partition, importance=importance, origins=origins),
-                include=["documents", "metadatas", "distances"],
-            )
-        )
-        ids = res["ids"][0] if res["ids"] else []
-        docs = (res.get("documents") or [[]])[0]
-        metas = (res.get("metadatas") or [[]])[0]
-        dists = (res.get("distances") or [[]])[0]
-        return [
-            MemoryRecord.from_chroma(i, d, m, dist)
-            for i, d, m, dist in zip(ids, docs, metas, dists, strict=False)
-        ]
+        where = where_partition(partition, importance=importance, origins=origins)
+        q: Any = {"query_embeddings": [list(vector)], "n_results": top_k, "where": where}
+        include: Any = ["documents", "metadatas", "distances"]
+        return query_records(await self._run(lambda c: c.query(**q, include=include)))
 
     async def list(
         self,

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from nonebot_plugin_orm import Model
-from sqlalchemy import JSON, Boolean, DateTime, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 __all__ = [
@@ -17,6 +17,8 @@ __all__ = [
     "GroupMessage",
     "GroupSetting",
     "MemberPersona",
+    "PartitionChange",
+    "SharedLease",
     "SubconsciousState",
     "UserMemo",
     "db_now",
@@ -119,3 +121,31 @@ class ActiveMemoryNotice(Model):
 
     user_id: Mapped[str] = mapped_column(String(32), primary_key=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=db_now)
+
+
+class PartitionChange(Model):
+    """The change feed: one row per write of a partition, read by every other process
+    (``storage/shared/feed``); ``partition`` ``*`` is every partition of the collection."""
+
+    __tablename__ = "amrita_plugin_memory_partition_change"
+    __table_args__: ClassVar[dict[str, Any]] = {"sqlite_autoincrement": True}  # no reuse
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    collection: Mapped[str] = mapped_column(String(128))
+    partition: Mapped[str] = mapped_column(String(255))
+    origin: Mapped[str] = mapped_column(String(64))
+    """The writing process (its feed's token): it skips its own rows."""
+    at_ms: Mapped[int] = mapped_column(BigInteger, index=True)
+    """Wall-clock milliseconds since the epoch (old rows are pruned by it)."""
+
+
+class SharedLease(Model):
+    """A lease held by one process until ``expires_ms`` (``storage/shared/leases``): a
+    partition's write section, the archive sweep, an L3 cycle. A killed holder's lease
+    simply expires."""
+
+    __tablename__ = "amrita_plugin_memory_lease"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(64))
+    expires_ms: Mapped[int] = mapped_column(BigInteger)
