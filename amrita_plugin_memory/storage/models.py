@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any
 
 from nonebot_plugin_orm import Model
 from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Integer, String, Text
@@ -128,7 +128,7 @@ class PartitionChange(Model):
     (``storage/shared/feed``); ``partition`` ``*`` is every partition of the collection."""
 
     __tablename__ = "amrita_plugin_memory_partition_change"
-    __table_args__: ClassVar[dict[str, Any]] = {"sqlite_autoincrement": True}  # no reuse
+    __table_args__ = ({"sqlite_autoincrement": True},)  # no number reused after a prune
 
     seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     collection: Mapped[str] = mapped_column(String(128))
