@@ -26,6 +26,7 @@ from .storage.partition.retrieval import RetrievalSettings
 from .storage.shared.coherence import Coherence
 from .storage.shared.feed import ChangeFeed
 from .storage.shared.leases import Leases
+from .storage.shared.sessions import orm_session
 from .storage.users.fences import UserFences
 from .storage.users.loop_profile import ProfileFile
 from .storage.users.loop_state_row import LoopStateAccess, LoopStateRow
@@ -52,12 +53,14 @@ class MemoryRuntime:
         self.store.index.max_bytes = config.file.vector_index_max_mb * 1024 * 1024
         self.store.keep_versions = config.file.archive.keep_history
         self.store.settings = RetrievalSettings.from_config(config.file)
-        if self.connection.mode == "remote":
+        shared = self.connection.mode == "remote"
+        if shared:
             # Other processes (bots, ``ambot memory``) may write the same store: the change
             # feed and the leases in the SQL database keep every process's caches and
-            # decisions coherent (``storage/shared``). A local store belongs to this process.
+            # decisions coherent (``storage/shared``), and the tombstones of a forget are
+            # rows there too. A local store belongs to this process.
             self.store.share(Coherence(self.store.name, ChangeFeed(self.store.name), Leases()))
-        self.forgotten = ForgottenUsers.in_dir(config.data_dir)
+        self.forgotten = ForgottenUsers.in_dir(config.data_dir, orm_session if shared else None)
         self.store.forgotten = self.forgotten  # checked by every restore path
         self.fences = UserFences(UserEpochs(), self.forgotten)
         """Background work for a user (extractions) is voided by their forget or opt-out."""

@@ -366,3 +366,61 @@ async def test_a_lease_is_exclusive_and_a_wait_is_bounded() -> None:
             assert held is False
     async with two.attempt(name, ttl=30) as held:
         assert held is True
+
+
+async def test_a_forget_on_one_host_fences_the_others(tmp_path: Path) -> None:
+    """Tombstones are rows of the shared database: a host that never saw the file sees them."""
+    from amrita_plugin_memory.core.errors import WriteFenced
+    from amrita_plugin_memory.infra.fences import UserEpochs
+    from amrita_plugin_memory.storage.shared.sessions import orm_session
+    from amrita_plugin_memory.storage.users.fences import UserFences
+    from amrita_plugin_memory.storage.users.tombstones import ForgottenUsers
+
+    user = str(uuid.uuid4().int % 10**9)
+    old_user = str(uuid.uuid4().int % 10**9)
+    # A tombstone written before the table existed (the file only) ...
+    await ForgottenUsers.in_dir(tmp_path / "a").add(
+        old_user, f"QQPlatform_Private_{old_user}", datetime.now(UTC)
+    )
+    here = ForgottenUsers.in_dir(tmp_path / "a", orm_session)
+    there = ForgottenUsers.in_dir(tmp_path / "b", orm_session)  # another host's data dir
+    fences = UserFences(UserEpochs(), there)
+    ticket = fences.ticket(user)
+    await fences.check(ticket)  # not forgotten: allowed
+    assert old_user not in await there.entries()
+    assert old_user in await here.entries()  # ... is copied into the table by its first read
+    assert old_user in await there.entries()
+
+    await here.add(user, f"QQPlatform_Private_{user}", datetime.now(UTC))
+    assert not (tmp_path / "b" / "forgotten_users.json").exists()
+    assert await there.forgotten_at(user) is not None
+    with pytest.raises(WriteFenced):
+        await fences.check(ticket)
+
+
+async def test_one_l3_cycle_per_target_across_processes() -> None:
+    from amrita_plugin_memory.storage.shared.leases import Leases
+    from amrita_plugin_memory.subconscious.scheduling import cycle_lease
+
+    target = uuid.uuid4().hex[:10]
+    async with cycle_lease(Leases(), target) as first:
+        async with cycle_lease(Leases(), target) as second:
+            assert (first, second) == (True, False)
+        async with cycle_lease(None, target) as own_store:  # no leases: a local store
+            assert own_store is True
+    async with cycle_lease(Leases(), target) as again:
+        assert again is True
+
+
+async def test_the_console_of_b_sees_a_write_through_a(pair: list[Any]) -> None:
+    from amrita_plugin_memory.console.catalog import PartitionCatalog
+
+    a, b = pair
+    lag = Lag(b)
+    catalog = PartitionCatalog(b)
+    await a.add(P, "user", "第一条")
+    assert set((await catalog.get()).partitions) == {P}
+    other = "QQPlatform_Private_30002"
+    await a.add(other, "user", "另一个分区")
+    lag.past_max_lag()
+    assert set((await catalog.get()).partitions) == {P, other}  # not 30 s later

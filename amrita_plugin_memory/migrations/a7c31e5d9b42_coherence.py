@@ -1,4 +1,4 @@
-"""several processes on one store: the change feed and the leases
+"""several processes on one store: the change feed, the leases, the tombstones
 
 Revision ID: a7c31e5d9b42
 Revises: 5d2f8a61c0b7
@@ -46,11 +46,22 @@ def upgrade(name: str = "") -> None:
         sa.PrimaryKeyConstraint("name", name=op.f("pk_amrita_plugin_memory_lease")),
         info=_INFO,
     )
+    # The entries of the tombstone file (``<data dir>/forgotten_users.json``) are copied
+    # in by the first process that reads them (``ForgottenUsers``): only it knows the dir.
+    op.create_table(
+        "amrita_plugin_memory_forgotten_user",
+        sa.Column("user_id", sa.String(length=64), nullable=False),
+        sa.Column("partition", sa.String(length=255), nullable=False),
+        sa.Column("at_us", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("user_id", name=op.f("pk_amrita_plugin_memory_forgotten_user")),
+        info=_INFO,
+    )
 
 
 def downgrade(name: str = "") -> None:
     if name:
         return
+    op.drop_table("amrita_plugin_memory_forgotten_user")
     op.drop_table("amrita_plugin_memory_lease")
     with op.batch_alter_table("amrita_plugin_memory_partition_change", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_amrita_plugin_memory_partition_change_at_ms"))

@@ -13,6 +13,7 @@ __all__ = [
     "ActiveMemoryNotice",
     "ActiveMemoryOptOut",
     "BotSelfMemory",
+    "ForgottenUser",
     "GroupMemberLabel",
     "GroupMessage",
     "GroupSetting",
@@ -149,3 +150,15 @@ class SharedLease(Model):
     name: Mapped[str] = mapped_column(String(255), primary_key=True)
     holder: Mapped[str] = mapped_column(String(64))
     expires_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class ForgottenUser(Model):
+    """A forget's tombstone, seen by every process (``storage/users/tombstones``; the
+    file in the data dir is kept beside it for offline restores)."""
+
+    __tablename__ = "amrita_plugin_memory_forgotten_user"
+
+    user_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    partition: Mapped[str] = mapped_column(String(255), default="")
+    at_us: Mapped[int] = mapped_column(BigInteger)
+    """When the user was last forgotten: microseconds since the epoch (UTC)."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Protocol
 
 from nonebot.log import logger
@@ -70,6 +70,12 @@ class Coherence:
         if self.feed is not None:
             for cache in caches:
                 self.feed.follow(cache.invalidate, cache.clear)
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` whenever another process changed any partition (a whole-store
+        cache such as the console's partition scan)."""
+        if self.feed is not None:
+            self.feed.follow(lambda partition: callback(), callback)
 
     async def fresh(self) -> None:
         """Before a cached partition is read (:meth:`.feed.ChangeFeed.fresh`)."""
