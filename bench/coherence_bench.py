@@ -126,7 +126,7 @@ async def run(size: int, reps: int, writes: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description="Coherence of several processes on one store")
     parser.add_argument("--size", type=int, default=1000)
     parser.add_argument("--reps", type=int, default=300)
     parser.add_argument("--writes", type=int, default=60)
