@@ -25,7 +25,7 @@ from .archive.removal import move_to_archive
 from .archive.store import REASON_DELETED, REASON_UPDATED, ArchiveStore, archive_name
 from .chroma.connection import ChromaConnection
 from .chroma.remap_markers import CollectionGuard
-from .merge import WriteResult, merge_repeat
+from .merge import MERGE_NEIGHBOURS, WriteResult, merge_repeat
 from .partition.counts import PartitionCounts
 from .partition.index import PartitionIndex, query_records
 from .partition.recent import RecentIds
@@ -345,8 +345,8 @@ class MemoryStore:
         looked for in the write section: two writers of one fact (in any processes)
         never both add it. The index is loaded before (a load takes the lock)."""
         vector = (await self._embed([content]))[0]
-        if self.settings.dedup:
-            await self.index.snapshot(self, partition)
+        if self.settings.dedup:  # loads the index (errors: Chroma answers, through the guard)
+            await self.query_vector(partition, vector, top_k=MERGE_NEIGHBOURS)
         return await self._store(
             partition, scope, content, vector, tags=tags, importance=importance, limit=limit,
             origin=origin, source=source, author=author, displace=displace, fence=fence,

@@ -141,13 +141,17 @@ class Coherence:
             await self.feed.poll()
             try:
                 yield
-            except BaseException:
-                try:  # the Chroma write may have landed
-                    await self.feed.publish(keys)
-                except Exception as exc:
-                    logger.warning(f"[Memory] 写入跨进程变更记录失败：{short_error(exc)}")
-                raise
+            finally:  # also after an error: the Chroma write may have landed
+                await self._publish(keys)
+
+    async def _publish(self, keys: list[str]) -> None:
+        """The feed row of a write section; a failure is logged (the write stands; other
+        processes see it after their caches' safety expiry)."""
+        assert self.feed is not None
+        try:
             await self.feed.publish(keys)
+        except Exception as exc:
+            logger.warning(f"[Memory] 写入跨进程变更记录失败：{short_error(exc)}")
 
     async def close(self) -> None:
         for task in list(self._later):

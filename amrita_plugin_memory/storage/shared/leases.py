@@ -26,14 +26,14 @@ from collections.abc import AsyncIterator
 
 from nonebot.log import logger
 from sqlalchemy import delete, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from ...core.errors import VectorStoreError
 from ...core.text import short_error
 from ..models import SharedLease
 from .sessions import SessionFactory, orm_session, wall_ms
 
-__all__ = ["LeaseTimeout", "Leases"]
+__all__ = ["LeaseTimeout", "Leases", "SharedTablesUnavailable"]
 
 RETRY_MIN = 0.02
 RETRY_MAX = 0.25
@@ -41,6 +41,13 @@ RETRY_MAX = 0.25
 
 class LeaseTimeout(VectorStoreError):
     """Another process held the lease for longer than the wait allowed."""
+
+
+class SharedTablesUnavailable(VectorStoreError):
+    """The shared tables cannot be used (not created yet: ``ambot orm upgrade``)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"跨进程共享的数据表不可用（请先执行 ambot orm upgrade）：{detail}")
 
 
 class Leases:
@@ -78,6 +85,20 @@ class Leases:
             return False
         return True
 
+    async def _try(self, name: str, holder: str, ttl: float) -> bool:
+        """:meth:`try_take`, a busy database (SQLite's lock between processes) counting as
+        "not now" (the wait goes on within its bound); any other database error is
+        :class:`SharedTablesUnavailable`."""
+        try:
+            return await self.try_take(name, holder, ttl)
+        except OperationalError as exc:
+            if "locked" in str(exc).lower() or "busy" in str(exc).lower():
+                logger.debug(f"[Memory] 租约 {name}：数据库忙，稍后重试：{short_error(exc)}")
+                return False
+            raise SharedTablesUnavailable(short_error(exc)) from exc
+        except DBAPIError as exc:
+            raise SharedTablesUnavailable(short_error(exc)) from exc
+
     async def renew(self, name: str, holder: str, ttl: float) -> bool:
         """Move the expiry of a held lease forward; ``False`` if it was lost (expired, taken)."""
         async with self.sessions() as session:
@@ -114,7 +135,7 @@ class Leases:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         pause = RETRY_MIN
-        while not await self.try_take(name, holder, ttl):
+        while not await self._try(name, holder, ttl):
             if loop.time() + pause > deadline:
                 raise LeaseTimeout(
                     f"{what}：另一个进程一直占用（等待 {wait:g} 秒后放弃），请稍后重试"
@@ -138,7 +159,7 @@ class Leases:
     async def attempt(self, name: str, *, ttl: float) -> AsyncIterator[bool]:
         """Hold ``name`` for the block if it is free now: yields whether it is held (no wait)."""
         holder = self.token()
-        if not await self.try_take(name, holder, ttl):
+        if not await self._try(name, holder, ttl):
             yield False
             return
         self.taken += 1
