@@ -24,8 +24,6 @@ from .storage.memo_store import MemoService
 from .storage.memory_store import MEMORY_COLLECTION, MemoryStore
 from .storage.partition.retrieval import RetrievalSettings
 from .storage.shared.coherence import Coherence
-from .storage.shared.feed import ChangeFeed
-from .storage.shared.leases import Leases
 from .storage.shared.sessions import orm_session
 from .storage.users.fences import UserFences
 from .storage.users.loop_profile import ProfileFile
@@ -59,7 +57,7 @@ class MemoryRuntime:
             # feed and the leases in the SQL database keep every process's caches and
             # decisions coherent (``storage/shared``), and the tombstones of a forget are
             # rows there too. A local store belongs to this process.
-            self.store.share(Coherence(self.store.name, ChangeFeed(self.store.name), Leases()))
+            self.store.share(Coherence.remote(config.env, self.store.name))
         self.forgotten = ForgottenUsers.in_dir(config.data_dir, orm_session if shared else None)
         self.store.forgotten = self.forgotten  # checked by every restore path
         self.fences = UserFences(UserEpochs(), self.forgotten)

@@ -36,8 +36,10 @@ async def _serve(rt: Any) -> None:
             except Exception as exc:
                 _reply({"error": f"{exc.__class__.__name__}: {exc}"})
         elif cmd["op"] == "hold_sweep":
+            from amrita_plugin_memory.storage.archive.sweep import sweep_lease
+
             leases = rt.store.coherence.leases
-            async with leases.attempt(f"sweep:{rt.store.name}", ttl=cmd["ttl"]) as held:
+            async with leases.attempt(sweep_lease(rt.store), ttl=cmd["ttl"]) as held:
                 _reply({"held": held})
                 await asyncio.Event().wait()  # until killed
 

@@ -37,11 +37,9 @@ def _stack(env: Any, name: str, where: Path) -> Any:
     from amrita_plugin_memory.storage.chroma.connection import ChromaConnection
     from amrita_plugin_memory.storage.memory_store import MemoryStore
     from amrita_plugin_memory.storage.shared.coherence import Coherence
-    from amrita_plugin_memory.storage.shared.feed import ChangeFeed
-    from amrita_plugin_memory.storage.shared.leases import Leases
 
     store = MemoryStore(ChromaConnection(env, where), EmbeddingClient.from_env(env), name=name)
-    store.share(Coherence(name, ChangeFeed(name), Leases()))
+    store.share(Coherence.remote(env, name))  # as the runtime does
     return store
 
 

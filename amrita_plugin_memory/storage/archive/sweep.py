@@ -65,11 +65,17 @@ __all__ = [
     "expired",
     "parse_time",
     "sweep",
+    "sweep_lease",
 ]
 
 SWEEP_LEASE_TTL = 60.0
 """Seconds the sweep's lease (one sweeper at a time across processes) lasts unrenewed:
 a sweeper killed mid-sweep blocks the others at most this long."""
+
+
+def sweep_lease(store: MemoryStore) -> str:
+    """The name of the sweep's lease of ``store`` (one sweeper per collection)."""
+    return f"sweep:{store.name}"
 
 
 class SweepBusy(VectorStoreError):
@@ -263,7 +269,7 @@ async def sweep(
     leases = store.coherence.leases
     if leases is None:
         return await _sweep(store, lifetime, batch_size, now)
-    async with leases.attempt(f"sweep:{store.name}", ttl=lease_ttl) as held:
+    async with leases.attempt(sweep_lease(store), ttl=lease_ttl) as held:
         if not held:
             raise SweepBusy("另一个进程正在执行归档清理，本次跳过")
         return await _sweep(store, lifetime, batch_size, now)

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Protocol
 
 from nonebot.log import logger
 
+from ...core.config import EnvConfig
 from ...core.text import short_error
 from ...infra.gate import WriteGate
 from ...infra.locks import PartitionLocks
@@ -61,6 +63,18 @@ class Coherence:
         self.feed = feed
         self.leases = leases
         self._later: set[asyncio.Task[Any]] = set()
+
+    @classmethod
+    def remote(cls, env: EnvConfig, name: str) -> Coherence:
+        """The feed and leases of collection ``name`` on the remote Chroma store of ``env``.
+
+        Feed rows and lease names carry the store's scope (a hash of server, port,
+        tenant and database): bots on other Chroma stores that share the SQL database
+        never invalidate or wait for each other.
+        """
+        where = f"{env.vector_db_server}:{env.vector_db_port}/{env.vector_db_tenant}/{env.vector_db_database}"
+        scope = hashlib.sha1(where.encode()).hexdigest()[:12]
+        return cls(name, ChangeFeed(f"{scope}:{name}"), Leases(scope=scope))
 
     @property
     def active(self) -> bool:

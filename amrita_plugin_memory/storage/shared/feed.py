@@ -80,6 +80,7 @@ class ChangeFeed:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.collection = collection
+        """The feed's key: the collection's name, prefixed by its store's scope."""
         self.sessions = sessions
         self.clock = clock
         self.origin = uuid.uuid4().hex

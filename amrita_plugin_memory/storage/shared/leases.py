@@ -53,8 +53,10 @@ class SharedTablesUnavailable(VectorStoreError):
 class Leases:
     """The leases of one process (tokens ``<process>:<n>``)."""
 
-    def __init__(self, *, sessions: SessionFactory = orm_session) -> None:
+    def __init__(self, *, sessions: SessionFactory = orm_session, scope: str = "") -> None:
         self.sessions = sessions
+        self.scope = scope
+        """Prefix of every lease name (the Chroma store, :meth:`.coherence.Coherence.remote`)."""
         self.process = uuid.uuid4().hex[:16]
         self._numbers = itertools.count(1)
         self.taken = 0
@@ -63,8 +65,12 @@ class Leases:
     def token(self) -> str:
         return f"{self.process}:{next(self._numbers)}"
 
+    def _name(self, name: str) -> str:
+        return f"{self.scope}:{name}" if self.scope else name
+
     async def try_take(self, name: str, holder: str, ttl: float) -> bool:
         """Take ``name`` for ``holder`` if it is free or expired; whether it was taken."""
+        name = self._name(name)
         now = wall_ms()
         expires = now + int(ttl * 1000)
         async with self.sessions() as session:
@@ -101,6 +107,7 @@ class Leases:
 
     async def renew(self, name: str, holder: str, ttl: float) -> bool:
         """Move the expiry of a held lease forward; ``False`` if it was lost (expired, taken)."""
+        name = self._name(name)
         async with self.sessions() as session:
             res = await session.execute(
                 update(SharedLease)
@@ -111,6 +118,7 @@ class Leases:
             return getattr(res, "rowcount", 0) == 1
 
     async def release(self, name: str, holder: str) -> None:
+        name = self._name(name)
         async with self.sessions() as session:
             await session.execute(
                 delete(SharedLease).where(SharedLease.name == name, SharedLease.holder == holder)
