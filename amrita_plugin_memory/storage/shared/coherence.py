@@ -167,9 +167,13 @@ class Coherence:
         except Exception as exc:
             logger.warning(f"[Memory] 写入跨进程变更记录失败：{short_error(exc)}")
 
-    async def close(self) -> None:
+    async def settled(self) -> None:
+        """Wait for the rows :meth:`changed_later` is still writing."""
         for task in list(self._later):
             with contextlib.suppress(Exception):
                 await task
+
+    async def close(self) -> None:
+        await self.settled()
         if self.feed is not None:
             await self.feed.close()
