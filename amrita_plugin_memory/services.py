@@ -22,6 +22,8 @@ from .storage.groups.stores import GroupStores
 from .storage.memo_store import MemoService
 from .storage.memory_store import MEMORY_COLLECTION, MemoryStore, RetrievalSettings
 from .storage.scope import ScopeRules
+from .storage.shared.coherence import Coherence
+from .storage.shared.sessions import orm_session
 from .storage.users.fences import UserFences
 from .storage.users.loop_profile import ProfileFile
 from .storage.users.loop_state_row import LoopStateAccess, LoopStateRow
@@ -48,7 +50,14 @@ class MemoryRuntime:
         self.store.index.max_bytes = config.file.vector_index_max_mb * 1024 * 1024
         self.store.keep_versions = config.file.archive.keep_history
         self.store.settings = RetrievalSettings.from_config(config.file)
-        self.forgotten = ForgottenUsers.in_dir(config.data_dir)
+        shared = self.connection.mode == "remote"
+        if shared:
+            # Other processes (bots, ``ambot memory``) may write the same store: the change
+            # feed and the leases in the SQL database keep every process's caches and
+            # decisions coherent (``storage/shared``), and the tombstones of a forget are
+            # rows there too. A local store belongs to this process.
+            self.store.share(Coherence.remote(config.env, self.store.name))
+        self.forgotten = ForgottenUsers.in_dir(config.data_dir, orm_session if shared else None)
         self.store.forgotten = self.forgotten  # checked by every restore path
         self.fences = UserFences(UserEpochs(), self.forgotten)
         """Background work for a user (extractions) is voided by their forget or opt-out."""
@@ -113,6 +122,7 @@ class MemoryRuntime:
         not freeze for) and stays closed: a call arriving later fails instead
         of starting a new child server.
         """
+        await self.store.coherence.close()
         await self.embedder.close()
         await asyncio.to_thread(self.connection.close, final=True)
         logger.info("[Memory] 向量库连接已关闭")

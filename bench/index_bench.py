@@ -155,7 +155,7 @@ async def main(
         index = rt.store.index
         print(
             f"cache: {len(index)} partitions, {index.nbytes / 2**20:.1f} MiB "
-            f"(budget {budget_mb} MiB, within: {index.nbytes <= index.max_bytes})"
+            f"(budget {budget_mb} MiB, within: {index.nbytes <= (index.max_bytes or 0)})"
         )
         if sweep:
             await _sweep(rt, sweep, budget_mb)

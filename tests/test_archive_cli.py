@@ -216,6 +216,9 @@ async def test_sigkill_during_a_sweep_loses_nothing(
     project = BotProject(tmp_path / "bot")
     project.write_remote_env(chroma_server, "archive_kill")
     write_config(project, "[archive]\nbatch_size = 20\n")
+    # Remote mode: the sweep's lease is a row of the shared database (its tables first).
+    upgrade = project.command("orm", "upgrade")
+    assert upgrade.returncode == 0, upgrade.stdout + upgrade.stderr
     items = expired_items(3000)
     rt = project.runtime()
     try:

@@ -64,6 +64,9 @@ def test_orm_upgrade_reaches_head_and_check_is_clean(project: BotProject) -> Non
         "amrita_plugin_memory_persona",
         "amrita_plugin_memory_self_memory",
         "amrita_plugin_memory_active_optout",
+        "amrita_plugin_memory_partition_change",
+        "amrita_plugin_memory_lease",
+        "amrita_plugin_memory_forgotten_user",
     } <= tables
     check = project.command("orm", "check")
     assert check.returncode == 0, check.stdout + check.stderr

@@ -231,10 +231,8 @@ async def test_error_drops_entry_and_falls_back(store: Any, logs: list[str]) -> 
     await store.query_vector("a", q)
     # Corrupt the cached rows (a fault inside the index): the next search fails in
     # the scan, the entry is dropped and Chroma answers.
-    entry = store.index._entries["a"]
     # Rows pointing outside the stored vectors: the scan fails.
-    broken = dataclasses.replace(entry, phys=entry.phys + 10**6)
-    store.index._entries["a"] = broken
+    store.index.replace("a", lambda e: dataclasses.replace(e, phys=e.phys + 10**6))
     STATS.faults_injected += 1
     hits = await store.query_vector("a", q, top_k=5)
     assert [h.id for h in hits] == [i for i, _ in await _raw(store, "a", q, 5)]
@@ -371,9 +369,9 @@ async def test_writes_are_cheap_and_never_change_a_snapshot(store: Any) -> None:
     frozen = _rows_by_id(held)
     # The first add makes room; the next ones write into that room, no copy.
     await store.add("a", "user", "第一条新记忆")
-    grown = store.index._entries["a"]
+    grown = store.index.peek("a")
     await store.add("a", "user", "第二条新记忆")
-    assert store.index._entries["a"].arena is grown.arena
+    assert store.index.peek("a").arena is grown.arena
     ids = [r.id for r in await store.list("a", limit=40)]
     for k, memory_id in enumerate(ids[:10]):
         await store.update("a", memory_id, content=f"改写 {k}", importance="high")
@@ -392,7 +390,7 @@ async def test_writes_are_cheap_and_never_change_a_snapshot(store: Any) -> None:
     assert [held.ids[r] for r, _ in hits] == await _exact_rows(held, q, 5)
     assert all(held.vector(r).tolist() == frozen[i][2] for r, i in enumerate(held.ids))
     # The cached entry equals the partition read again from Chroma.
-    cached = store.index._entries["a"]
+    cached = store.index.peek("a")
     store.index.clear()
     fresh = await store.index.snapshot(store, "a")
     assert fresh is not None and store.index.loads == 2

@@ -18,7 +18,7 @@ from nonebot import logger
 
 from ..core.errors import VectorStoreError
 from ..services import MemoryRuntime
-from ..upkeep.archive.sweep import SweepResult, sweep
+from ..upkeep.archive.sweep import SweepBusy, SweepResult, sweep
 
 __all__ = ["JOB_ID", "ArchiveSweeper", "setup_archive"]
 
@@ -51,6 +51,9 @@ class ArchiveSweeper:
                 return await sweep(
                     self.runtime.store, config.lifetime_days, batch_size=config.archive.batch_size
                 )
+            except SweepBusy as exc:
+                logger.info(f"[Memory] {exc}")
+                return None
             except VectorStoreError as exc:
                 logger.warning(f"[Memory] 归档清理未完成，下次继续（没有记忆丢失）：{exc}")
                 return None

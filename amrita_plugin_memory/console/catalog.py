@@ -75,6 +75,7 @@ class PartitionCatalog:
         self._lock = asyncio.Lock()
         self.listeners: list[Callable[[], None]] = []
         """Other caches of the same data, invalidated together with this one."""
+        store.coherence.on_change(self.invalidate)  # another process's writes (remote mode)
 
     def invalidate(self) -> None:
         """Forget the scan (after a write); the next request scans again.
@@ -95,6 +96,7 @@ class PartitionCatalog:
 
     async def get(self, *, fresh: bool = False) -> Catalog:
         """The catalog, at most ``ttl`` seconds old (``fresh``: scanned after this call began)."""
+        await self.store.fresh()  # other processes' writes applied (invalidate above)
         asked = time.monotonic()
         max_age = 0.0 if fresh else self.ttl
         if (catalog := self._fresh(max_age)) is not None:

@@ -10,6 +10,7 @@ while a remap replaces the collection) in a worker thread.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..core.records import MemoryRecord, where_partition
@@ -21,6 +22,7 @@ from .chroma.remap_markers import CollectionGuard
 from .partition.counts import PartitionCounts
 from .partition.index import PartitionIndex
 from .partition.recent import RecentIds
+from .shared.coherence import SAFETY_EXPIRY, Coherence
 
 if TYPE_CHECKING:
     from chromadb.api.models.Collection import Collection
@@ -48,6 +50,22 @@ class MemoryCollection:
         """Exact per-partition vector index: searches cost O(partition), not O(collection)."""
         self.archive = ArchiveStore(connection, archive_name(name))
         """Swept memories and previous versions (``storage.archive.store``), same Chroma store."""
+        self.coherence = Coherence(name)
+        """The change feed and the leases shared with other processes (:meth:`share`)."""
+
+    def share(self, coherence: Coherence) -> None:
+        """Keep this store coherent with other processes' (remote mode, ``storage/shared``)."""
+        self.coherence = coherence
+        coherence.follow(self.counts, self.recent, self.index)
+        self.counts.ttl = self.index.ttl = self.recent.ttl = SAFETY_EXPIRY
+
+    async def fresh(self) -> None:
+        """Before a cached partition is read: every other process's writes are applied."""
+        await self.coherence.fresh()
+
+    def writing(self, *partitions: str, lease: bool = True) -> AbstractAsyncContextManager[None]:
+        """The write section of ``partitions`` (:meth:`.shared.coherence.Coherence.section`)."""
+        return self.coherence.section(self.gate, self.locks, partitions, lease=lease)
 
     # -- collection handle --------------------------------------------------
 
@@ -61,6 +79,7 @@ class MemoryCollection:
         self.counts.clear()
         self.recent.clear()
         self.index.clear()
+        self.coherence.changed_later()
 
     async def _run(self, fn: Callable[[Collection], T]) -> T:
         return await self.guard.run(self.name, fn, self.invalidate)

@@ -28,8 +28,9 @@ from .archive.store import REASON_DELETED, REASON_OUTDATED, REASON_UPDATED
 from .chroma.connection import ChromaConnection
 from .chroma.paging import READ_PAGE_SIZE, Item, iter_pages
 from .memory_collection import MemoryCollection
-from .merge import MERGE_NEIGHBOURS, WriteResult, merge_candidates, merge_into
+from .merge import MERGE_NEIGHBOURS, WriteResult, merge_repeat
 from .partition.counts import PartitionCounts
+from .partition.index import query_records
 from .partition.retrieval import RetrievalSettings, search
 from .room import EXPLICIT, make_room
 from .users.tombstones import ForgottenUsers
@@ -103,32 +104,55 @@ class MemoryStore(MemoryCollection):
         """Embed and store one memory; with ``limit``, refuse when the partition is full
         (unless an automatic memory of importance ≤ ``displace`` gives way, :mod:`.room`).
 
-        The count check and the add happen under the partition's lock, so
-        concurrent writers cannot exceed the limit. The text is embedded before
-        anything is written: an embedding failure leaves nothing behind.
-        ``vector`` is the text's embedding when the caller has it already;
-        ``author`` the user id of who wrote a group memory; ``fence`` is
-        awaited under the lock right before anything is written.
+        The count check and the add happen in the partition's write section
+        (:meth:`writing`): writers of any process cannot exceed the limit. The
+        text is embedded first (an embedding failure leaves nothing behind)
+        unless ``vector`` is given; ``author`` is who wrote a group memory;
+        ``fence`` is awaited in the section right before anything is written.
         """
         if vector is None:
             vector = (await self._embed([content]))[0]
+        result = await self._store(
+            partition, scope, content, vector, tags=tags, importance=importance, limit=limit,
+            origin=origin, source=source, author=author, displace=displace, fence=fence,
+            merge=False,
+        )  # fmt: skip
+        return result.record
+
+    async def _store(
+        self,
+        partition: str,
+        scope: str,
+        content: str,
+        vector: Sequence[float],
+        *,
+        tags: Sequence[str],
+        importance: str,
+        limit: int | None,
+        origin: str,
+        source: str,
+        author: str,
+        displace: str | None,
+        fence: Fence | None,
+        merge: bool,
+    ) -> WriteResult:
+        """In the write section: a merge into a memory it repeats (``merge``), else a new one."""
         now = self.clock()
         record = MemoryRecord(
-            id=uuid.uuid4().hex,
-            content=content,
-            partition=partition,
-            scope=scope,
-            tags=list(tags),
-            importance=importance,
-            created_at=now,
-            updated_at=now,
-            origin=origin,
-            source=source,
-            author=author,
-        )
-        async with self.gate.writing(), self.locks.hold(partition):
+            id=uuid.uuid4().hex, content=content, partition=partition, scope=scope,
+            tags=list(tags), importance=importance, created_at=now, updated_at=now,
+            origin=origin, source=source, author=author,
+        )  # fmt: skip
+        async with self.writing(partition):
             if fence is not None:
                 await fence()
+            if merge:
+                merged = await merge_repeat(
+                    self, partition, content, vector,
+                    tags=tags, importance=importance, scope=scope, origin=origin,
+                )  # fmt: skip
+                if merged is not None:
+                    return WriteResult(merged, merged=True)
             if limit is not None:
                 await make_room(self, partition, limit, displace)
             try:
@@ -146,7 +170,7 @@ class MemoryStore(MemoryCollection):
             self.counts.adjust(partition, +1)
             self.recent.added(partition, record.id)
             self.index.added(partition, vector, record)
-        return record
+        return WriteResult(record)
 
     async def update(
         self,
@@ -173,7 +197,7 @@ class MemoryStore(MemoryCollection):
             vector = stored_vector
             if vector is None:
                 vector = (await self._embed([content]))[0]
-        async with self.gate.writing(), self.locks.hold(partition):
+        async with self.writing(partition):
             if fence is not None:
                 await fence()
             current = await self.get(partition, memory_id)
@@ -218,7 +242,7 @@ class MemoryStore(MemoryCollection):
         the live row goes, and if that fails nothing is deleted
         (:func:`.archive.removal.move_to_archive`). Only a forget (``upkeep/users/erase``) removes data.
         """
-        async with self.gate.writing(), self.locks.hold(partition):
+        async with self.writing(partition):
             if fence is not None:
                 await fence()
             # Ownership is checked under the partition's lock; only key
@@ -254,31 +278,17 @@ class MemoryStore(MemoryCollection):
         with the same scope and origin, refreshes that memory (:mod:`.merge`) instead
         of adding a copy.
 
-        A merge adds nothing, so a full partition still accepts a repeated fact.
-        Candidates are found before the lock (the index loads under it) and
-        checked again under it: a memory deleted or changed meanwhile is skipped.
-        """
+        A merge adds nothing (a full partition accepts a repeated fact). The repeat is
+        looked for in the write section: two writers of one fact (in any processes)
+        never both add it. The index is loaded before (a load takes the lock)."""
         vector = (await self._embed([content]))[0]
-        if self.settings.dedup:
-            near = await self.query_vector(partition, vector, top_k=MERGE_NEIGHBOURS)
-            candidates = merge_candidates(near, content, scope=scope, origin=origin)
-            if candidates:
-                async with self.gate.writing(), self.locks.hold(partition):
-                    if fence is not None:
-                        await fence()
-                    for candidate in candidates:
-                        merged = await merge_into(
-                            self, partition, candidate.id, content, vector,
-                            tags=tags, importance=importance, scope=scope, origin=origin,
-                        )  # fmt: skip
-                        if merged is not None:
-                            return WriteResult(merged, merged=True)
-        record = await self.add(
-            partition, scope, content, tags=tags, importance=importance, limit=limit,
-            origin=origin, vector=vector, source=source, author=author,
-            displace=displace, fence=fence,
+        if self.settings.dedup:  # loads the index (errors: Chroma answers, through the guard)
+            await self.query_vector(partition, vector, top_k=MERGE_NEIGHBOURS)
+        return await self._store(
+            partition, scope, content, vector, tags=tags, importance=importance, limit=limit,
+            origin=origin, source=source, author=author, displace=displace, fence=fence,
+            merge=self.settings.dedup,
         )  # fmt: skip
-        return WriteResult(record)
 
     async def keep_history(
         self, previous: MemoryRecord, vector: Sequence[float] | None, *, reason: str
@@ -366,26 +376,16 @@ class MemoryStore(MemoryCollection):
         top_k: int = 5,
         importance: str | None = None,
         origins: OriginFilter = OriginFilter.ALL,
+        load: bool = True,
     ) -> list[MemoryRecord]:
-        hits = await self.index.query(self, partition, vector, top_k, importance, origins)
-        if hits is not None:
+        """The nearest memories; ``load=False`` inside the partition's write section."""
+        args = (self, partition, vector, top_k, importance, origins)
+        if (hits := await self.index.query(*args, load=load)) is not None:
             return hits
-        res = await self._run(
-            lambda c: c.query(
-                query_embeddings=[list(vector)],
-                n_results=top_k,
-                where=where_partition(partition, importance=importance, origins=origins),
-                include=["documents", "metadatas", "distances"],
-            )
-        )
-        ids = res["ids"][0] if res["ids"] else []
-        docs = (res.get("documents") or [[]])[0]
-        metas = (res.get("metadatas") or [[]])[0]
-        dists = (res.get("distances") or [[]])[0]
-        return [
-            MemoryRecord.from_chroma(i, d, m, dist)
-            for i, d, m, dist in zip(ids, docs, metas, dists, strict=False)
-        ]
+        where = where_partition(partition, importance=importance, origins=origins)
+        q: Any = {"query_embeddings": [list(vector)], "n_results": top_k, "where": where}
+        include: Any = ["documents", "metadatas", "distances"]
+        return query_records(await self._run(lambda c: c.query(**q, include=include)))
 
     async def list(
         self,

@@ -27,7 +27,14 @@ from .partition.retrieval import RetrievalSettings
 if TYPE_CHECKING:
     from .partition.index import PartitionIndex
 
-__all__ = ["MERGE_NEIGHBOURS", "WriteResult", "merge_candidates", "merge_into", "merged_record"]
+__all__ = [
+    "MERGE_NEIGHBOURS",
+    "WriteResult",
+    "merge_candidates",
+    "merge_into",
+    "merge_repeat",
+    "merged_record",
+]
 
 MERGE_NEIGHBOURS = 5
 """How many nearest memories are tested as duplicates of a new text."""
@@ -53,6 +60,10 @@ class MergeStore(Protocol):
     async def _write(self, fn: Callable[[Any], T]) -> T: ...
 
     async def vanished(self, memory_id: str) -> bool: ...
+
+    async def query_vector(
+        self, partition: str, vector: Sequence[float], *, top_k: int = 5, load: bool = True
+    ) -> list[MemoryRecord]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,3 +156,28 @@ async def merge_into(
         return None
     store.index.updated(partition, vector if text_changed else None, record)
     return record
+
+
+async def merge_repeat(
+    store: MergeStore,
+    partition: str,
+    content: str,
+    vector: Sequence[float],
+    *,
+    tags: Sequence[str],
+    importance: str,
+    scope: str,
+    origin: str,
+) -> MemoryRecord | None:
+    """In the partition's write section: the memory ``content`` repeats, refreshed, or
+    ``None``. The neighbours are read as of now (every process's writes applied): from
+    the index when it is cached, else from Chroma (a load would take the lock held)."""
+    near = await store.query_vector(partition, vector, top_k=MERGE_NEIGHBOURS, load=False)
+    for candidate in merge_candidates(near, content, scope=scope, origin=origin):
+        merged = await merge_into(
+            store, partition, candidate.id, content, vector,
+            tags=tags, importance=importance, scope=scope, origin=origin,
+        )  # fmt: skip
+        if merged is not None:
+            return merged
+    return None

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from nonebot_plugin_orm import Model, plugin_config
-from sqlalchemy import JSON, Boolean, DateTime, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Integer, String, Text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -14,10 +14,13 @@ __all__ = [
     "ActiveMemoryNotice",
     "ActiveMemoryOptOut",
     "BotSelfMemory",
+    "ForgottenUser",
     "GroupMemberLabel",
     "GroupMessage",
     "GroupSetting",
     "MemberPersona",
+    "PartitionChange",
+    "SharedLease",
     "SubconsciousState",
     "UserMemo",
     "db_now",
@@ -149,3 +152,43 @@ class ActiveMemoryNotice(Model):
 
     user_id: Mapped[str] = mapped_column(String(32), primary_key=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=db_now)
+
+
+class PartitionChange(Model):
+    """The change feed: one row per write of a partition, read by every other process
+    (``storage/shared/feed``); ``partition`` ``*`` is every partition of the collection."""
+
+    __tablename__ = "amrita_plugin_memory_partition_change"
+    __table_args__ = ({"sqlite_autoincrement": True},)  # no number reused after a prune
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    collection: Mapped[str] = mapped_column(String(128))
+    partition: Mapped[str] = mapped_column(String(255))
+    origin: Mapped[str] = mapped_column(String(64))
+    """The writing process (its feed's token): it skips its own rows."""
+    at_ms: Mapped[int] = mapped_column(BigInteger, index=True)
+    """Wall-clock milliseconds since the epoch (old rows are pruned by it)."""
+
+
+class SharedLease(Model):
+    """A lease held by one process until ``expires_ms`` (``storage/shared/leases``): a
+    partition's write section, the archive sweep, an L3 cycle. A killed holder's lease
+    simply expires."""
+
+    __tablename__ = "amrita_plugin_memory_lease"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(64))
+    expires_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class ForgottenUser(Model):
+    """A forget's tombstone, seen by every process (``storage/users/tombstones``; the
+    file in the data dir is kept beside it for offline restores)."""
+
+    __tablename__ = "amrita_plugin_memory_forgotten_user"
+
+    user_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    partition: Mapped[str] = mapped_column(String(255), default="")
+    at_us: Mapped[int] = mapped_column(BigInteger)
+    """When the user was last forgotten: microseconds since the epoch (UTC)."""

@@ -53,7 +53,7 @@ from .knowledge_base import KnowledgeBaseManager, ValidationReport, check_knowle
 from .messaging import Messenger
 from .profile_store import ProfileStore
 from .prompts import compression_hint, format_abstracts, format_last_run, render_cycle_input
-from .scheduling import RunPlanner
+from .scheduling import RunPlanner, cycle_lease
 from .state import LoopState, PendingMessages, StateStore
 from .templates import PromptError, PromptTemplates, format_time, local_now
 from .toolsets.base import ToolGroup, tool_data
@@ -138,8 +138,7 @@ class SubconsciousRunner:
         self.profile = ProfileStore(data_dir)
         """``<data_dir>/user_profile.md`` (created on the first edit)."""
         self.knowledge: KnowledgeBaseManager | None = None
-        """The global knowledge base; ``None`` when ``enable_knowledge`` is off.
-        Nothing is created on disk before it is used or validated."""
+        """The knowledge base (``None``: ``enable_knowledge`` off); nothing on disk before use."""
         if self.config.enable_knowledge:
             self.knowledge = KnowledgeBaseManager(
                 root=data_dir,
@@ -199,11 +198,8 @@ class SubconsciousRunner:
         return await self.loop_state.mutate(change)
 
     def render_guide(self, key: str) -> str:
-        """Render a guide template (``prompt_knowledge_file`` / ``prompt_profile_file``).
-
-        For tool groups' prompt sections; raises :class:`PromptError` (the
-        cycle then fails cleanly) when it is broken.
-        """
+        """Render a guide template (``prompt_knowledge_file`` / ``prompt_profile_file``) for
+        tool groups' prompt sections; :class:`PromptError` (the cycle fails cleanly) if broken."""
         return self.templates.render(
             key, {"current_time": format_time(local_now()), "target_user_id": self.target_user_id}
         )
@@ -372,7 +368,10 @@ class SubconsciousRunner:
         if self._cycle_lock.locked():
             logger.info("[Subconscious] A cycle is already running; skipped")
             return CycleResult(0, "skipped", error="a cycle is already running")
-        async with self._cycle_lock:
+        leases = self.runtime.store.coherence.leases
+        async with self._cycle_lock, cycle_lease(leases, self.target_user_id) as mine:
+            if not mine:
+                return CycleResult(0, "skipped", error="another process runs this target's cycle")
             self._idle.clear()
             try:
                 return await self._run_cycle()

@@ -9,15 +9,31 @@ scheduler's timezone, pitfall P8). A successful cycle resets the penalty.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
 from nonebot import logger
 
 from ..core.config import SubconsciousConfig
+from ..storage.shared.leases import Leases
 
-__all__ = ["RunPlanner", "compute_delay"]
+__all__ = ["CYCLE_LEASE_TTL", "RunPlanner", "compute_delay", "cycle_lease"]
+
+CYCLE_LEASE_TTL = 120.0
+"""Seconds an L3 cycle's lease lasts unrenewed (a killed process blocks the others this long)."""
+
+
+@asynccontextmanager
+async def cycle_lease(leases: Leases | None, target: str) -> AsyncIterator[bool]:
+    """One L3 cycle per target across every process sharing the store: yields whether
+    this process may run it (always without leases: the store is this process's own)."""
+    if leases is None:
+        yield True
+        return
+    async with leases.attempt(f"l3-cycle:{target}", ttl=CYCLE_LEASE_TTL) as held:
+        yield held
 
 
 def compute_delay(config: SubconsciousConfig, penalty: int) -> timedelta:

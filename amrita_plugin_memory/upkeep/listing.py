@@ -54,7 +54,8 @@ async def partition_ids(store: MemoryStore, partition: str) -> list[str]:
 
     The returned list is the cache's own: slice it at once, do not keep it.
     """
-    cached = store.recent.get(partition)
+    await store.fresh()  # other processes' writes applied
+    cached = store.recent.lookup(partition)
     if cached is None:
         return await _read_ids(store, partition)
     ids, fresh = cached

@@ -8,8 +8,9 @@ lazily from Chroma (ids, vectors, documents, metadata) under its lock, kept in
 step by the store's own writes (which run under the same lock), and dropped on
 any error, on :meth:`PartitionIndex.clear` (``MemoryStore.invalidate``), when the
 connection's ``generation`` or the collection's id changes (remap, reconnect),
-and after ``ttl`` seconds in remote mode so that another process's writes are
-seen, like :class:`~.counts.PartitionCounts`.
+when another process writes the partition (the change feed, :mod:`..shared.feed`)
+and after the safety expiry ``ttl`` in remote mode: the bookkeeping is
+:class:`~.cache.PartitionCache`'s, like that of :class:`~.counts.PartitionCounts`.
 
 Only Chroma's default space ``l2`` (squared Euclidean distance) is scanned
 here; a collection configured for ``cosine`` / ``ip`` keeps using Chroma's own
@@ -35,6 +36,7 @@ from nonebot import logger
 from ...core.records import MemoryRecord, OriginFilter
 from ...core.text import short_error
 from . import rows as rows
+from .cache import PartitionCache
 from .rows import Entry, build_entry, scan
 
 if TYPE_CHECKING:
@@ -50,8 +52,10 @@ class IndexedStore(Protocol):
 
     async def collection(self) -> Any: ...
 
+    async def fresh(self) -> None: ...
 
-__all__ = ["DEFAULT_INDEX_MB", "IndexedStore", "PartitionIndex"]
+
+__all__ = ["DEFAULT_INDEX_MB", "IndexedStore", "PartitionIndex", "query_records"]
 
 DEFAULT_INDEX_MB = 256
 """Default byte budget of the cache, in MiB (``vector_index_max_mb``)."""
@@ -77,6 +81,22 @@ _Entry = Entry
 ``documents``, ``metadatas``, ``vectors`` and ``derived``."""
 
 
+def _entry_bytes(entry: _Entry) -> int:
+    return entry.nbytes
+
+
+def query_records(res: Any) -> list[MemoryRecord]:
+    """The records of a Chroma ``query`` of one vector, with their distances."""
+    ids = res["ids"][0] if res["ids"] else []
+    docs = (res.get("documents") or [[]])[0]
+    metas = (res.get("metadatas") or [[]])[0]
+    dists = (res.get("distances") or [[]])[0]
+    return [
+        MemoryRecord.from_chroma(i, d, m, dist)
+        for i, d, m, dist in zip(ids, docs, metas, dists, strict=False)
+    ]
+
+
 def collection_space(col: Any) -> str:
     """The distance space of ``col`` (its configuration, else the legacy metadata; default l2)."""
     cfg = getattr(col, "configuration_json", None)
@@ -85,8 +105,9 @@ def collection_space(col: Any) -> str:
     return str(space or (col.metadata or {}).get("hnsw:space") or "l2")
 
 
-class PartitionIndex:
-    """LRU cache of per-partition exact indexes, bounded by ``max_bytes`` (0 disables)."""
+class PartitionIndex(PartitionCache[_Entry]):
+    """LRU cache of per-partition exact indexes, bounded by ``max_bytes`` (0 disables);
+    budget, generation, invalidation and expiry are :class:`~.cache.PartitionCache`'s."""
 
     def __init__(
         self,
@@ -95,12 +116,9 @@ class PartitionIndex:
         ttl: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.max_bytes = max_bytes
-        self.ttl = ttl
-        """Seconds an entry is trusted; ``None`` = until dropped (set for remote mode)."""
-        self.clock = clock
-        self._entries: OrderedDict[str, _Entry] = OrderedDict()
-        self.nbytes = 0
+        super().__init__(
+            max_entries=1 << 20, max_bytes=max_bytes, size=_entry_bytes, expiry=ttl, clock=clock
+        )
         self.loads = 0
         """Partitions loaded from Chroma (tests and the bench read it)."""
         self.heavy = asyncio.Semaphore(LOAD_CONCURRENCY)
@@ -109,93 +127,65 @@ class PartitionIndex:
         """Partitions found larger than the whole budget, and when: Chroma answers for them
         without a (useless, expensive) reload until ``OVERSIZED_RECHECK`` has passed."""
 
+    @property
+    def ttl(self) -> float | None:
+        """Seconds an entry is trusted; ``None`` = until dropped or invalidated."""
+        return self.expiry
+
+    @ttl.setter
+    def ttl(self, value: float | None) -> None:
+        self.expiry = value
+
     # -- bookkeeping -----------------------------------------------------------
 
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def __contains__(self, partition: object) -> bool:
-        return partition in self._entries
-
     def clear(self) -> None:
-        self._entries.clear()
+        super().clear()
         self._oversized.clear()
-        self.nbytes = 0
 
-    def drop(self, partition: str) -> None:
-        entry = self._entries.pop(partition, None)
-        if entry is not None:
-            self.nbytes -= entry.nbytes
+    def peek(self, partition: str) -> _Entry | None:
+        """The cached entry as it is (tests), without touching its recency."""
+        slot = self._slots.get(partition)
+        return None if slot is None else slot.value
 
-    def _put(self, partition: str, entry: _Entry) -> None:
-        self.drop(partition)
-        if entry.nbytes > self.max_bytes:  # larger than the whole budget: stays with Chroma
+    def _cache(self, partition: str, entry: _Entry, ticket: int) -> None:
+        if entry.nbytes > (self.max_bytes or 0):  # larger than the whole budget: stays with Chroma
+            self.drop(partition)
             self._oversized[partition] = self.clock()
             self._oversized.move_to_end(partition)
             while len(self._oversized) > OVERSIZED_MAX:
                 self._oversized.popitem(last=False)
             return
         self._oversized.pop(partition, None)
-        self._entries[partition] = entry
-        self.nbytes += entry.nbytes
-        while self.nbytes > self.max_bytes:
-            _, old = self._entries.popitem(last=False)
-            self.nbytes -= old.nbytes
-
-    def _valid(self, partition: str, generation: tuple[int, str]) -> _Entry | None:
-        while self.nbytes > self.max_bytes:  # the budget was lowered
-            _, old = self._entries.popitem(last=False)
-            self.nbytes -= old.nbytes
-        entry = self._entries.get(partition)
-        if entry is None:
-            return None
-        if entry.generation != generation:
-            self.clear()  # reconnected or collection replaced: every entry is stale
-            return None
-        if self.ttl is not None and self.clock() - entry.taken > self.ttl:
-            self.drop(partition)
-            return None
-        self._entries.move_to_end(partition)
-        return entry
+        self.put(partition, entry, entry.generation, ticket=ticket)
 
     # -- writes of the store (called under the partition's lock) ----------------------
 
     def added(self, partition: str, vector: Sequence[float], record: MemoryRecord) -> None:
-        self._apply(partition, lambda e: rows.appended(e, vector, record))
+        self.replace(partition, lambda e: rows.appended(e, vector, record))
 
     def updated(self, partition: str, vector: Sequence[float] | None, record: MemoryRecord) -> None:
-        self._apply(partition, lambda e: rows.updated(e, vector, record))
+        self.replace(partition, lambda e: rows.updated(e, vector, record))
 
     def removed(self, partition: str, memory_id: str) -> None:
-        self._apply(partition, lambda e: rows.removed(e, memory_id))
-
-    def _apply(self, partition: str, change: Callable[[_Entry], _Entry]) -> None:
-        """Replace the cached entry by ``change(entry)`` (cheap, see :mod:`.rows`);
-        any error (not cached: another process wrote it; another dimension) drops it, so
-        Chroma answers until the partition is read again."""
-        entry = self._entries.get(partition)
-        if entry is None:
-            return
-        try:
-            new = change(entry)
-        except Exception:
-            self.drop(partition)
-            return
-        self._put(partition, new)
+        self.replace(partition, lambda e: rows.removed(e, memory_id))
 
     # -- reads ------------------------------------------------------------------------
 
-    async def snapshot(self, store: IndexedStore, partition: str) -> _Entry | None:
-        """The partition's cached rows (loaded from Chroma when needed), or ``None``
-        when Chroma must answer (index disabled, not ``l2``, too large, a reconnect)."""
-        if self.max_bytes <= 0:
+    async def snapshot(
+        self, store: IndexedStore, partition: str, *, load: bool = True
+    ) -> _Entry | None:
+        """The partition's cached rows (loaded from Chroma when needed and ``load``), or
+        ``None`` when Chroma must answer (index disabled, not ``l2``, too large, a
+        reconnect). Other processes' writes are applied first (``store.fresh``)."""
+        if not self.max_bytes or self.max_bytes <= 0:
             return None
+        await store.fresh()
         col = await store.collection()
         if collection_space(col) != "l2":
             return None
         generation = (store.connection.generation, str(col.id))
-        entry = self._valid(partition, generation)
-        if entry is None:
+        entry = self.get(partition, generation)
+        if entry is None and load:
             seen = self._oversized.get(partition)
             if seen is not None and self.clock() - seen < OVERSIZED_RECHECK:
                 return None
@@ -210,10 +200,12 @@ class PartitionIndex:
         top_k: int,
         importance: str | None,
         origins: OriginFilter,
+        *,
+        load: bool = True,
     ) -> list[MemoryRecord] | None:
         """The search answered from the index, or ``None`` when Chroma must answer."""
         try:
-            entry = await self.snapshot(store, partition)
+            entry = await self.snapshot(store, partition, load=load)
             if entry is None:
                 return None
             query = np.asarray(vector, dtype=np.float32)
@@ -240,9 +232,10 @@ class PartitionIndex:
         """Read the partition from Chroma and cache it, all under its lock, so that no
         write of ours lands between the read and the caching (it would be missing)."""
         async with store.locks.hold(partition):
-            entry = self._valid(partition, generation)
+            entry = self.get(partition, generation)
             if entry is not None:
                 return entry
+            ticket = self.ticket()
             async with self.heavy:
                 entry = await store.connection.run(
                     _read_partition, col, partition, generation, self.clock()
@@ -251,7 +244,7 @@ class PartitionIndex:
             if store.connection.generation != generation[0]:
                 return None
             self.loads += 1
-            self._put(partition, entry)
+            self._cache(partition, entry, ticket)
             return entry
 
 

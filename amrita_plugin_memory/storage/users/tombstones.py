@@ -19,6 +19,13 @@ atomically), one entry per user id::
 
 A file that cannot be read makes every restore refuse (:class:`ForgottenFileError`):
 restoring without it could bring a forgotten user back.
+
+With ``sessions`` (the runtime's), every entry is also a row of the table
+``amrita_plugin_memory_forgotten_user`` (:class:`~..models.ForgottenUser`), so a
+forget in one process (or on another host sharing the database) is seen by every
+other process's fences and restores. The entries are the union of both (the later
+time wins); the first read copies the file's entries into the table (those written
+before the table existed), and a forget writes both.
 """
 
 from __future__ import annotations
@@ -27,12 +34,17 @@ import asyncio
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
 from ...core.records import META_AUTHOR
 from ...infra.files import atomic_write_text
+from ..models import ForgottenUser
+from ..shared.sessions import SessionFactory
 
 __all__ = [
     "FORGOTTEN_FILE_NAME",
@@ -115,13 +127,43 @@ class Tombstones:
 class ForgottenUsers:
     """The tombstone file of one data directory."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, sessions: SessionFactory | None = None) -> None:
         self.path = path
+        self.sessions = sessions
         self._lock = asyncio.Lock()
+        self._copied = False
 
     @classmethod
-    def in_dir(cls, data_dir: Path) -> ForgottenUsers:
-        return cls(data_dir / FORGOTTEN_FILE_NAME)
+    def in_dir(cls, data_dir: Path, sessions: SessionFactory | None = None) -> ForgottenUsers:
+        return cls(data_dir / FORGOTTEN_FILE_NAME, sessions)
+
+    async def _rows(self) -> dict[str, dict[str, str]]:
+        """The table's entries (empty without ``sessions``)."""
+        if self.sessions is None:
+            return {}
+        async with self.sessions() as session:
+            rows = (await session.scalars(select(ForgottenUser))).all()
+        return {
+            r.user_id: {"partition": r.partition, "at": _from_us(r.at_us).isoformat()} for r in rows
+        }
+
+    async def _put_row(self, user_id: str, partition: str, at: datetime) -> None:
+        """Record ``user_id`` in the table, moving its time forward only (portable upsert)."""
+        if self.sessions is None:
+            return
+        us = _to_us(at)
+        for _ in range(3):
+            try:
+                async with self.sessions() as session:
+                    row = await session.get(ForgottenUser, user_id)
+                    if row is None:
+                        session.add(ForgottenUser(user_id=user_id, partition=partition, at_us=us))
+                    elif row.at_us < us:
+                        row.at_us, row.partition = us, partition or row.partition
+                    await session.commit()
+                return
+            except IntegrityError:  # inserted by another process meanwhile: read it again
+                continue
 
     def _read(self) -> dict[str, dict[str, str]]:
         try:
@@ -152,7 +194,20 @@ class ForgottenUsers:
 
     async def entries(self) -> dict[str, dict[str, str]]:
         """Every recorded user: ``{user id: {"partition": key, "at": ISO time}}``."""
-        return await asyncio.to_thread(self._read)
+        found = await asyncio.to_thread(self._read)
+        if self.sessions is not None and not self._copied:
+            for user_id, entry in found.items():  # entries from before the table
+                at = parse_time(entry["at"])
+                assert at is not None
+                await self._put_row(user_id, entry["partition"], at)
+            self._copied = True
+        for user_id, entry in (await self._rows()).items():
+            mine = found.get(user_id)
+            if mine is None or (parse_time(mine["at"]) or at_min()) < (
+                parse_time(entry["at"]) or at_min()
+            ):
+                found[user_id] = entry
+        return found
 
     async def load(self, normalize: Normalize) -> Tombstones:
         """The tombstones as restores check them (raises :class:`ForgottenFileError`)."""
@@ -185,3 +240,18 @@ class ForgottenUsers:
 
         async with self._lock:
             await asyncio.to_thread(write)
+        await self._put_row(user_id, partition, at)
+
+
+def at_min() -> datetime:
+    return datetime.min.replace(tzinfo=UTC)
+
+
+def _to_us(at: datetime) -> int:
+    at = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+    delta = at - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _from_us(us: int) -> datetime:
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)

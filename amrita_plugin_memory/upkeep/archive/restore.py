@@ -84,7 +84,7 @@ async def _reinstate(
 ) -> None:
     """Write ``record`` back into the live collection with its id and vector (if absent)."""
     partition = record.partition
-    async with store.gate.writing(), store.locks.hold(partition):
+    async with store.writing(partition):
         if await store.get(partition, record.id) is not None:
             return  # an interrupted restore already put it back
         if limit is not None:

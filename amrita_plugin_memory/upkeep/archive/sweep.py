@@ -41,7 +41,6 @@ The live-collection writes go through the store's own guarded write
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -51,12 +50,36 @@ from typing import Any
 import numpy as np
 from nonebot.log import logger
 
+from ...core.errors import VectorStoreError
 from ...core.records import MemoryRecord
 from ...ranking.scores import parse_time
 from ...storage.archive.store import REASON_EXPIRED, REASON_UPDATED, history_id
 from ...storage.memory_store import MemoryStore, deleted_count, row_state, unchanged_where
 
-__all__ = ["WRITE_CHUNK", "SweepResult", "expired", "parse_time", "sweep"]
+__all__ = [
+    "SWEEP_LEASE_TTL",
+    "WRITE_CHUNK",
+    "SweepBusy",
+    "SweepResult",
+    "expired",
+    "parse_time",
+    "sweep",
+    "sweep_lease",
+]
+
+SWEEP_LEASE_TTL = 60.0
+"""Seconds the sweep's lease (one sweeper at a time across processes) lasts unrenewed:
+a sweeper killed mid-sweep blocks the others at most this long."""
+
+
+def sweep_lease(store: MemoryStore) -> str:
+    """The name of the sweep's lease of ``store`` (one sweeper per collection)."""
+    return f"sweep:{store.name}"
+
+
+class SweepBusy(VectorStoreError):
+    """Another process is sweeping this collection right now."""
+
 
 WRITE_CHUNK = 25
 """Rows per Chroma write of the sweep (see the module docstring: bounded loop stalls)."""
@@ -154,9 +177,9 @@ async def _move(
 ) -> None:
     """Archive, then delete, one chunk (see the module docstring)."""
     partitions = sorted({p for p, _ in batch})
-    async with store.gate.writing(), contextlib.AsyncExitStack() as stack:
-        for partition in partitions:
-            await stack.enter_async_context(store.locks.hold(partition))
+    # No partition leases: a sweep only removes rows it read unchanged (no limit or
+    # repeat is decided here); the feed still tells other processes what changed.
+    async with store.writing(*partitions, lease=False):
         ids = [memory_id for _, memory_id in batch]
         res = await store._run(
             lambda c: c.get(ids=ids, include=["documents", "metadatas", "embeddings"])
@@ -231,14 +254,29 @@ async def sweep(
     *,
     batch_size: int = 200,
     now: datetime | None = None,
+    lease_ttl: float = SWEEP_LEASE_TTL,
 ) -> SweepResult:
     """Move every memory past its lifetime into the archive; what was done.
 
     ``lifetime`` is ``ConfigFile.lifetime_days``; ``now`` (aware) is for
     tests and defaults to the current UTC time. Raises on a Chroma error or
     while maintenance runs (``MaintenanceInProgress``): the batches done so far
-    stay done, the rest is left for the next sweep, nothing is lost.
+    stay done, the rest is left for the next sweep, nothing is lost. Where other
+    processes share the store, one sweeps at a time (a lease, ``lease_ttl``): the
+    others raise :class:`SweepBusy`.
     """
+    leases = store.coherence.leases
+    if leases is None:
+        return await _sweep(store, lifetime, batch_size, now)
+    async with leases.attempt(sweep_lease(store), ttl=lease_ttl) as held:
+        if not held:
+            raise SweepBusy("另一个进程正在执行归档清理，本次跳过")
+        return await _sweep(store, lifetime, batch_size, now)
+
+
+async def _sweep(
+    store: MemoryStore, lifetime: Lifetime, batch_size: int, now: datetime | None
+) -> SweepResult:
     at = now or datetime.now(UTC)
     result = SweepResult()
     found = await _candidates(store, lifetime, at, result)

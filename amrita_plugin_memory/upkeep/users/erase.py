@@ -104,7 +104,7 @@ async def authored_archived(store: MemoryStore, user_id: str) -> list[ArchivedMe
 
 async def erase_partition(store: MemoryStore, partition: str) -> tuple[int, int]:
     """Delete every live memory and every archive row of ``partition``: ``(live, archived)``."""
-    async with store.gate.writing(), store.locks.hold(partition):
+    async with store.writing(partition):
         res = await store._run(lambda c: c.get(where=where_partition(partition), include=[]))
         live = list(res["ids"])
         try:
@@ -145,7 +145,7 @@ async def unmark_author(store: MemoryStore, user_id: str) -> int:
     partitions = sorted({str((m or {}).get("user_id", "")) for m in res.get("metadatas") or []})
     changed = 0
     for partition in partitions:
-        async with store.gate.writing(), store.locks.hold(partition):
+        async with store.writing(partition):
             where = {"$and": [{META_AUTHOR: user_id}, {"user_id": partition}]}
             try:
                 changed += await _unmark(store._run, store._write, where)

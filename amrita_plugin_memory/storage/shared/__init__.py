@@ -1,0 +1,1 @@
+"""What several processes on one store share through the SQL database: the change feed, leases."""

@@ -1,0 +1,179 @@
+"""One store kept coherent across processes: the write section and the checked read.
+
+:class:`Coherence` bundles the change feed (:mod:`.feed`) and the leases
+(:mod:`.leases`) of one collection. It is switched on where another process
+can write the same Chroma store (remote mode); the embedded and the local
+child-server modes belong to one process, so there it does nothing and costs
+nothing.
+
+The write section of a partition (:meth:`Coherence.section`) is, in order: the
+write gate (maintenance of this process), the partition's asyncio lock (this
+process), the partition's lease (every process; so a limit or a repeat is
+decided by one writer at a time, wherever it runs), a poll of the feed (the
+counts and vectors the decision reads include every write committed
+elsewhere), the block, and last the feed row naming the partition (written
+even when the block failed: the Chroma write may have landed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any, Protocol
+
+from nonebot.log import logger
+
+from ...core.config import EnvConfig
+from ...core.text import short_error
+from ...infra.gate import WriteGate
+from ...infra.locks import PartitionLocks
+from .feed import ALL_PARTITIONS, ChangeFeed
+from .leases import Leases
+
+__all__ = ["PARTITION_LEASE_TTL", "PARTITION_LEASE_WAIT", "SAFETY_EXPIRY", "Coherence"]
+
+PARTITION_LEASE_TTL = 15.0
+"""Seconds a partition's write lease lasts without renewal (a killed writer's, at most)."""
+
+PARTITION_LEASE_WAIT = 30.0
+"""Seconds a write waits for another process's partition lease before it gives up."""
+
+SAFETY_EXPIRY = 600.0
+"""Seconds a cached partition is trusted at most while the feed runs (a backstop for a
+change whose feed row could not be written; without the feed the caches keep 60 s)."""
+
+
+class FollowingCache(Protocol):
+    """A cache the feed invalidates (:class:`~..partition.cache.PartitionCache`)."""
+
+    def invalidate(self, partition: str) -> None: ...
+
+    def clear(self) -> None: ...
+
+
+class Coherence:
+    """The feed and the leases of one collection (both ``None``: one process owns it)."""
+
+    def __init__(
+        self, collection: str, feed: ChangeFeed | None = None, leases: Leases | None = None
+    ) -> None:
+        self.collection = collection
+        self.feed = feed
+        self.leases = leases
+        self._later: set[asyncio.Task[Any]] = set()
+
+    @classmethod
+    def remote(cls, env: EnvConfig, name: str) -> Coherence:
+        """The feed and leases of collection ``name`` on the remote Chroma store of ``env``.
+
+        Feed rows and lease names carry the store's scope (a hash of server, port,
+        tenant and database): bots on other Chroma stores that share the SQL database
+        never invalidate or wait for each other.
+        """
+        where = f"{env.vector_db_server}:{env.vector_db_port}/{env.vector_db_tenant}/{env.vector_db_database}"
+        scope = hashlib.sha1(where.encode()).hexdigest()[:12]
+        return cls(name, ChangeFeed(f"{scope}:{name}"), Leases(scope=scope))
+
+    @property
+    def active(self) -> bool:
+        return self.feed is not None
+
+    def follow(self, *caches: FollowingCache) -> None:
+        if self.feed is not None:
+            for cache in caches:
+                self.feed.follow(cache.invalidate, cache.clear)
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` whenever another process changed any partition (a whole-store
+        cache such as the console's partition scan)."""
+        if self.feed is not None:
+            self.feed.follow(lambda partition: callback(), callback)
+
+    async def fresh(self) -> None:
+        """Before a cached partition is read (:meth:`.feed.ChangeFeed.fresh`)."""
+        if self.feed is not None:
+            await self.feed.fresh()
+
+    async def changed(self, partitions: Iterable[str]) -> None:
+        """Tell the other processes that ``partitions`` changed (``*``: all)."""
+        if self.feed is not None:
+            await self.feed.publish(partitions)
+
+    def changed_later(self, partitions: Iterable[str] = (ALL_PARTITIONS,)) -> None:
+        """:meth:`changed` from synchronous code (a replaced collection); logged on failure."""
+        if self.feed is None:
+            return
+        keys = list(partitions)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop (a CLI's end): the other processes see the new collection id
+
+        async def send() -> None:
+            try:
+                await self.changed(keys)
+            except Exception as exc:
+                logger.warning(f"[Memory] 写入跨进程变更记录失败：{short_error(exc)}")
+
+        task = loop.create_task(send())
+        self._later.add(task)
+        task.add_done_callback(self._later.discard)
+
+    def lease_name(self, partition: str) -> str:
+        return f"partition:{self.collection}:{partition}"
+
+    @contextlib.asynccontextmanager
+    async def section(
+        self,
+        gate: WriteGate,
+        locks: PartitionLocks,
+        partitions: Iterable[str],
+        *,
+        lease: bool = True,
+    ) -> AsyncIterator[None]:
+        """The write section of ``partitions`` (see the module docstring); locks and
+        leases are taken in sorted order (nothing holds two otherwise)."""
+        keys = sorted(set(partitions))
+        async with gate.writing(), contextlib.AsyncExitStack() as stack:
+            for key in keys:
+                await stack.enter_async_context(locks.hold(key))
+            if self.feed is None:
+                yield
+                return
+            if lease and self.leases is not None:
+                for key in keys:
+                    await stack.enter_async_context(
+                        self.leases.hold(
+                            self.lease_name(key),
+                            ttl=PARTITION_LEASE_TTL,
+                            wait=PARTITION_LEASE_WAIT,
+                            what=f"写入分区 {key}",
+                        )
+                    )
+            await self.feed.poll()
+            try:
+                yield
+            finally:  # also after an error: the Chroma write may have landed
+                await self._publish(keys)
+
+    async def _publish(self, keys: list[str]) -> None:
+        """The feed row of a write section; a failure is logged (the write stands; other
+        processes see it after their caches' safety expiry)."""
+        assert self.feed is not None
+        try:
+            await self.feed.publish(keys)
+        except Exception as exc:
+            logger.warning(f"[Memory] 写入跨进程变更记录失败：{short_error(exc)}")
+
+    async def settled(self) -> None:
+        """Wait for the rows :meth:`changed_later` is still writing."""
+        for task in list(self._later):
+            with contextlib.suppress(Exception):
+                await task
+
+    async def close(self) -> None:
+        await self.settled()
+        if self.feed is not None:
+            await self.feed.close()

@@ -1,0 +1,184 @@
+"""Leases across processes: one holder at a time, and a killed holder never blocks the others.
+
+A lease is a row of ``amrita_plugin_memory_lease`` (:class:`~..models.SharedLease`):
+its name, its holder and when it expires. Taking it is one portable statement
+(``UPDATE … WHERE name = … AND expires_ms < now``; on no row, an ``INSERT`` that
+fails with an integrity error when another process inserted first), so it works
+on SQLite and PostgreSQL alike. While held it is renewed every third of its
+``ttl``; it is deleted when released. A holder killed with ``kill -9`` stops
+renewing: its lease expires after at most ``ttl`` seconds and the next process
+takes it.
+
+Every holder gets its own token, so two holds in one process exclude each
+other too. Waits are bounded: :meth:`Leases.hold` raises :class:`LeaseTimeout`
+(a :class:`~...core.errors.VectorStoreError`, its message meant for humans).
+Waiting polls the row (portable; no event crosses processes), every
+:data:`RETRY_MIN` seconds at first, backing off to :data:`RETRY_MAX`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import uuid
+from collections.abc import AsyncIterator
+
+from nonebot.log import logger
+from sqlalchemy import delete, update
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+
+from ...core.errors import VectorStoreError
+from ...core.text import short_error
+from ..models import SharedLease
+from .sessions import SessionFactory, orm_session, wall_ms
+
+__all__ = ["LeaseTimeout", "Leases", "SharedTablesUnavailable"]
+
+RETRY_MIN = 0.02
+RETRY_MAX = 0.25
+
+
+class LeaseTimeout(VectorStoreError):
+    """Another process held the lease for longer than the wait allowed."""
+
+
+class SharedTablesUnavailable(VectorStoreError):
+    """The shared tables cannot be used (not created yet: ``ambot orm upgrade``)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"跨进程共享的数据表不可用（请先执行 ambot orm upgrade）：{detail}")
+
+
+class Leases:
+    """The leases of one process (tokens ``<process>:<n>``)."""
+
+    def __init__(self, *, sessions: SessionFactory = orm_session, scope: str = "") -> None:
+        self.sessions = sessions
+        self.scope = scope
+        """Prefix of every lease name (the Chroma store, :meth:`.coherence.Coherence.remote`)."""
+        self.process = uuid.uuid4().hex[:16]
+        self._numbers = itertools.count(1)
+        self.taken = 0
+        """Leases taken (tests read it)."""
+
+    def token(self) -> str:
+        return f"{self.process}:{next(self._numbers)}"
+
+    def _name(self, name: str) -> str:
+        return f"{self.scope}:{name}" if self.scope else name
+
+    async def try_take(self, name: str, holder: str, ttl: float) -> bool:
+        """Take ``name`` for ``holder`` if it is free or expired; whether it was taken."""
+        name = self._name(name)
+        now = wall_ms()
+        expires = now + int(ttl * 1000)
+        async with self.sessions() as session:
+            res = await session.execute(
+                update(SharedLease)
+                .where(SharedLease.name == name, SharedLease.expires_ms < now)
+                .values(holder=holder, expires_ms=expires)
+            )
+            if getattr(res, "rowcount", 0) == 1:
+                await session.commit()
+                return True
+            await session.rollback()
+        try:
+            async with self.sessions() as session:
+                session.add(SharedLease(name=name, holder=holder, expires_ms=expires))
+                await session.commit()
+        except IntegrityError:
+            return False
+        return True
+
+    async def _try(self, name: str, holder: str, ttl: float) -> bool:
+        """:meth:`try_take`, a busy database (SQLite's lock between processes) counting as
+        "not now" (the wait goes on within its bound); any other database error is
+        :class:`SharedTablesUnavailable`."""
+        try:
+            return await self.try_take(name, holder, ttl)
+        except OperationalError as exc:
+            if "locked" in str(exc).lower() or "busy" in str(exc).lower():
+                logger.debug(f"[Memory] 租约 {name}：数据库忙，稍后重试：{short_error(exc)}")
+                return False
+            raise SharedTablesUnavailable(short_error(exc)) from exc
+        except DBAPIError as exc:
+            raise SharedTablesUnavailable(short_error(exc)) from exc
+
+    async def renew(self, name: str, holder: str, ttl: float) -> bool:
+        """Move the expiry of a held lease forward; ``False`` if it was lost (expired, taken)."""
+        name = self._name(name)
+        async with self.sessions() as session:
+            res = await session.execute(
+                update(SharedLease)
+                .where(SharedLease.name == name, SharedLease.holder == holder)
+                .values(expires_ms=wall_ms() + int(ttl * 1000))
+            )
+            await session.commit()
+            return getattr(res, "rowcount", 0) == 1
+
+    async def release(self, name: str, holder: str) -> None:
+        name = self._name(name)
+        async with self.sessions() as session:
+            await session.execute(
+                delete(SharedLease).where(SharedLease.name == name, SharedLease.holder == holder)
+            )
+            await session.commit()
+
+    async def _keep(self, name: str, holder: str, ttl: float) -> None:
+        while True:
+            await asyncio.sleep(ttl / 3)
+            try:
+                if not await self.renew(name, holder, ttl):
+                    logger.warning(f"[Memory] 租约 {name} 已失效（续期时已被其他进程取得）")
+                    return
+            except Exception as exc:
+                logger.warning(f"[Memory] 租约 {name} 续期失败，稍后重试：{short_error(exc)}")
+
+    @contextlib.asynccontextmanager
+    async def hold(self, name: str, *, ttl: float, wait: float, what: str) -> AsyncIterator[None]:
+        """Hold ``name`` for the block: wait at most ``wait`` seconds (then :class:`LeaseTimeout`
+        naming ``what``), renewed while held, released after."""
+        holder = self.token()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        pause = RETRY_MIN
+        while not await self._try(name, holder, ttl):
+            if loop.time() + pause > deadline:
+                raise LeaseTimeout(
+                    f"{what}：另一个进程一直占用（等待 {wait:g} 秒后放弃），请稍后重试"
+                )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, RETRY_MAX)
+        self.taken += 1
+        keeper = loop.create_task(self._keep(name, holder, ttl))
+        try:
+            yield
+        finally:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+            try:
+                await self.release(name, holder)
+            except Exception as exc:  # it expires by itself
+                logger.warning(f"[Memory] 释放租约 {name} 失败（将自动过期）：{short_error(exc)}")
+
+    @contextlib.asynccontextmanager
+    async def attempt(self, name: str, *, ttl: float) -> AsyncIterator[bool]:
+        """Hold ``name`` for the block if it is free now: yields whether it is held (no wait)."""
+        holder = self.token()
+        if not await self._try(name, holder, ttl):
+            yield False
+            return
+        self.taken += 1
+        keeper = asyncio.get_running_loop().create_task(self._keep(name, holder, ttl))
+        try:
+            yield True
+        finally:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+            try:
+                await self.release(name, holder)
+            except Exception as exc:
+                logger.warning(f"[Memory] 释放租约 {name} 失败（将自动过期）：{short_error(exc)}")
