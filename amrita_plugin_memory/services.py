@@ -68,6 +68,7 @@ class MemoryRuntime:
             self.store,
             self.memo,
             memory_limit=config.file.per_session_memory_limit,
+            config=config.file,
         )
         self.scopes = ScopeRules.from_config(config.file)
         """What every request's :class:`~.storage.scope.Scope` is decided with (the

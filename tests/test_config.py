@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -231,3 +232,51 @@ def test_a_new_section_is_a_table_without_any_registration() -> None:
     assert "# 示例段\n[example]\nenabled = false\nlimit = 3" in text
     assert Extended.model_validate(tomllib.loads(text)) == Extended()
     assert "[active_memory]" in render_config_toml()  # the real file is unchanged
+
+
+def _leaf_keys() -> list[tuple[str, ...]]:
+    """Every key of the file as a path (``("subconscious", "enabled")``), sections walked."""
+    from pydantic import BaseModel
+
+    def walk(model: type[BaseModel], prefix: tuple[str, ...]) -> list[tuple[str, ...]]:
+        keys: list[tuple[str, ...]] = []
+        for name, field in model.model_fields.items():
+            kind = field.annotation
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                keys += walk(kind, (*prefix, name))
+            else:
+                keys.append((*prefix, name))
+        return keys
+
+    return walk(C.ConfigFile, ())
+
+
+def test_every_file_key_with_a_bad_value_is_an_error_naming_it(tmp_path: Path) -> None:
+    """A new key needs no test of its own for this: every key is tried with a value of a
+    type no key takes (a date), in its own table."""
+    keys = _leaf_keys()
+    assert ("memo_max_chars",) in keys and ("active_memory", "max_pending_turns") in keys
+    path = tmp_path / "config.toml"
+    for key in keys:
+        *tables, name = key
+        header = f"[{'.'.join(tables)}]\n" if tables else ""
+        path.write_text(f"{header}{name} = 1979-05-27\n", encoding="utf-8")
+        with pytest.raises(C.ConfigError) as info:
+            C.load_config_file(path, warn=lambda _: None)
+        assert ".".join(key) in str(info.value), key
+
+
+def test_every_file_key_is_written_with_its_default() -> None:
+    """Keys whose default is "not set" (``None``) are left out: TOML has no null."""
+    loaded = tomllib.loads(C.render_config_toml())
+    defaults = C.ConfigFile().model_dump()
+    for key in _leaf_keys():
+        node: Any = loaded
+        default: Any = defaults
+        for part in key:
+            default = default[part]
+        if default is None:
+            continue
+        for part in key:
+            assert part in node, f"{'.'.join(key)} is missing from the written default file"
+            node = node[part]

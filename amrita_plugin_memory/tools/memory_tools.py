@@ -6,7 +6,9 @@ and the raw argument dict the model sent, and return a result dict. Every argume
 types, unknown enum values, empty or oversized text and foreign ids produce
 ``{"ok": false, "error": ...}`` and change nothing. The commands and the L3
 loop reuse these methods, so their checks are the same everywhere.
-Registration with Amrita is :mod:`..adapters.surface_tools`.
+Each chat tool is one method marked with :func:`~.surface.surface_tool`
+(its schema, and optionally its switch, beside it); :mod:`..adapters.surface_tools`
+registers every marked method with Amrita.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from amrita_core import FunctionDefinitionSchema
 from nonebot import logger
 
+from ..core.config import ConfigFile
 from ..core.records import IMPORTANCE_LEVELS, SCOPES, OriginFilter
 from ..storage.memo_store import MemoService
 from ..storage.memory_store import EXPLICIT, MemoryStore
@@ -32,8 +36,95 @@ from .args import (
     parse_tags,
     parse_text,
 )
+from .schemas import (
+    define,
+    importance_prop,
+    limit_prop,
+    memory_id_prop,
+    offset_prop,
+    prop,
+    scope_prop,
+    tags_prop,
+    top_k_prop,
+)
+from .surface import surface_tool
 
 __all__ = ["MemoryTools"]
+
+
+# -- schemas (each tool's, beside the logic below; registered by adapters/surface_tools) ---
+
+
+def write_memory_schema() -> FunctionDefinitionSchema:
+    return define(
+        "write_memory",
+        "把一条值得长期记住的事实写入 L2 向量记忆（具体事件、长尾偏好、项目细节等）。"
+        "每轮都需要的身份/稳定偏好请用 update_memo。",
+        {
+            "content": prop("string", "记忆内容（陈述句）", maxLength=LIMITS.content_chars),
+            "tags": tags_prop(),
+            "importance": importance_prop(),
+            "scope": scope_prop(),
+        },
+        ["content", "tags", "importance", "scope"],
+    )
+
+
+def read_memory_schema() -> FunctionDefinitionSchema:
+    return define(
+        "read_memory",
+        "按语义检索 L2 记忆。结果中的 distance 越小越相似。",
+        {
+            "query": prop("string", "检索内容", maxLength=LIMITS.query_chars),
+            "top_k": top_k_prop(),
+            "importance": importance_prop(),
+            "scope": scope_prop(),
+        },
+        ["query", "scope"],
+    )
+
+
+def update_memory_schema() -> FunctionDefinitionSchema:
+    return define(
+        "update_memory",
+        "修改一条 L2 记忆（内容、标签或重要性）。修改群共享记忆需要管理员权限。",
+        {
+            "id": memory_id_prop(),
+            "scope": scope_prop(),
+            "content": prop("string", "新内容", maxLength=LIMITS.content_chars),
+            "tags": tags_prop(),
+            "importance": importance_prop(),
+        },
+        ["id", "scope"],
+    )
+
+
+def delete_memory_schema() -> FunctionDefinitionSchema:
+    return define(
+        "delete_memory",
+        "删除一条 L2 记忆。删除群共享记忆需要管理员权限。",
+        {"id": memory_id_prop(), "scope": scope_prop()},
+        ["id", "scope"],
+    )
+
+
+def list_memory_schema() -> FunctionDefinitionSchema:
+    return define(
+        "list_memory",
+        "列出 L2 记忆（按写入时间）。",
+        {"limit": limit_prop(), "offset": offset_prop(), "scope": scope_prop()},
+        ["limit", "scope"],
+    )
+
+
+def update_memo_schema() -> FunctionDefinitionSchema:
+    return define(
+        "update_memo",
+        "整篇替换当前会话的 L1 备忘录（私聊=该用户，群聊=本群）。先读当前备忘录，融合新事实后输出完整新全文；"
+        "只写陈述性事实，按 身份 > 偏好 > 工具模式 > 近期上下文 排序；超过字数上限会被拒绝。",
+        {"content": prop("string", "备忘录完整新全文")},
+        ["content"],
+    )
 
 
 class MemoryTools:
@@ -43,10 +134,21 @@ class MemoryTools:
     (built once by the caller); these methods only ask it.
     """
 
-    def __init__(self, store: MemoryStore, memo: MemoService, *, memory_limit: int) -> None:
+    def __init__(
+        self,
+        store: MemoryStore,
+        memo: MemoService,
+        *,
+        memory_limit: int,
+        config: ConfigFile | None = None,
+    ) -> None:
         self.store = store
         self.memo = memo
         self.memory_limit = memory_limit
+        self.config = config or ConfigFile()
+        """The file configuration this runtime was built with: a tool's switch reads its key
+        here (``enabled=lambda tools: tools.config.<key>``), so a new switch needs no wiring.
+        Tests replace it (``model_copy(update=…)``) to flip a switch at run time."""
 
     async def _guard(
         self, name: str, call: Callable[[], Awaitable[dict[str, Any]]]
@@ -55,6 +157,7 @@ class MemoryTools:
 
     # -- L2 ------------------------------------------------------------------
 
+    @surface_tool(write_memory_schema)
     async def write_memory(self, scope: Scope, args: Mapping[str, Any]) -> dict[str, Any]:
         async def run() -> dict[str, Any]:
             content = parse_text(args, "content", max_chars=LIMITS.content_chars)
@@ -84,6 +187,7 @@ class MemoryTools:
 
         return await self._guard("write_memory", run)
 
+    @surface_tool(read_memory_schema)
     async def read_memory(self, scope: Scope, args: Mapping[str, Any]) -> dict[str, Any]:
         async def run() -> dict[str, Any]:
             query = parse_text(args, "query", max_chars=LIMITS.query_chars)
@@ -104,6 +208,7 @@ class MemoryTools:
 
         return await self._guard("read_memory", run)
 
+    @surface_tool(update_memory_schema)
     async def update_memory(self, scope: Scope, args: Mapping[str, Any]) -> dict[str, Any]:
         async def run() -> dict[str, Any]:
             memory_id = parse_memory_id(args)
@@ -134,6 +239,7 @@ class MemoryTools:
         current = await self.store.get(partition, memory_id)
         return current is not None and origins.allows(current.origin)
 
+    @surface_tool(delete_memory_schema)
     async def delete_memory(self, scope: Scope, args: Mapping[str, Any]) -> dict[str, Any]:
         async def run() -> dict[str, Any]:
             memory_id = parse_memory_id(args)
@@ -147,6 +253,7 @@ class MemoryTools:
 
         return await self._guard("delete_memory", run)
 
+    @surface_tool(list_memory_schema)
     async def list_memory(self, scope: Scope, args: Mapping[str, Any]) -> dict[str, Any]:
         async def run() -> dict[str, Any]:
             limit = parse_int(
@@ -165,6 +272,7 @@ class MemoryTools:
 
     # -- L1 ----------------------------------------------------------------------
 
+    @surface_tool(update_memo_schema)
     async def update_memo(self, scope: Scope, args: Mapping[str, Any]) -> dict[str, Any]:
         async def run() -> dict[str, Any]:
             content = args.get("content")

@@ -1,4 +1,4 @@
-"""Function schemas: the building blocks, and the chat LLM's memory tools."""
+"""Function schemas: the building blocks of every tool's schema (chat tools, loop tools)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ __all__ = [
     "memory_id_prop",
     "offset_prop",
     "prop",
-    "surface_schemas",
+    "scope_prop",
     "tags_prop",
     "top_k_prop",
 ]
@@ -69,73 +69,10 @@ def offset_prop() -> FunctionPropertySchema:
     return prop("integer", "跳过的条数（翻页）", minimum=0, default=0)
 
 
-def surface_schemas() -> dict[str, FunctionDefinitionSchema]:
-    scope = prop(
+def scope_prop() -> FunctionPropertySchema:
+    """The ``scope`` argument of the memory tools (``user`` or ``group``)."""
+    return prop(
         "string",
         "记忆范围：user=说话人个人记忆（私聊群聊互通）；group=本群共享记忆（仅群聊可用）",
         enum=list(SCOPES),
     )
-    importance = importance_prop()
-    tags = tags_prop()
-    memory_id = memory_id_prop()
-
-    return {
-        "write_memory": define(
-            "write_memory",
-            "把一条值得长期记住的事实写入 L2 向量记忆（具体事件、长尾偏好、项目细节等）。"
-            "每轮都需要的身份/稳定偏好请用 update_memo。",
-            {
-                "content": prop("string", "记忆内容（陈述句）", maxLength=LIMITS.content_chars),
-                "tags": tags,
-                "importance": importance,
-                "scope": scope,
-            },
-            ["content", "tags", "importance", "scope"],
-        ),
-        "read_memory": define(
-            "read_memory",
-            "按语义检索 L2 记忆。结果中的 distance 越小越相似。",
-            {
-                "query": prop("string", "检索内容", maxLength=LIMITS.query_chars),
-                "top_k": top_k_prop(),
-                "importance": importance,
-                "scope": scope,
-            },
-            ["query", "scope"],
-        ),
-        "update_memory": define(
-            "update_memory",
-            "修改一条 L2 记忆（内容、标签或重要性）。修改群共享记忆需要管理员权限。",
-            {
-                "id": memory_id,
-                "scope": scope,
-                "content": prop("string", "新内容", maxLength=LIMITS.content_chars),
-                "tags": tags,
-                "importance": importance,
-            },
-            ["id", "scope"],
-        ),
-        "delete_memory": define(
-            "delete_memory",
-            "删除一条 L2 记忆。删除群共享记忆需要管理员权限。",
-            {"id": memory_id, "scope": scope},
-            ["id", "scope"],
-        ),
-        "list_memory": define(
-            "list_memory",
-            "列出 L2 记忆（按写入时间）。",
-            {
-                "limit": limit_prop(),
-                "offset": offset_prop(),
-                "scope": scope,
-            },
-            ["limit", "scope"],
-        ),
-        "update_memo": define(
-            "update_memo",
-            "整篇替换当前会话的 L1 备忘录（私聊=该用户，群聊=本群）。先读当前备忘录，融合新事实后输出完整新全文；"
-            "只写陈述性事实，按 身份 > 偏好 > 工具模式 > 近期上下文 排序；超过字数上限会被拒绝。",
-            {"content": prop("string", "备忘录完整新全文")},
-            ["content"],
-        ),
-    }

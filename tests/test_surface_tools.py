@@ -1,0 +1,135 @@
+"""The chat tools are declared beside their logic and registered from the declaration.
+
+ARCHITECTURE.md's worked example ("a chat tool with a config switch") is walked
+here as a newcomer would do it: a config key, one method with its schema and
+switch, nothing else — and the tool is offered to the model only while the
+switch is on, answers a real chat turn, and is covered by the hostile-argument
+test without being listed anywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from tests.chat import model_requests, tool_results, turn
+from tests.chat import offered as offered_in
+from tests.events import private_event
+from tests.helpers import runtime
+from tests.servers import ChatServer, Reply
+
+SIX = {
+    "write_memory",
+    "read_memory",
+    "update_memory",
+    "delete_memory",
+    "list_memory",
+    "update_memo",
+}
+
+
+def test_the_registered_tools_are_the_declared_ones() -> None:
+    from amrita_core import ToolsManager
+
+    from amrita_plugin_memory.tools.surface import declared_tools
+
+    declared = [t.name for t in declared_tools(runtime().tools)]
+    assert set(declared) == SIX and len(declared) == len(SIX)
+    assert SIX <= set(ToolsManager().tools_meta())
+
+
+def test_a_schema_named_unlike_its_method_is_refused() -> None:
+    from amrita_plugin_memory.tools.schemas import define
+    from amrita_plugin_memory.tools.surface import declared_tools, surface_tool
+
+    class Misnamed:
+        @surface_tool(lambda: define("count_memories", "…", {}, []))
+        async def count_memory(self, scope: Any, args: Mapping[str, Any]) -> dict[str, Any]:
+            return {"ok": True}
+
+    with pytest.raises(TypeError, match="count_memory"):
+        declared_tools(Misnamed())
+
+
+async def test_the_worked_example_a_tool_with_a_config_switch(chat_server: ChatServer) -> None:
+    """Step 1 the key, step 2 the method with its schema and switch; nothing else."""
+    from amrita_core import ToolsManager
+
+    from amrita_plugin_memory.adapters.surface_tools import register_surface_tools
+    from amrita_plugin_memory.core.config import ConfigFile, render_config_toml
+    from amrita_plugin_memory.core.records import SCOPES
+    from amrita_plugin_memory.storage.scope import Scope
+    from amrita_plugin_memory.tools.args import parse_enum
+    from amrita_plugin_memory.tools.memory_tools import MemoryTools
+    from amrita_plugin_memory.tools.schemas import define, scope_prop
+    from amrita_plugin_memory.tools.surface import surface_tool
+
+    # 1. The key (a field of the file's configuration), off by default.
+    class WithSwitch(ConfigFile):
+        count_memory_tool: bool = False
+
+    assert "count_memory_tool = false" in render_config_toml(WithSwitch())
+
+    # 2. The tool: its logic, its schema and its switch in one place.
+    def count_memory_schema() -> Any:
+        return define("count_memory", "数一数记忆有几条。", {"scope": scope_prop()}, ["scope"])
+
+    class CountingTools(MemoryTools):
+        @surface_tool(count_memory_schema, enabled=lambda tools: tools.config.count_memory_tool)
+        async def count_memory(self, scope: Scope, args: Mapping[str, Any]) -> dict[str, Any]:
+            async def run() -> dict[str, Any]:
+                kind = parse_enum(args, "scope", SCOPES, "user")
+                assert kind
+                origins = scope.origins(kind)
+                return {
+                    "ok": True,
+                    "count": await self.store.count(scope.partition(kind), origins=origins),
+                }
+
+            return await self._guard("count_memory", run)
+
+    rt = runtime()
+    tools = CountingTools(
+        rt.store, rt.memo, memory_limit=rt.tools.memory_limit, config=WithSwitch()
+    )
+    uid = 17101
+    await rt.store.add(f"QQPlatform_Private_{uid}", "user", "喜欢爬山")
+    await rt.store.add(f"QQPlatform_Private_{uid}", "user", "住在杭州")
+    manager = ToolsManager()
+    for name in SIX:  # registered from the new object below (Amrita refuses a second name)
+        manager.remove_tool(name)
+    try:
+        assert set(register_surface_tools(tools, lambda: rt.scopes)) == {*SIX, "count_memory"}
+
+        # Switched off: the model is not offered the tool.
+        await turn(chat_server, private_event(uid, "你好"), Reply.text("你好！"))
+        assert all("count_memory" not in offered_in(r) for r in model_requests(chat_server))
+
+        # Switched on at run time: offered, and it answers from the speaker's partition only.
+        tools.config = WithSwitch(count_memory_tool=True)
+        await turn(
+            chat_server,
+            private_event(uid, "你记得我几件事？"),
+            Reply.tool_call("count_memory", {"scope": "user"}),
+            Reply.text("两件。"),
+        )
+        assert "count_memory" in offered_in(model_requests(chat_server)[0])
+        assert tool_results(chat_server) == [{"ok": True, "count": 2}]
+
+        # An argument the schema allows but this chat does not: the scope's clear error.
+        await turn(
+            chat_server,
+            private_event(uid, "再数一次"),
+            Reply.tool_call("count_memory", {"scope": "group"}),
+            Reply.text("好的。"),
+        )
+        (refused,) = tool_results(chat_server)
+        assert refused["ok"] is False and "只能在群聊中使用" in refused["error"]
+    finally:
+        for name in (*SIX, "count_memory"):
+            manager.remove_tool(name)
+        register_surface_tools(rt.tools, lambda: rt.scopes)  # the session's own tools again
+        for record in await rt.store.list(f"QQPlatform_Private_{uid}", limit=10):
+            await rt.store.delete(f"QQPlatform_Private_{uid}", record.id)
