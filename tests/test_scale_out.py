@@ -20,6 +20,7 @@ import contextlib
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -57,13 +58,16 @@ def plugin_database(request: pytest.FixtureRequest, tmp_path_factory: Any) -> st
     return f"sqlite+aiosqlite:///{path}"
 
 
+def _sqlite_tables(path: str | Path) -> set[str]:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+
 def _check_shared_tables(url: str) -> None:
     """The plugin's tables are in the shared database (the bind took effect)."""
-    if not url.startswith("sqlite"):
-        return
-    with contextlib.closing(sqlite3.connect(url.split(":///", 1)[1])) as db:
-        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
-    assert "amrita_plugin_memory_user_memo" in tables, tables
+    if url.startswith("sqlite"):
+        tables = _sqlite_tables(url.split(":///", 1)[1])
+        assert "amrita_plugin_memory_user_memo" in tables, tables
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +89,28 @@ def bots(
         for bot in started:
             bot.stop()
         CHAT.clear()
+
+
+def test_one_orm_upgrade_makes_the_plugin_tables_in_the_shared_database(
+    tmp_path: Path, chroma_server: ChromaServer
+) -> None:
+    """The schema is upgraded once, from one project (``ambot orm upgrade``); the plugin's
+    tables go to the database of its bind, Amrita's stay in the project's own."""
+    shared = SharedMemory.fresh(chroma_server, f"sqlite+aiosqlite:///{tmp_path / 'shared.db'}")
+    bot = ScaleBot(tmp_path / "a", shared, CHAT, memory_limit=LIMIT)
+    done = bot.project.command("orm", "upgrade")
+    assert done.returncode == 0, done.stdout + done.stderr
+    plugin_tables = {
+        "amrita_plugin_memory_user_memo",
+        "amrita_plugin_memory_subconscious_state",
+        "amrita_plugin_memory_group_message",
+        "amrita_plugin_memory_active_optout",
+        "amrita_plugin_memory_active_notice",
+    }
+    own = _sqlite_tables(bot.project.root / "data" / "nonebot_plugin_orm" / "db.sqlite3")
+    assert "amrita_chat_context_record" in own  # Amrita's own tables
+    assert not plugin_tables & own, sorted(plugin_tables & own)
+    assert plugin_tables <= _sqlite_tables(tmp_path / "shared.db")
 
 
 @pytest.fixture
