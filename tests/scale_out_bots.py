@@ -18,7 +18,9 @@ import asyncio
 import contextlib
 import itertools
 import json
+import os
 import re
+import signal
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -41,6 +43,7 @@ __all__ = [
     "OneBotLink",
     "ScaleBot",
     "SharedMemory",
+    "collection_count",
     "partition_of",
     "poll_until",
     "stored_documents",
@@ -131,6 +134,13 @@ class ScaleBot:
 
     def log(self) -> str:
         return self.running.log()
+
+    def kill(self) -> None:
+        """``kill -9`` the bot's whole process group (no shutdown runs)."""
+        proc, self.running.proc = self.running.proc, None
+        assert proc is not None, "the bot is not running"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
 
     @contextlib.asynccontextmanager
     async def webui(self) -> AsyncIterator[httpx.AsyncClient]:
@@ -272,8 +282,11 @@ async def poll_until(condition: Callable[[], bool], guard: float, what: str) -> 
         raise AssertionError(f"timed out waiting for {what}") from None
 
 
-def stored_documents(shared: SharedMemory, partition: str) -> list[str]:
-    """The documents of ``partition`` straight from the shared Chroma database."""
+def stored_documents(
+    shared: SharedMemory, partition: str, collection: str = "amrita_user_memory"
+) -> list[str]:
+    """The documents of ``partition`` straight from the shared Chroma database (the live
+    memories, or those of another ``collection``: the archive)."""
     import chromadb
     from chromadb.config import Settings
 
@@ -283,6 +296,26 @@ def stored_documents(shared: SharedMemory, partition: str) -> list[str]:
         settings=Settings(anonymized_telemetry=False),
         database=shared.chroma_database,
     )
-    collection = client.get_collection("amrita_user_memory")
-    res = collection.get(where={"user_id": partition}, include=["documents"])
+    try:
+        found = client.get_collection(collection)
+    except Exception:  # not created yet (chromadb raises NotFoundError or ValueError)
+        return []
+    res = found.get(where={"user_id": partition}, include=["documents"])
     return [str(d) for d in res["documents"] or []]
+
+
+def collection_count(shared: SharedMemory, collection: str) -> int:
+    """Rows in a collection of the shared Chroma database (0 while it does not exist)."""
+    import chromadb
+    from chromadb.config import Settings
+
+    client = chromadb.HttpClient(
+        host=shared.chroma.host,
+        port=shared.chroma.port,
+        settings=Settings(anonymized_telemetry=False),
+        database=shared.chroma_database,
+    )
+    try:
+        return client.get_collection(collection).count()
+    except Exception:  # not created yet
+        return 0

@@ -26,18 +26,25 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.botproject import memory_meta, seed
 from tests.conftest import CHAT
+from tests.console_bot import run_async
+from tests.lazy import lazy_import
 from tests.scale_out_bots import (
     DEADLINE,
     ChatTurns,
     ScaleBot,
     SharedMemory,
+    collection_count,
     partition_of,
     poll_until,
     stored_documents,
 )
 from tests.servers import ChromaServer
 
+S = lazy_import(
+    "amrita_plugin_memory.storage.archive.store", "amrita_plugin_memory.storage.memory_store"
+)
 COHERENT = 1.0
 """Seconds within which a write or forget in one process is seen by the other."""
 PATIENCE = 75.0
@@ -262,3 +269,98 @@ async def test_a_forget_through_a_is_gone_from_b(
     assert fact not in str(recalled), [recall_note, *report]
     assert off_list is not None and off_list <= COHERENT, report
     assert off_search is not None and off_search <= COHERENT, report
+
+
+# ---------------------------------------------------------------------------
+# The archive sweep: one sweeper at a time, a killed one does not block the others
+# ---------------------------------------------------------------------------
+
+SWEPT = 10014
+EXPIRED = 3000
+"""Expired memories seeded: a sweep of them lasts long enough to be killed half-way."""
+SWEEP_LEASE = 60.0
+"""How long a sweeper's lease lasts unrenewed (``storage.archive.sweep.SWEEP_LEASE_TTL``)."""
+
+
+@pytest.fixture
+def sweepers(
+    tmp_path: Path, chroma_server: ChromaServer
+) -> Iterator[tuple[ScaleBot, ScaleBot, SharedMemory]]:
+    """Two bots (their own shared memory) whose store holds :data:`EXPIRED` expired memories."""
+    from amrita_plugin_memory.embedding import reset_fingerprint
+    from amrita_plugin_memory.storage.keys import migrate_partition_keys
+
+    shared = SharedMemory.fresh(chroma_server, f"sqlite+aiosqlite:///{tmp_path / 'shared.db'}")
+    a = ScaleBot(tmp_path / "a", shared, CHAT, memory_limit=100_000)
+    b = ScaleBot(tmp_path / "b", shared, CHAT, memory_limit=100_000)
+    items = [
+        (f"old{i:05d}", f"过期记忆 {i}：去过第 {i} 个城市", memory_meta(partition_of(SWEPT)))
+        for i in range(EXPIRED)
+    ]
+
+    async def fill() -> None:
+        rt = a.project.runtime()
+        try:
+            await seed(rt, rt.store.name, items)
+            await reset_fingerprint(rt.maintenance)
+            await migrate_partition_keys(rt.store)
+        finally:
+            await rt.close()
+
+    run_async(fill())
+    started: list[ScaleBot] = []
+    try:
+        for bot in (a, b):
+            bot.start()
+            started.append(bot)
+        yield a, b, shared
+    finally:
+        for bot in started:
+            bot.stop()
+
+
+async def test_a_killed_sweepers_lease_expires_and_another_process_sweeps(
+    sweepers: tuple[ScaleBot, ScaleBot, SharedMemory],
+) -> None:
+    a, b, shared = sweepers
+    archive = S.archive_name(S.MEMORY_COLLECTION)
+    async with a.webui() as webui_a, b.webui() as webui_b:
+        sweeping = asyncio.create_task(webui_a.post("/api/memory/archive/sweep"))
+        await poll_until(
+            lambda: collection_count(shared, archive) > 0 or sweeping.done(),
+            DEADLINE,
+            "A's sweep to archive its first memories",
+        )
+        assert not sweeping.done(), f"A's sweep ended before it was killed: {sweeping.result()}"
+        a.kill()  # half-way: its lease (if any) is held and no longer renewed
+        killed = time.monotonic()
+        with contextlib.suppress(httpx.HTTPError):
+            await sweeping
+        moved = collection_count(shared, archive)
+        assert 0 < moved < EXPIRED, moved
+
+        first = await webui_b.post("/api/memory/archive/sweep")
+        first_after = time.monotonic() - killed
+        assert first.status_code != 200, (
+            f"B swept {first_after:.2f} s after A was killed mid-sweep, while A's lease "
+            f"should still hold: {first.text}"
+        )
+        assert "另一个进程正在执行归档清理" in first.text, first.text
+
+        async def swept() -> dict[str, Any] | None:
+            resp = await webui_b.post("/api/memory/archive/sweep")
+            return resp.json()["data"] if resp.status_code == 200 else None
+
+        done = None
+        while done is None and time.monotonic() - killed < SWEEP_LEASE + 30:
+            done = await swept()
+            if done is None:
+                await asyncio.sleep(0.5)  # polling the lease's expiry through B
+        took = time.monotonic() - killed
+    assert done is not None, f"B could not sweep {took:.0f} s after A was killed"
+    assert took <= SWEEP_LEASE + 10, f"B swept only {took:.0f} s after A was killed"
+    assert done["archived"] == EXPIRED - moved, (done, moved)
+    # Nothing lost, nothing twice: every expired memory is in the archive exactly once.
+    assert stored_documents(shared, partition_of(SWEPT)) == []
+    archived = stored_documents(shared, partition_of(SWEPT), archive)
+    assert len(archived) == len(set(archived)) == EXPIRED
