@@ -145,7 +145,8 @@ class ScaleBot:
     @contextlib.asynccontextmanager
     async def webui(self) -> AsyncIterator[httpx.AsyncClient]:
         """A client logged in through the WebUI's real login."""
-        async with httpx.AsyncClient(base_url=self.url, timeout=60) as client:
+        # A sweep of thousands of memories answers only when done: minutes on a busy machine.
+        async with httpx.AsyncClient(base_url=self.url, timeout=300) as client:
             resp = await client.post(
                 "/api/auth/login", json={"username": USER, "password": PASSWORD}
             )
