@@ -319,6 +319,7 @@ def sweepers(
             bot.stop()
 
 
+@pytest.mark.timeout(600)  # 3,000 memories seeded, two bots started, a lease to outlive
 async def test_a_killed_sweepers_lease_expires_and_another_process_sweeps(
     sweepers: tuple[ScaleBot, ScaleBot, SharedMemory],
 ) -> None:
