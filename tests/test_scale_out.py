@@ -11,6 +11,9 @@ which is the recall path) and through a chat turn calling ``read_memory``.
 
 B always reads a user before A changes it, so that B has the partition cached:
 the standard is that B sees A's change within :data:`COHERENT` seconds anyway.
+Two more cases: one ``ambot orm upgrade`` makes the plugin's tables in the
+database of its bind, and a bot killed (``kill -9``) half-way through an archive
+sweep keeps the other from sweeping only until its lease expires.
 """
 
 from __future__ import annotations
