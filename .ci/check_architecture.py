@@ -7,6 +7,8 @@ and inside function bodies alike -- and fails on:
 
 * an import cycle between modules of the package (the cycle path is reported);
 * an import that goes against the layer order (see ``LAYERS`` / ARCHITECTURE.md);
+* an import of a module private to another layer (``PRIVATE``), or of a layer's
+  top (``TOPS``: ``storage/memory_store.py``) from below it in the same layer;
 * a module longer than ``MAX_LINES`` lines;
 * a module of a framework-free layer (``FRAMEWORK_FREE``: core, infra, ranking,
   prompting) importing a framework package (``FORBIDDEN_IN_CORE``);
@@ -53,8 +55,9 @@ DIRECT: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("ranking", ("ranking",), ("core",)),
     ("prompting", ("prompting",), ("core",)),
     ("storage", ("storage",), ("infra", "ranking", "prompting")),
-    ("embedding", ("embedding",), ("storage",)),
-    ("tools", ("tools",), ("storage",)),
+    ("upkeep", ("upkeep",), ("storage",)),
+    ("embedding", ("embedding",), ("upkeep",)),
+    ("tools", ("tools",), ("upkeep",)),
     ("services", ("services",), ("tools", "embedding")),
     ("subconscious", ("subconscious",), ("services",)),
     ("groups", ("groups",), ("services",)),
@@ -83,6 +86,23 @@ def _closure(direct: tuple) -> tuple[tuple[str, tuple[str, ...], frozenset[str]]
 
 
 LAYERS: tuple[tuple[str, tuple[str, ...], frozenset[str]], ...] = _closure(DIRECT)
+
+# Modules private to their layer (prefixes relative to the package): memories are
+# reached from outside ``storage/`` only through ``storage/memory_store.py``, which
+# re-exports the few names the layers above need (``RetrievalSettings``, ``iter_pages``).
+PRIVATE: dict[str, tuple[str, ...]] = {
+    "storage": (
+        "storage.partition",
+        "storage.merge",
+        "storage.room",
+        "storage.archive.removal",
+        "storage.chroma.paging",
+    ),
+}
+
+# The top of a layer, which no other module of the layer imports: within ``storage/``
+# every arrow points down (what is built on the store belongs in ``upkeep/``).
+TOPS: dict[str, tuple[str, ...]] = {"storage": ("storage.memory_store",)}
 
 # Layers that must run without the framework, and the top-level distributions
 # their modules must not import (prefix match on the first dotted component,
@@ -332,6 +352,8 @@ def analyze(
     forbidden_in_core: tuple[str, ...] = FORBIDDEN_IN_CORE,
     framework_free: frozenset[str] = FRAMEWORK_FREE,
     launcher: str = LAUNCHER,
+    private: dict[str, tuple[str, ...]] = PRIVATE,
+    tops: dict[str, tuple[str, ...]] = TOPS,
     doc: str | None = DOC,
 ) -> Report:
     """Everything wrong under ``root/package`` (and in ``root/doc``, unless ``doc`` is None)."""
@@ -390,6 +412,27 @@ def analyze(
             f"imports {imp.imported} ({dst}); {src} may import only "
             f"{', '.join(sorted(allowed.get(src, ()))) or 'nothing else'}"
         )
+
+    # Private modules and the tops of layers.
+    def named(module: str, prefixes: tuple[str, ...]) -> str | None:
+        rel = module[len(package) + 1 :]
+        return next((p for p in prefixes if rel == p or rel.startswith(p + ".")), None)
+
+    for imp in sorted(imports, key=lambda i: (i.path, i.line, i.imported)):
+        src, dst = layer_of.get(imp.importer), layer_of.get(imp.imported)
+        if dst is None:
+            continue
+        if src != dst and named(imp.imported, private.get(dst, ())):
+            report.problems.append(
+                f"{imp.path}:{imp.line}: private module: {imp.importer} ({src}) imports "
+                f"{imp.imported}, private to {dst} (use what {dst}'s door re-exports)"
+            )
+        top = tops.get(dst, ())
+        if src == dst and named(imp.imported, top) and not named(imp.importer, top):
+            report.problems.append(
+                f"{imp.path}:{imp.line}: arrow back up: {imp.importer} imports "
+                f"{imp.imported}, the top of {dst} (what is built on it belongs in a layer above)"
+            )
 
     # Cycles.
     graph: dict[str, set[str]] = {name: set() for name in modules}

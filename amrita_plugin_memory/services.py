@@ -21,14 +21,13 @@ from .storage.chroma.connection import ChromaConnection
 from .storage.consent_store import ConsentStore
 from .storage.groups.stores import GroupStores
 from .storage.memo_store import MemoService
-from .storage.memory_store import MEMORY_COLLECTION, MemoryStore
-from .storage.partition.retrieval import RetrievalSettings
+from .storage.memory_store import MEMORY_COLLECTION, MemoryStore, RetrievalSettings
 from .storage.users.fences import UserFences
 from .storage.users.loop_profile import ProfileFile
 from .storage.users.loop_state_row import LoopStateAccess, LoopStateRow
 from .storage.users.tombstones import ForgottenUsers
-from .storage.users.user_data import UserData
 from .tools.memory_tools import MemoryTools
+from .upkeep.users.user_data import UserData
 
 __all__ = ["MemoryRuntime"]
 

@@ -3,7 +3,7 @@
 Fills the memory collection of a real :class:`MemoryRuntime` with ``--total``
 expired memories (generated 384-d vectors, ``updated_at`` long past, spread
 over ``--partitions`` partitions) plus one fresh partition of 1,000 memories,
-then runs one :func:`~amrita_plugin_memory.storage.archive.sweep.sweep` while
+then runs one :func:`~amrita_plugin_memory.upkeep.archive.sweep.sweep` while
 
 * a 10 ms ticker measures the event loop's lag (the time a chat turn would
   wait before it even starts), and
@@ -95,7 +95,7 @@ async def main(total: int, partitions: int, mode: str, batch: int, freeze: bool)
     rng = np.random.default_rng(16)
     async with bench_env() as env:
         from amrita_plugin_memory.adapters.gc_freeze import freeze_startup_objects
-        from amrita_plugin_memory.storage.archive.sweep import (
+        from amrita_plugin_memory.upkeep.archive.sweep import (
             sweep,  # after NoneBot loaded the plugin
         )
 

@@ -28,6 +28,7 @@ import pytest
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 from tests.servers import ChatServer, ChromaEndpoint, ChromaProxy, ChromaServer, EmbeddingServer
+from tests.servers.postgres import PostgresServer, find_bindir
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = Path(tempfile.mkdtemp(prefix="apm-test-"))
@@ -130,6 +131,42 @@ def chroma_server() -> Iterator[ChromaServer]:
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A throw-away PostgreSQL cluster, started on first use, stopped at the session's end.
+
+    Without PostgreSQL's server binaries the test is skipped, but fails under CI
+    (``CI`` set: ``.ci/run`` installs them)."""
+    bindir = find_bindir()
+    if bindir is None:
+        reason = (
+            "PostgreSQL server binaries not found (pg_config --bindir, "
+            "/usr/lib/postgresql/*/bin); apt-get install postgresql"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    server = PostgresServer(bindir)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def orm_db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """The plugin's tables in a fresh database made by its migrations, SQLite or PostgreSQL,
+    for one test (``tests/orm_engines.bound_to``); yields the engine's name."""
+    from tests.orm_engines import bound_to
+
+    if request.param == "postgresql":
+        server: PostgresServer = request.getfixturevalue("postgres")
+        url = server.url(server.create_database())
+    else:
+        url = f"sqlite+aiosqlite:///{tmp_path / 'plugin.sqlite3'}"
+    async with bound_to(url):
+        yield request.param
 
 
 @pytest.fixture

@@ -140,7 +140,7 @@ def start_seeded(
     """Fill the project's store with ``fill(runtime)``, record the fingerprint and the key
     format (as a bot that wrote them would have), then start the bot."""
     from amrita_plugin_memory.embedding import reset_fingerprint
-    from amrita_plugin_memory.storage.keys import migrate_partition_keys
+    from amrita_plugin_memory.upkeep.rekey import migrate_partition_keys
 
     async def prepare() -> None:
         rt = project.runtime()

@@ -126,6 +126,56 @@ def test_detects_overlong_module(tmp_path: Path, lines: int, too_long: bool) -> 
         assert problems == []
 
 
+def test_detects_private_storage_module_imported_from_outside(tmp_path: Path) -> None:
+    """Partition ranking is private to storage: the layers above (upkeep included) use
+    what ``memory_store`` offers; storage's own modules may import it."""
+    root = _make_package(
+        tmp_path,
+        {
+            "storage/partition/retrieval.py": "def search():\n    pass\n",
+            "storage/memory_store.py": "from .partition.retrieval import search\n",
+            "upkeep/listing.py": "from ..storage.memory_store import search\n",
+            "active/recall.py": (
+                "def run():\n    from ..storage.partition.retrieval import search\n"
+            ),
+            "upkeep/sweep.py": "from ..storage.partition import retrieval\n",
+        },
+    )
+    problems = arch.check(root, package=FAKE, doc=None)
+    assert problems == [
+        f"{FAKE}/active/recall.py:2: private module: {FAKE}.active.recall (active) imports "
+        f"{FAKE}.storage.partition.retrieval, private to storage (use what storage's door "
+        "re-exports)",
+        f"{FAKE}/upkeep/sweep.py:1: private module: {FAKE}.upkeep.sweep (upkeep) imports "
+        f"{FAKE}.storage.partition, private to storage (use what storage's door re-exports)",
+        f"{FAKE}/upkeep/sweep.py:1: private module: {FAKE}.upkeep.sweep (upkeep) imports "
+        f"{FAKE}.storage.partition.retrieval, private to storage (use what storage's door "
+        "re-exports)",
+    ]
+
+
+def test_detects_arrow_back_up_to_the_store(tmp_path: Path) -> None:
+    """Within storage every import points down: nothing there imports ``memory_store``."""
+    root = _make_package(
+        tmp_path,
+        {
+            "storage/merge.py": "MERGE = 1\n",
+            "storage/memory_store.py": "from .merge import MERGE\n\nclass MemoryStore:\n    pass\n",
+            "storage/keys.py": (
+                "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+                "    from .memory_store import MemoryStore\n"
+            ),
+            "upkeep/rekey.py": "from ..storage.memory_store import MemoryStore\n",
+        },
+    )
+    problems = arch.check(root, package=FAKE, doc=None)
+    assert problems == [
+        f"{FAKE}/storage/keys.py:4: arrow back up: {FAKE}.storage.keys imports "
+        f"{FAKE}.storage.memory_store, the top of storage (what is built on it belongs in "
+        "a layer above)"
+    ]
+
+
 # -- ARCHITECTURE.md against the code ---------------------------------------------------
 
 SMALL_LAYERS = (

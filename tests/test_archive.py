@@ -13,8 +13,8 @@ from tests.lazy import lazy_import
 
 A = lazy_import(
     "amrita_plugin_memory.storage.archive.store",
-    "amrita_plugin_memory.storage.archive.restore",
-    "amrita_plugin_memory.storage.archive.sweep",
+    "amrita_plugin_memory.upkeep.archive.restore",
+    "amrita_plugin_memory.upkeep.archive.sweep",
     "amrita_plugin_memory.core.config",
     "amrita_plugin_memory.core.errors",
 )

@@ -22,8 +22,8 @@ from tests.servers import ChromaServer, EmbeddingServer
 
 A = lazy_import(
     "amrita_plugin_memory.storage.archive.store",
-    "amrita_plugin_memory.storage.archive.restore",
-    "amrita_plugin_memory.storage.archive.sweep",
+    "amrita_plugin_memory.upkeep.archive.restore",
+    "amrita_plugin_memory.upkeep.archive.sweep",
     "amrita_plugin_memory.embedding",
     "amrita_plugin_memory.embedding.report_json",
     "amrita_plugin_memory.core.config",

@@ -24,7 +24,7 @@ from tests.lazy import lazy_import
 from tests.servers import ChromaServer, EmbeddingServer
 
 C = lazy_import("amrita_plugin_memory.core.config")
-E = lazy_import("amrita_plugin_memory.embedding", "amrita_plugin_memory.storage.keys")
+E = lazy_import("amrita_plugin_memory.embedding", "amrita_plugin_memory.upkeep.rekey")
 H = lazy_import("amrita_plugin_memory.adapters.archive_hooks")
 
 MEM = "amrita_user_memory"

@@ -27,7 +27,7 @@ from tests.console_bot import RunningBot, api_data, api_error, login, run_async,
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 
-E = lazy_import("amrita_plugin_memory.embedding", "amrita_plugin_memory.storage.keys")
+E = lazy_import("amrita_plugin_memory.embedding", "amrita_plugin_memory.upkeep.rekey")
 MEM = "amrita_user_memory"
 TOKEN_FILE = ".console_token.json"
 

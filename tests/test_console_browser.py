@@ -47,7 +47,7 @@ pytestmark = pytest.mark.skipif(
 
 E = lazy_import(
     "amrita_plugin_memory.embedding",
-    "amrita_plugin_memory.storage.keys",
+    "amrita_plugin_memory.upkeep.rekey",
     "amrita_plugin_memory.core.records",
 )
 

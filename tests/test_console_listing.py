@@ -1,6 +1,6 @@
 """The console's building blocks on a real store (embedded and remote ChromaDB).
 
-* ``storage/partition/listing`` pages a partition newest first from a cached id list that
+* ``upkeep/listing`` pages a partition newest first from a cached id list that
   the store's own writes keep exact, and re-reads it when it is old;
 * ``infra/gate.WriteGate``: maintenance refuses new writes at once and waits for
   running ones, which nothing in between may lose;
@@ -22,7 +22,7 @@ import pytest
 from tests.lazy import lazy_import
 
 L = lazy_import(
-    "amrita_plugin_memory.storage.partition.listing",
+    "amrita_plugin_memory.upkeep.listing",
     "amrita_plugin_memory.infra.gate",
     "amrita_plugin_memory.infra.bot_link",
 )

@@ -31,9 +31,9 @@ from tests.test_archive import (
 
 A = lazy_import(
     "amrita_plugin_memory.storage.memory_store",
-    "amrita_plugin_memory.storage.archive.restore",
-    "amrita_plugin_memory.storage.archive.view",
-    "amrita_plugin_memory.storage.archive.sweep",
+    "amrita_plugin_memory.upkeep.archive.restore",
+    "amrita_plugin_memory.upkeep.archive.view",
+    "amrita_plugin_memory.upkeep.archive.sweep",
     "amrita_plugin_memory.core.config",
     "amrita_plugin_memory.core.errors",
 )

@@ -35,7 +35,11 @@ E = lazy_import(
     "amrita_plugin_memory.embedding.remap",
     "amrita_plugin_memory.core.errors",
 )
-K = lazy_import("amrita_plugin_memory.storage.keys", "amrita_plugin_memory.adapters.events")
+K = lazy_import(
+    "amrita_plugin_memory.storage.keys",
+    "amrita_plugin_memory.adapters.events",
+    "amrita_plugin_memory.upkeep.rekey",
+)
 MEM = "amrita_user_memory"
 KNOW = "amrita_global_knowledge"
 

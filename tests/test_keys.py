@@ -9,7 +9,11 @@ import pytest
 from tests.events import group_event, private_event
 from tests.lazy import lazy_import
 
-K = lazy_import("amrita_plugin_memory.storage.keys", "amrita_plugin_memory.adapters.events")
+K = lazy_import(
+    "amrita_plugin_memory.storage.keys",
+    "amrita_plugin_memory.adapters.events",
+    "amrita_plugin_memory.upkeep.rekey",
+)
 
 
 def test_keys_delegate_to_amrita() -> None:

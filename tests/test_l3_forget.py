@@ -281,7 +281,7 @@ async def test_a_forget_stops_when_a_running_call_does_not_end(
     runner = make_runner()
     runner.fence.wait_seconds = 0.2
     data = bound(runner)
-    from amrita_plugin_memory.storage.users.user_data import ForgetBlocked
+    from amrita_plugin_memory.upkeep.users.user_data import ForgetBlocked
 
     async with runner.fence.tool_call(None) as may_run:  # a call outside any cycle
         assert may_run

@@ -1,4 +1,6 @@
-"""The L1 memo store on the real SQLite: cache coherence and key migration.
+"""The L1 memo store on the real SQLite (and PostgreSQL): cache coherence and key migration.
+
+The in-process tests run on SQLite and on PostgreSQL 15 (``orm_db``).
 
 * A read that is still in flight when a newer write commits must not put its
   older text into the cache (the read is held inside SQLAlchemy's own ORM
@@ -11,6 +13,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import sqlite3
 from collections.abc import Iterator
 from datetime import datetime
@@ -21,9 +25,10 @@ import pytest
 
 from tests.botproject import BotProject
 from tests.conftest import captured_logs
-from tests.helpers import partition, runtime
+from tests.helpers import partition
 from tests.reliability_stats import STATS
 from tests.servers import EmbeddingServer
+from tests.servers.postgres import PostgresServer
 from tests.test_bot_startup import run_bot_until_started
 
 OLDER = datetime(2023, 1, 1, 8, 0, 0)
@@ -42,6 +47,7 @@ def info_logs() -> Iterator[list[str]]:
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("orm_db")
 async def test_a_read_in_flight_cannot_put_an_older_text_into_the_cache() -> None:
     from sqlalchemy import event
     from sqlalchemy.util import await_only
@@ -81,6 +87,7 @@ async def test_a_read_in_flight_cannot_put_an_older_text_into_the_cache() -> Non
     assert await MemoService(1000).get(key) == "新文本"
 
 
+@pytest.mark.usefixtures("orm_db")
 async def test_reads_without_writes_still_fill_the_cache() -> None:
     from amrita_plugin_memory.storage.memo_store import MemoService
 
@@ -108,12 +115,14 @@ async def _rows(*keys: str) -> dict[str, tuple[str, datetime]]:
         return {r.user_id: (r.content, r.updated_at) for r in rows}
 
 
+@pytest.mark.usefixtures("orm_db")
 async def test_legacy_memo_rows_move_to_the_current_keys(info_logs: list[str]) -> None:
     from nonebot_plugin_orm import get_session
 
+    from amrita_plugin_memory.storage.memo_store import MemoService
     from amrita_plugin_memory.storage.models import UserMemo
 
-    memo = runtime().memo
+    memo = MemoService(1000)  # a fresh cache: the test runs on each engine
     rows = [
         ("user_15101", "旧格式的个人备忘录甲", OLD),
         ("group_25101", "旧格式的群备忘录乙", OLD),
@@ -170,48 +179,91 @@ async def test_legacy_memo_rows_move_to_the_current_keys(info_logs: list[str]) -
 # ---------------------------------------------------------------------------
 
 
-def _db(project: BotProject) -> Path:
-    return project.root / "data" / "nonebot_plugin_orm" / "db.sqlite3"
+class MemoTable:
+    """The memo table of a bot project, read and written past the plugin: in the project's
+    SQLite file, or (``SQLALCHEMY_BINDS``) in a database of the PostgreSQL test cluster."""
 
+    def __init__(self, project: BotProject, postgres: PostgresServer | None) -> None:
+        self.project = project
+        self.postgres = postgres
+        self.database = ""
+        if postgres is not None:
+            self.database = postgres.create_database("memo")
+            binds = json.dumps({"amrita_plugin_memory": postgres.url(self.database)})
+            project.write_env(SQLALCHEMY_BINDS=f"'{binds}'")
 
-def _insert(project: BotProject, *rows: tuple[str, str, datetime]) -> None:
-    with sqlite3.connect(_db(project)) as conn:
-        conn.executemany(
-            "insert into amrita_plugin_memory_user_memo (user_id, content, updated_at) values (?, ?, ?)",
-            [(k, c, t.strftime("%Y-%m-%d %H:%M:%S.%f")) for k, c, t in rows],
+    async def _pg(self, query: str, *args: Any) -> list[tuple[Any, ...]]:
+        import asyncpg
+
+        assert self.postgres is not None
+        conn = await asyncpg.connect(
+            host=self.postgres.host,
+            port=self.postgres.port,
+            user="postgres",
+            database=self.database,
         )
+        try:
+            return [tuple(r) for r in await conn.fetch(query, *args)]
+        finally:
+            await conn.close()
+
+    def _sqlite(self) -> Path:
+        return self.project.root / "data" / "nonebot_plugin_orm" / "db.sqlite3"
+
+    async def insert(self, *rows: tuple[str, str, datetime]) -> None:
+        if self.postgres is None:
+            with sqlite3.connect(self._sqlite()) as conn:
+                conn.executemany(
+                    "insert into amrita_plugin_memory_user_memo (user_id, content, updated_at) values (?, ?, ?)",
+                    [(k, c, t.strftime("%Y-%m-%d %H:%M:%S.%f")) for k, c, t in rows],
+                )
+            return
+        for row in rows:
+            await self._pg(
+                "insert into amrita_plugin_memory_user_memo (user_id, content, updated_at) values ($1, $2, $3)",
+                *row,
+            )
+
+    async def contents(self) -> dict[str, str]:
+        query = "select user_id, content from amrita_plugin_memory_user_memo"
+        if self.postgres is None:
+            with contextlib.closing(sqlite3.connect(self._sqlite())) as conn:
+                return dict(conn.execute(query))
+        return {str(k): str(c) for k, c in await self._pg(query)}
 
 
-def _contents(project: BotProject) -> dict[str, str]:
-    with sqlite3.connect(_db(project)) as conn:
-        return dict(conn.execute("select user_id, content from amrita_plugin_memory_user_memo"))
-
-
+@pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
 async def test_bot_start_and_cli_migrate_legacy_memo_rows(
-    tmp_path: Path, embed_server: EmbeddingServer
+    request: pytest.FixtureRequest, engine: str, tmp_path: Path, embed_server: EmbeddingServer
 ) -> None:
     project = BotProject(tmp_path / "bot")
+    table = MemoTable(
+        project, request.getfixturevalue("postgres") if engine == "postgresql" else None
+    )
     upgrade = project.command("orm", "upgrade")
     assert upgrade.returncode == 0, upgrade.stdout + upgrade.stderr
-    _insert(project, ("user_10001", "启动前写下的旧备忘录", OLD))
+    with contextlib.closing(sqlite3.connect(table._sqlite())) as conn:
+        local = {name for (name,) in conn.execute("select name from sqlite_master")}
+    assert ("amrita_plugin_memory_user_memo" in local) is (engine == "sqlite")
+    await table.insert(("user_10001", "启动前写下的旧备忘录", OLD))
 
     # A real bot start: migrated after the ORM is ready, before the server is up.
     log = run_bot_until_started(project)
     line = "[Memory] 已把 1 条旧格式键的备忘录迁移到当前格式"
     assert line in log and log.index(line) < log.index("Application startup complete")
-    assert _contents(project) == {"QQPlatform_Private_10001": "启动前写下的旧备忘录"}
+    assert await table.contents() == {"QQPlatform_Private_10001": "启动前写下的旧备忘录"}
 
     # The CLI, on rows that appeared later (an older copy of user_10001 conflicts).
-    _insert(project, ("group_20001", "群的旧备忘录", OLD), ("user_10001", "更早的旧行", OLDER))
+    await table.insert(("group_20001", "群的旧备忘录", OLD), ("user_10001", "更早的旧行", OLDER))
     dry = project.ambot("migrate-keys", "--dry-run")
     assert dry.returncode == 0, dry.stdout + dry.stderr
     assert "备忘录：共 3 条，需要迁移 2 条" in dry.stdout and "试运行" in dry.stdout
-    assert len(_contents(project)) == 3
+    assert len(await table.contents()) == 3
     run = project.ambot("migrate-keys")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "备忘录：共 3 条，已迁移 2 条" in run.stdout
     assert "user_10001 与 QQPlatform_Private_10001 同时存在" in run.stdout
-    assert _contents(project) == {
+    assert await table.contents() == {
         "QQPlatform_Private_10001": "启动前写下的旧备忘录",  # the newer of the two
         "QQPlatform_Group_20001": "群的旧备忘录",
     }

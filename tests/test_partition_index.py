@@ -249,7 +249,7 @@ async def test_error_drops_entry_and_falls_back(store: Any, logs: list[str]) -> 
 
 
 async def test_invalidate_and_reconnect_drop_everything(store: Any) -> None:
-    from amrita_plugin_memory.storage.keys import rewrite_memory_keys
+    from amrita_plugin_memory.upkeep.rekey import rewrite_memory_keys
 
     rng = random.Random(7)
     dim = await _dim(store)

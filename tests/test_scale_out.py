@@ -291,7 +291,7 @@ def sweepers(
 ) -> Iterator[tuple[ScaleBot, ScaleBot, SharedMemory]]:
     """Two bots (their own shared memory) whose store holds :data:`EXPIRED` expired memories."""
     from amrita_plugin_memory.embedding import reset_fingerprint
-    from amrita_plugin_memory.storage.keys import migrate_partition_keys
+    from amrita_plugin_memory.upkeep.rekey import migrate_partition_keys
 
     shared = SharedMemory.fresh(chroma_server, f"sqlite+aiosqlite:///{tmp_path / 'shared.db'}")
     a = ScaleBot(tmp_path / "a", shared, CHAT, memory_limit=100_000)

@@ -32,11 +32,11 @@ from tests.reliability_stats import STATS
 from tests.servers import ChromaServer, EmbeddingServer
 
 U = lazy_import(
-    "amrita_plugin_memory.storage.users.user_data",
+    "amrita_plugin_memory.upkeep.users.user_data",
     "amrita_plugin_memory.storage.groups.stores",
     "amrita_plugin_memory.storage.users.tombstones",
     "amrita_plugin_memory.storage.users.loop_state_row",
-    "amrita_plugin_memory.storage.archive.restore",
+    "amrita_plugin_memory.upkeep.archive.restore",
     "amrita_plugin_memory.storage.keys",
     "amrita_plugin_memory.tools.memory_tools",
     "amrita_plugin_memory.tools.user_commands",

@@ -122,7 +122,7 @@ async def test_limit_is_atomic_under_concurrency(store: Any) -> None:
 
 async def test_limit_follows_deletes_and_key_rewrites(store: Any) -> None:
     """The kept count tracks our own adds and deletes; a refusal is always re-counted."""
-    from amrita_plugin_memory.storage.keys import rewrite_memory_keys
+    from amrita_plugin_memory.upkeep.rekey import rewrite_memory_keys
 
     ids = [(await store.add(ALICE, "user", f"记忆 {i}", limit=3)).id for i in range(3)]
     assert store.counts.get(ALICE) == 3

@@ -26,9 +26,7 @@ from ..core.records import ORIGIN_PRIVATE, SOURCE_AUTO, GroupPrivacy, MemoryReco
 from ..core.text import cut, single_line
 from ..prompting.labels import neutralize_brackets, neutralize_labels
 from ..prompting.memory_ops import MemoryOp, OpLimits, ParsedOps, parse_memory_ops, reference
-from ..storage.archive.store import REASON_OUTDATED
-from ..storage.memory_store import MemoryStore
-from ..storage.partition.retrieval import search
+from ..storage.memory_store import REASON_OUTDATED, MemoryStore
 from ..tools.args import LIMITS
 from .batches import BatchKey, Turn
 
@@ -152,15 +150,8 @@ class MemoryExtractor:
             return []
         text = cut("\n".join(t.text for t in turns), QUERY_CHARS)
         vector = (await self.store.embedder.embed([text], "query"))[0]
-        return await search(
-            self.store,
-            key.partition,
-            text,
-            vector,
-            top_k=self.related_memories,
-            importance=None,
-            origins=self.origins(key),
-            settings=self.store.settings,
+        return await self.store.search(
+            key.partition, text, vector, top_k=self.related_memories, origins=self.origins(key)
         )
 
     async def prepare(

@@ -1,7 +1,7 @@
 """Active recall: the memories most relevant to a message, as a ``<MEMORIES>`` block.
 
 One query embedding per turn, then the same ranking as ``read_memory``
-(:func:`~..storage.partition.retrieval.search`, over the partition index: about a
+(:meth:`~..storage.memory_store.MemoryStore.search`, over the partition index: about a
 millisecond). Only memories whose vector is close enough to the message
 (cosine similarity ≥ ``recall_min_similarity`` for a message with CJK
 characters, ``recall_min_similarity_non_cjk`` for any other: the embedding
@@ -32,7 +32,6 @@ from ..prompting.blocks import render_memories_block
 from ..ranking.when import has_cjk
 from ..storage.keys import ChatTarget
 from ..storage.memory_store import MemoryStore
-from ..storage.partition.retrieval import search
 
 __all__ = ["MemoryRecall", "cosine_similarities", "has_cjk"]
 
@@ -103,15 +102,12 @@ class MemoryRecall:
         vector = await self._embed(query)
         if vector is None:
             return []
-        hits = await search(
-            self.store,
+        hits = await self.store.search(
             target.user,
             query,
             vector,
             top_k=self.top_k,
-            importance=None,
             origins=self.privacy.origins_for(origin_of_chat(target.group_id)),
-            settings=self.store.settings,
         )
         similarity = await cosine_similarities(self.store, target.user, vector, hits)
         floor = self.min_similarity if has_cjk(query) else self.min_similarity_non_cjk

@@ -1,11 +1,11 @@
 """The periodic archive sweep inside a running bot (APScheduler job, ``[archive]``).
 
-Thin glue: the sweep itself is :func:`..storage.archive.sweep.sweep` (plain logic,
+Thin glue: the sweep itself is :func:`..upkeep.archive.sweep.sweep` (plain logic,
 tested without a bot). The first run comes ``first_sweep_delay_minutes``
 after start-up, then one every ``sweep_interval_minutes``. One sweep at a
 time; a failed sweep (Chroma down, maintenance running) is logged and
 retried at the next interval: it never loses a memory (see
-:mod:`..storage.archive.sweep`).
+:mod:`..upkeep.archive.sweep`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from nonebot import logger
 
 from ..core.errors import VectorStoreError
 from ..services import MemoryRuntime
-from ..storage.archive.sweep import SweepResult, sweep
+from ..upkeep.archive.sweep import SweepResult, sweep
 
 __all__ = ["JOB_ID", "ArchiveSweeper", "setup_archive"]
 
@@ -26,7 +26,7 @@ JOB_ID = "amrita_plugin_memory_archive_sweep"
 
 
 class ArchiveSweeper:
-    """Runs :func:`~..storage.archive.sweep.sweep` every ``sweep_interval_minutes``."""
+    """Runs :func:`~..upkeep.archive.sweep.sweep` every ``sweep_interval_minutes``."""
 
     def __init__(self, runtime: MemoryRuntime, scheduler: Any | None = None) -> None:
         self.runtime = runtime

@@ -17,8 +17,8 @@ from nonebot import get_driver, logger
 from ..console.service import ConsoleService
 from ..services import MemoryRuntime
 from ..storage.groups.stores import GroupStores
-from ..storage.users.user_data import UserData
 from ..subconscious.runner import SubconsciousRunner
+from ..upkeep.users.user_data import UserData
 from .console_auth import API_PREFIX, LocalToken, LocalTokenMiddleware, webui_actor
 from .console_http import build_router
 

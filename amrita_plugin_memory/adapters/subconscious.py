@@ -5,9 +5,9 @@ from __future__ import annotations
 from nonebot import logger
 
 from ..services import MemoryRuntime
-from ..storage.users.user_data import UserData
 from ..subconscious import create_runner
 from ..subconscious.runner import SubconsciousRunner
+from ..upkeep.users.user_data import UserData
 from .knowledge_surface import SURFACE
 from .subconscious_hooks import SubconsciousHooks
 

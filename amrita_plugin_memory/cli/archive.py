@@ -1,4 +1,4 @@
-"""``ambot memory archive list | restore | sweep`` (the work: :mod:`..storage.archive.view`).
+"""``ambot memory archive list | restore | sweep`` (the work: :mod:`..upkeep.archive.view`).
 
 While the project's bot runs (:func:`.plumbing.bot_of`: in local mode it
 holds the embedded ChromaDB; in remote mode a sweep or restore here would
@@ -16,8 +16,8 @@ from urllib.parse import quote, urlencode
 import click
 
 from ..infra.bot_link import BotEndpoint
-from ..storage.archive.restore import ArchiveRestoreError, parse_row_id
-from ..storage.archive.view import archive_command
+from ..upkeep.archive.restore import ArchiveRestoreError, parse_row_id
+from ..upkeep.archive.view import archive_command
 from .plumbing import ask, bot_of, fail, run, runtime
 
 __all__ = ["SWEEP_TIMEOUT", "archive_cmd"]
@@ -46,7 +46,7 @@ def _in_bot(
     limit: int = 20,
     row_id: str | None = None,
 ) -> list[str]:
-    """The same lines as :func:`~..storage.archive.view.archive_command`, from the bot."""
+    """The same lines as :func:`~..upkeep.archive.view.archive_command`, from the bot."""
     if action == "sweep":
         return [ask(bot, "POST", "/archive/sweep", {}, timeout=SWEEP_TIMEOUT)["message"]]
     if action == "restore":

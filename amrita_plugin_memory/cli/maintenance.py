@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 import click
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 
 from ..core.errors import VectorStoreError
 from ..core.text import short_error
@@ -26,8 +26,9 @@ from ..embedding import (
 from ..embedding.report_json import backup_json, status_json
 from ..infra.bot_link import BotEndpoint
 from ..infra.terminal import ask_yes_no
-from ..storage.keys import migrate_partition_keys
 from ..storage.memo_store import dispose_memo_engine
+from ..storage.models import missing_table
+from ..upkeep.rekey import migrate_partition_keys
 from .output import counts_text, fp, fpj, print_backups, print_status
 from .plumbing import (
     Progress,
@@ -156,7 +157,7 @@ def migrate_keys_cmd(dry_run: bool) -> None:
         try:
             report = await rt.memo.migrate_keys(dry_run=dry_run)
         except SQLAlchemyError as exc:
-            if isinstance(exc, OperationalError) and "no such table" in str(exc):
+            if missing_table(exc):
                 click.echo("备忘录：数据库中还没有备忘录表（Bot 尚未在此项目中启动过），无需迁移。")
                 return
             fail(f"读写备忘录表失败：{short_error(exc)}")

@@ -1,6 +1,6 @@
 """``ambot memory export --user <QQ号> [--out FILE]`` and ``ambot memory forget --user <QQ号>``.
 
-The work is :class:`~..storage.users.user_data.UserData`. While a bot of this
+The work is :class:`~..upkeep.users.user_data.UserData`. While a bot of this
 project runs (either vector store mode: the bot keeps memos, personas, group
 windows and the L3 loop's state in memory), the command asks it through the
 admin API (``GET /api/memory/users/{id}/export``, ``GET …/forget``,
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 
 from ..core.text import short_error
 from ..infra.files import atomic_write_text
@@ -23,8 +23,9 @@ from ..infra.terminal import ask_yes_no
 from ..services import MemoryRuntime
 from ..storage.groups.stores import GroupStores
 from ..storage.memo_store import dispose_memo_engine
-from ..storage.users.user_data import ForgetBlocked, UserData
+from ..storage.models import missing_table
 from ..tools.args import ToolArgError, parse_user_id
+from ..upkeep.users.user_data import ForgetBlocked, UserData
 from .plumbing import ask, bot_of, fail, require_confirmation, run, runtime
 
 __all__ = ["USER_TIMEOUT", "export_cmd", "forget_cmd"]
@@ -49,7 +50,7 @@ async def _here(rt: MemoryRuntime, work: Callable[[UserData], Awaitable[T]]) -> 
     except ForgetBlocked as exc:
         fail(str(exc))
     except SQLAlchemyError as exc:
-        if isinstance(exc, OperationalError) and "no such table" in str(exc):
+        if missing_table(exc):
             fail("数据库中还没有本插件的表（Bot 尚未在此项目中启动过）：请先启动一次 Bot 再重试")
         fail(f"读写数据库失败：{short_error(exc)}")
     finally:

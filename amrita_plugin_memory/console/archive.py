@@ -2,9 +2,9 @@
 
 The operations of ``ambot memory archive`` and of the page's 归档 view. The
 work is the storage layer's (:mod:`..storage.archive.store`,
-:mod:`..storage.archive.restore`, :mod:`..storage.archive.sweep`); the answers carry
+:mod:`..upkeep.archive.restore`, :mod:`..upkeep.archive.sweep`); the answers carry
 both the rows (for the page) and the very lines ``ambot memory archive``
-prints when it does the work itself (:mod:`..storage.archive.view`), so the
+prints when it does the work itself (:mod:`..upkeep.archive.view`), so the
 command's output is the same whether or not the bot is running.
 """
 
@@ -15,12 +15,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..core.config import ConfigFile
-from ..storage.archive.restore import ArchiveRestoreError, restore
 from ..storage.archive.store import ArchivedMemory
-from ..storage.archive.sweep import sweep
-from ..storage.archive.view import REASON_TEXT, listing_lines, sweep_message
 from ..storage.memory_store import MemoryStore
 from ..tools.args import parse_int
+from ..upkeep.archive.restore import ArchiveRestoreError, restore
+from ..upkeep.archive.sweep import sweep
+from ..upkeep.archive.view import REASON_TEXT, listing_lines, sweep_message
 from . import params
 from .catalog import PartitionCatalog
 from .errors import ConsoleError, audit, guarded
@@ -88,7 +88,7 @@ class ArchiveAdmin:
         return await guarded("console_archive_list", run)
 
     async def restore(self, actor: str, row_id: Any) -> dict[str, Any]:
-        """Restore one row (:func:`..storage.archive.restore.restore`, the partition limit
+        """Restore one row (:func:`..upkeep.archive.restore.restore`, the partition limit
         applies): 404 for an id the archive does not hold, 409 when it cannot come back."""
         rid = params.archive_id(row_id)
 

@@ -4,7 +4,7 @@ Listing the partitions needs every memory's metadata (Chroma cannot group):
 about 3 s at 100,000 memories. The scan runs at most once per ``ttl`` and
 never twice at once (concurrent requests share it); the console's own writes
 invalidate it, and the page's refresh button asks for a fresh one. The
-memory table itself never waits for this scan (see :mod:`..storage.partition.listing`).
+memory table itself never waits for this scan (see :mod:`..upkeep.listing`).
 """
 
 from __future__ import annotations

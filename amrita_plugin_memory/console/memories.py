@@ -1,7 +1,7 @@
 """Memories in the console: partitions, the paged table, search, edit and delete.
 
 The table never loads a whole partition: a page is a slice of the
-partition's cached id list and one read by id (:mod:`..storage.partition.listing`). A
+partition's cached id list and one read by id (:mod:`..upkeep.listing`). A
 search is one query of at most :data:`.params.SEARCH_MAX` results. Edits go
 through :class:`~..storage.memory_store.MemoryStore` like the tools' (same
 partition lock, same limits, same write gate during maintenance).
@@ -14,7 +14,7 @@ from typing import Any
 
 from ..core.records import MemoryRecord
 from ..storage.memory_store import MemoryStore
-from ..storage.partition.listing import locate, newest_page, partition_ids
+from ..upkeep.listing import locate, newest_page, partition_ids
 from . import params
 from .catalog import PartitionCatalog
 from .errors import audit, guarded, not_found

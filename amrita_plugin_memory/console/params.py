@@ -13,7 +13,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..core.records import IMPORTANCE_LEVELS
-from ..storage.archive.restore import ArchiveRestoreError, parse_row_id
 from ..storage.keys import normalize_key
 from ..tools.args import (
     LIMITS,
@@ -26,6 +25,7 @@ from ..tools.args import (
     parse_text,
     parse_user_id,
 )
+from ..upkeep.archive.restore import ArchiveRestoreError, parse_row_id
 from .errors import bad_request
 
 __all__ = [
@@ -101,7 +101,7 @@ def optional_partition(value: Any) -> str | None:
 
 
 def archive_id(value: Any) -> str:
-    """An archive row id (:func:`..storage.archive.restore.parse_row_id`, a 400 if refused)."""
+    """An archive row id (:func:`..upkeep.archive.restore.parse_row_id`, a 400 if refused)."""
     try:
         return parse_row_id(value)
     except ArchiveRestoreError as exc:

@@ -7,9 +7,9 @@ from typing import Any
 
 from ..services import MemoryRuntime
 from ..storage.groups.stores import GroupStores
-from ..storage.users.user_data import UserData
 from ..subconscious.profile_store import ProfileStore
 from ..subconscious.runner import SubconsciousRunner
+from ..upkeep.users.user_data import UserData
 from .archive import ArchiveAdmin
 from .catalog import PartitionCatalog
 from .errors import guarded

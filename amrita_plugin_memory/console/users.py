@@ -1,7 +1,7 @@
 """One user's data in the console: the export (a download), what a forget removes, the forget.
 
 ``GET /api/memory/users/{user_id}/export`` (the document of
-:meth:`~..storage.users.user_data.UserData.export`), ``GET …/forget`` (the counts a
+:meth:`~..upkeep.users.user_data.UserData.export`), ``GET …/forget`` (the counts a
 forget would remove and the lines of what it keeps, for the page's
 confirmation) and ``DELETE /api/memory/users/{user_id}`` (the forget).
 ``ambot memory export|forget`` asks a running bot the same. Every call leaves
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..storage.users.user_data import ForgetBlocked, UserData
+from ..upkeep.users.user_data import ForgetBlocked, UserData
 from . import params
 from .catalog import PartitionCatalog
 from .errors import ConsoleError, audit, guarded

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from nonebot.log import logger
 
 from ..infra.files import fsync_dir
-from ..storage.chroma.paging import Item, iter_pages
+from ..storage.memory_store import Item, iter_pages
 from .errors import BackupError
 from .fingerprint import FingerprintInfo
 from .maintenance import Maintenance, count_of, meta_of, open_collection, space_of

@@ -1,6 +1,6 @@
 """Backups and forgotten users: rewrite the files without them, and never restore them.
 
-A user's forget (``storage.users.user_data``) records a tombstone
+A user's forget (``upkeep.users.user_data``) records a tombstone
 (``storage.users.tombstones``) and then calls :meth:`BackupScrubber.scrub`: every
 backup file is rewritten without the rows the tombstones bury (the user's
 partition, live and archived, from before the forget) and with the user's
@@ -22,9 +22,8 @@ from pathlib import Path
 from nonebot.log import logger
 
 from ..infra.files import fsync_dir
-from ..storage.chroma.paging import Item
 from ..storage.keys import normalize_key
-from ..storage.memory_store import MemoryStore
+from ..storage.memory_store import Item, MemoryStore
 from ..storage.users.tombstones import ForgottenUsers, Tombstones
 from .backup import (
     COLLECTION_END,
@@ -108,7 +107,7 @@ def _rewrite(path: Path, stones: Tombstones) -> tuple[bool, int]:
 
 class BackupScrubber:
     """The backup files of one data directory, as a forget rewrites them
-    (``storage.users.user_data.BackupFiles``)."""
+    (``upkeep.users.user_data.BackupFiles``)."""
 
     def __init__(self, backup_dir: Path, forgotten: ForgottenUsers) -> None:
         self.backup_dir = backup_dir

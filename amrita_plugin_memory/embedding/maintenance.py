@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..core.config import EnvConfig
 from ..storage.chroma.connection import ChromaConnection
-from ..storage.chroma.paging import Item, iter_pages
 from ..storage.chroma.remap_markers import (
     MAINTENANCE_KEYS,
     META_REEMBED_COMPLETE,
@@ -27,7 +26,7 @@ from ..storage.chroma.remap_markers import (
     META_REEMBED_TARGET,
     TEMP_SUFFIX,
 )
-from ..storage.memory_store import MemoryStore
+from ..storage.memory_store import Item, MemoryStore, iter_pages
 from .client import EmbeddingClient
 from .errors import RemapError
 from .fingerprint import FINGERPRINT_KEYS

@@ -60,9 +60,9 @@ from typing import TYPE_CHECKING, Any
 from nonebot.log import logger
 
 from ..storage.chroma.connection import ChromaConnection
-from ..storage.chroma.paging import READ_PAGE_SIZE, Item, iter_pages
 from ..storage.chroma.remap_markers import WRITE_WINDOW
-from ..storage.keys import migrate_partition_keys
+from ..storage.memory_store import READ_PAGE_SIZE, Item, iter_pages
+from ..upkeep.rekey import migrate_partition_keys
 from .backup import create_backup, load_backup
 from .errors import RemapError, RemapFailed
 from .fingerprint import FingerprintInfo, current_fingerprint, write_fingerprint

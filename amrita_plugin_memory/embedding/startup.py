@@ -13,7 +13,7 @@ from nonebot.log import logger
 
 from ..core.errors import DataDirLocked, EmbeddingError, VectorStoreError
 from ..infra.terminal import ask_yes_no, stdin_is_tty
-from ..storage.keys import KeyMigrationReport, migrate_partition_keys
+from ..upkeep.rekey import KeyMigrationReport, migrate_partition_keys
 from .client import EmbeddingConfigError
 from .errors import BackupError, RemapError
 from .fingerprint import (

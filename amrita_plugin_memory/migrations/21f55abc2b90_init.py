@@ -15,6 +15,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from amrita_plugin_memory.storage.models import migrates_on
+
 revision: str = "21f55abc2b90"
 down_revision: str | Sequence[str] | None = None
 branch_labels: str | Sequence[str] | None = ("amrita_plugin_memory",)
@@ -22,7 +24,7 @@ depends_on: str | Sequence[str] | None = "072361e8936f"
 
 
 def upgrade(name: str = "") -> None:
-    if name:
+    if not migrates_on(name):
         return
     op.create_table(
         "amrita_plugin_memory_user_memo",
@@ -35,6 +37,6 @@ def upgrade(name: str = "") -> None:
 
 
 def downgrade(name: str = "") -> None:
-    if name:
+    if not migrates_on(name):
         return
     op.drop_table("amrita_plugin_memory_user_memo")

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from amrita_plugin_memory.storage.models import migrates_on
+
 revision: str = "3b1e7c9d2a40"
 down_revision: str | Sequence[str] | None = "fac78ba16a47"
 branch_labels: str | Sequence[str] | None = None
@@ -21,7 +23,7 @@ _INFO = {"bind_key": "amrita_plugin_memory"}
 
 
 def upgrade(name: str = "") -> None:
-    if name:
+    if not migrates_on(name):
         return
     op.create_table(
         "amrita_plugin_memory_active_optout",
@@ -33,6 +35,6 @@ def upgrade(name: str = "") -> None:
 
 
 def downgrade(name: str = "") -> None:
-    if name:
+    if not migrates_on(name):
         return
     op.drop_table("amrita_plugin_memory_active_optout")

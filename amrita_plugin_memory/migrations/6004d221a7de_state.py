@@ -12,6 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from amrita_plugin_memory.storage.models import migrates_on
+
 revision: str = "6004d221a7de"
 down_revision: str | Sequence[str] | None = "21f55abc2b90"
 branch_labels: str | Sequence[str] | None = None
@@ -19,7 +21,7 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade(name: str = "") -> None:
-    if name:
+    if not migrates_on(name):
         return
     op.create_table(
         "amrita_plugin_memory_subconscious_state",
@@ -32,6 +34,6 @@ def upgrade(name: str = "") -> None:
 
 
 def downgrade(name: str = "") -> None:
-    if name:
+    if not migrates_on(name):
         return
     op.drop_table("amrita_plugin_memory_subconscious_state")

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from amrita_plugin_memory.storage.models import migrates_on
+
 revision: str = "fac78ba16a47"
 down_revision: str | Sequence[str] | None = "6004d221a7de"
 branch_labels: str | Sequence[str] | None = None
@@ -21,7 +23,7 @@ _INFO = {"bind_key": "amrita_plugin_memory"}
 
 
 def upgrade(name: str = "") -> None:
-    if name:
+    if not migrates_on(name):
         return
     op.create_table(
         "amrita_plugin_memory_group_label",
@@ -77,7 +79,7 @@ def upgrade(name: str = "") -> None:
 
 
 def downgrade(name: str = "") -> None:
-    if name:
+    if not migrates_on(name):
         return
     op.drop_table("amrita_plugin_memory_self_memory")
     op.drop_table("amrita_plugin_memory_persona")

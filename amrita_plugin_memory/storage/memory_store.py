@@ -6,43 +6,56 @@ database query (``where user_id == partition``); operations on one id fetch
 that id alone and check the stored partition before anything is returned or
 changed (a ``where`` next to ``ids`` makes Chroma evaluate the filter over the
 whole partition, which made by-id cost grow with its size).
+
+It is the only door into memories from outside ``storage/``: the partition index and
+ranking, merging, room-making, removal and paging are private to ``storage/`` (checked by
+``.ci/check_architecture.py``); the few of their names the layers above need are
+re-exported here.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..core.errors import VectorStoreError
 from ..core.protocols import Embedder, Fence, TextKind
 from ..core.records import ORIGIN_PRIVATE, MemoryRecord, OriginFilter, utc_now, where_partition
-from ..infra.gate import WriteGate
-from ..infra.locks import PartitionLocks
-from .archive.removal import move_to_archive
-from .archive.store import REASON_DELETED, REASON_UPDATED, ArchiveStore, archive_name
+from .archive.removal import deleted_count, move_to_archive, row_state, unchanged_where
+from .archive.store import REASON_DELETED, REASON_OUTDATED, REASON_UPDATED
 from .chroma.connection import ChromaConnection
-from .chroma.remap_markers import CollectionGuard
+from .chroma.paging import READ_PAGE_SIZE, Item, iter_pages
+from .memory_collection import MemoryCollection
 from .merge import MERGE_NEIGHBOURS, WriteResult, merge_candidates, merge_into
 from .partition.counts import PartitionCounts
-from .partition.index import PartitionIndex
-from .partition.recent import RecentIds
 from .partition.retrieval import RetrievalSettings, search
-from .room import make_room
+from .room import EXPLICIT, make_room
 from .users.tombstones import ForgottenUsers
 
-if TYPE_CHECKING:
-    from chromadb.api.models.Collection import Collection
-
-__all__ = ["MEMORY_COLLECTION", "MemoryStore", "PartitionCounts"]
+# Besides the store: the names of storage's private modules that the layers above use
+# (``storage/partition``, ``storage/merge``, ``storage/room``, ``storage/archive/removal``
+# and ``storage/chroma/paging`` are imported only inside ``storage/``).
+__all__ = [
+    "EXPLICIT",
+    "MEMORY_COLLECTION",
+    "READ_PAGE_SIZE",
+    "REASON_OUTDATED",
+    "Item",
+    "MemoryStore",
+    "PartitionCounts",
+    "RetrievalSettings",
+    "deleted_count",
+    "iter_pages",
+    "row_state",
+    "unchanged_where",
+]
 
 MEMORY_COLLECTION = "amrita_user_memory"
 
-T = TypeVar("T")
 
-
-class MemoryStore:
+class MemoryStore(MemoryCollection):
     """Memories in one Chroma collection, every operation confined to a partition."""
 
     def __init__(
@@ -51,23 +64,10 @@ class MemoryStore:
         embedder: Embedder,
         name: str = MEMORY_COLLECTION,
     ) -> None:
-        self.connection = connection
+        super().__init__(connection, name)
         self.embedder = embedder
-        self.name = name
-        self.locks = PartitionLocks()
-        self.counts = PartitionCounts()
-        self.recent = RecentIds()
-        """Id lists of partitions listed newest first (admin console, :mod:`.partition.listing`)."""
-        self.gate = WriteGate()
-        """Closed by maintenance that replaces the collection inside the bot (reindex, restore)."""
         self.clock: Callable[[], str] = utc_now
         """ISO timestamps for ``created_at`` / ``updated_at`` (replaceable in tests)."""
-        self.guard = CollectionGuard(connection)
-        """The cached handle and the cross-process remap markers (never re-creates it)."""
-        self.index = PartitionIndex(ttl=60.0 if connection.mode == "remote" else None)
-        """Exact per-partition vector index: searches cost O(partition), not O(collection)."""
-        self.archive = ArchiveStore(connection, archive_name(name))
-        """Swept memories and previous versions (``storage.archive.store``), same Chroma store."""
         self.keep_versions = True
         """Whether a changed text keeps the previous one in the archive (``[archive] keep_history``)."""
         self.settings = RetrievalSettings()
@@ -75,43 +75,6 @@ class MemoryStore:
         self.forgotten: ForgottenUsers | None = None
         """Users whose data a forget removed (``storage.users.tombstones``): every restore path
         drops their rows from before it. Set by the runtime (it knows the data dir)."""
-
-    # -- collection handle --------------------------------------------------
-
-    async def collection(self) -> Collection:
-        return await self.guard.collection(self.name)
-
-    def invalidate(self) -> None:
-        """Forget the cached handle and counts (after the collection was replaced)."""
-        self.guard.invalidate()
-        self.archive.invalidate()
-        self.counts.clear()
-        self.recent.clear()
-        self.index.clear()
-
-    async def _run(self, fn: Callable[[Collection], T]) -> T:
-        return await self.guard.run(self.name, fn, self.invalidate)
-
-    async def _write(self, fn: Callable[[Collection], T]) -> T:
-        """One memory write, refused while a remap replaces the collection (:class:`CollectionGuard`)."""
-        return await self.guard.write(self.name, fn, self.invalidate)
-
-    # -- collection metadata --------------------------------------------------
-
-    async def get_metadata(self) -> dict[str, Any]:
-        """The collection metadata, read fresh (another process may have changed it)."""
-        view = await self.guard.read(self.name)
-        return dict(view.collection.metadata or {})
-
-    async def get_meta(self, key: str) -> Any:
-        return (await self.get_metadata()).get(key)
-
-    async def set_meta(self, values: Mapping[str, Any]) -> None:
-        """Merge ``values`` into the collection metadata (Chroma replaces it whole)."""
-        merged = await self.get_metadata()
-        merged.update(values)
-        merged = {k: v for k, v in merged.items() if not k.startswith("hnsw:")}
-        await self._run(lambda c: c.modify(metadata=merged))
 
     # -- embedding --------------------------------------------------------------
 
@@ -239,15 +202,6 @@ class MemoryStore:
             self.index.updated(partition, vector, current)
         return current
 
-    async def vanished(self, memory_id: str) -> bool:
-        """After an update of ``memory_id``: whether another process deleted (archived) it
-        before the update landed. Chroma drops an update of a missing id silently; only a
-        remote store has other writers (a local one belongs to one process)."""
-        if self.connection.mode != "remote":
-            return False
-        res = await self._run(lambda c: c.get(ids=[memory_id], include=[]))
-        return not res["ids"]
-
     async def delete(
         self,
         partition: str,
@@ -261,7 +215,7 @@ class MemoryStore:
         Every delete keeps the memory (reason ``deleted``, same id and stored
         vector, restorable): it is archived under the partition's lock before
         the live row goes, and if that fails nothing is deleted
-        (:func:`.archive.removal.move_to_archive`). Only a forget (``storage/users/erase``) removes data.
+        (:func:`.archive.removal.move_to_archive`). Only a forget (``upkeep/users/erase``) removes data.
         """
         async with self.gate.writing(), self.locks.hold(partition):
             if fence is not None:
@@ -279,12 +233,6 @@ class MemoryStore:
                 self.recent.removed(partition, memory_id)
                 self.index.removed(partition, memory_id)
         return moved
-
-    def drop_views(self, partition: str) -> None:
-        """Drop what is cached about ``partition`` (rebuilt from Chroma on its next use)."""
-        self.counts.drop(partition)
-        self.recent.drop(partition)
-        self.index.drop(partition)
 
     async def remember(
         self,
@@ -330,14 +278,6 @@ class MemoryStore:
             displace=displace, fence=fence,
         )  # fmt: skip
         return WriteResult(record)
-
-    async def stored_vector(self, memory_id: str) -> list[float] | None:
-        """The stored embedding of ``memory_id`` (``None`` if it is not there)."""
-        res = await self._run(lambda c: c.get(ids=[memory_id], include=["embeddings"]))
-        stored = res.get("embeddings")
-        if not res["ids"] or stored is None or not len(stored):
-            return None
-        return [float(x) for x in stored[0]]
 
     async def keep_history(
         self, previous: MemoryRecord, vector: Sequence[float] | None, *, reason: str
@@ -390,6 +330,22 @@ class MemoryStore:
         """The best memories of ``partition`` for ``text`` (of the ``origins`` given): vector
         and keyword channels, age decay (:mod:`.partition.retrieval`; ``distance`` is the vector distance)."""
         vector = (await self._embed([text], "query"))[0]
+        return await self.search(
+            partition, text, vector, top_k=top_k, importance=importance, origins=origins
+        )
+
+    async def search(
+        self,
+        partition: str,
+        text: str,
+        vector: Sequence[float],
+        *,
+        top_k: int = 5,
+        importance: str | None = None,
+        origins: OriginFilter = OriginFilter.ALL,
+    ) -> list[MemoryRecord]:
+        """:meth:`query` for a caller that has embedded ``text`` already (``vector``):
+        active memory's recall and extraction reuse their one query embedding."""
         return await search(
             self,
             partition,
@@ -463,23 +419,3 @@ class MemoryStore:
         where = where_partition(partition, origins=origins)
         res = await self._run(lambda c: c.get(where=where, include=[]))
         return len(res["ids"])
-
-    # -- maintenance (key migration, statistics, backups) ------------------------------
-
-    async def iter_records(
-        self,
-        partition: str | None = None,
-        *,
-        with_documents: bool = False,
-        page_size: int | None = None,
-    ) -> AsyncIterator[list[MemoryRecord]]:
-        """Every memory (of ``partition``, or of the whole collection), page by page by id."""
-        where = where_partition(partition) if partition is not None else None
-        async for page in self.guard.pages(
-            self.name,
-            self.invalidate,
-            where=where,
-            with_documents=with_documents,
-            page_size=page_size,
-        ):
-            yield [MemoryRecord.from_chroma(i.id, i.document, i.metadata) for i in page]

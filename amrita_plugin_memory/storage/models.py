@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from nonebot_plugin_orm import Model
+from nonebot_plugin_orm import Model, plugin_config
 from sqlalchemy import JSON, Boolean, DateTime, Integer, String, Text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Mapped, mapped_column
 
 __all__ = [
@@ -20,12 +21,41 @@ __all__ = [
     "SubconsciousState",
     "UserMemo",
     "db_now",
+    "migrates_on",
+    "missing_table",
 ]
 
 
 def db_now() -> datetime:
-    """Current UTC time as stored in the tables (naive, as SQLite keeps it)."""
+    """Current UTC time as stored in the tables: naive (UTC implied).
+
+    The columns are ``TIMESTAMP WITHOUT TIME ZONE``: SQLite would keep an aware value's
+    offset as text, PostgreSQL's asyncpg refuses it (``can't subtract offset-naive and
+    offset-aware datetimes``). Every datetime written through the ORM comes from here
+    (or from another naive UTC value read back from a table).
+    """
     return datetime.now(UTC).replace(tzinfo=None)
+
+
+def migrates_on(name: str) -> bool:
+    """Whether a migration run for the database ``name`` (nonebot_plugin_orm's bind key,
+    ``""`` the default) must create the plugin's tables.
+
+    nonebot_plugin_orm puts the plugin's models on ``SQLALCHEMY_BINDS["amrita_plugin_memory"]``
+    when that key is set, else on the default database (``_init_table``); with any bind
+    set, ``ambot orm upgrade`` runs every revision once per database, ``name`` telling which.
+    """
+    key = str(UserMemo.__table__.info.get("bind_key", ""))
+    return name == (key if key in plugin_config.sqlalchemy_binds else "")
+
+
+def missing_table(exc: BaseException) -> bool:
+    """Whether a database error says that a table does not exist (no migration ran there)."""
+    if not isinstance(exc, DBAPIError):
+        return False
+    if "no such table" in str(exc):  # SQLite
+        return True
+    return getattr(exc.orig, "sqlstate", None) == "42P01"  # PostgreSQL: undefined_table
 
 
 class UserMemo(Model):

@@ -1,6 +1,6 @@
 """Keeping a forgotten target user's data out of the L3 loop: the fence a forget closes.
 
-A user's forget (``storage.users.user_data.UserData.forget``) enters
+A user's forget (``upkeep.users.user_data.UserData.forget``) enters
 :meth:`SubconsciousRunner.forgetting <.runner.SubconsciousRunner.forgetting>`
 before it removes anything. For the loop's target user that cancels the
 planned cycle, asks the running one to stop (like a message of the user does)
@@ -22,7 +22,7 @@ file, and it would land after the removal; Core's agent also catches what its
 tools raise. Counting the calls in flight and waiting for them makes the order
 certain: every write of the old cycle happens before the removal, or never.
 A call that does not end within :attr:`CycleFence.wait_seconds` makes the
-forget stop with :class:`~..storage.users.user_data.ForgetBlocked` (run it again).
+forget stop with :class:`~..upkeep.users.user_data.ForgetBlocked` (run it again).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from ..storage.users.user_data import ForgetBlocked
+from ..upkeep.users.user_data import ForgetBlocked
 from .types import Cycle
 
 __all__ = ["FORGET_WAIT_SECONDS", "CycleFence"]

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..core.records import SOURCE_AUTO
-from ..storage.archive.restore import ArchiveRestoreError, restore
-from ..storage.archive.view import describe_row
+from ..upkeep.archive.restore import ArchiveRestoreError, restore
+from ..upkeep.archive.view import describe_row
 from .args import guard_tool_call, parse_memory_id
 from .group_commands import GroupCommands
 from .memory_tools import Caller, MemoryTools

@@ -27,8 +27,7 @@ from ..core.records import (
 )
 from ..storage.keys import ChatTarget
 from ..storage.memo_store import MemoService
-from ..storage.memory_store import MemoryStore
-from ..storage.room import EXPLICIT
+from ..storage.memory_store import EXPLICIT, MemoryStore
 from .args import (
     LIMITS,
     ToolArgError,

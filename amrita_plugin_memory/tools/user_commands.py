@@ -2,7 +2,7 @@
 
 Private chats only: everything here is about the caller alone, so a group
 gets only the hint to ask in private. The work is
-:class:`~..storage.users.user_data.UserData`; this module adds the chat side:
+:class:`~..upkeep.users.user_data.UserData`; this module adds the chat side:
 
 * **export**: the JSON document as a file through OneBot's
   ``upload_private_file`` (an extension of NapCat and Lagrange.OneBot). The
@@ -32,7 +32,7 @@ from typing import Any
 
 from nonebot import logger
 
-from ..storage.users.user_data import ForgetBlocked, ForgetCounts, UserData
+from ..upkeep.users.user_data import ForgetBlocked, ForgetCounts, UserData
 from .args import guard_tool_call
 from .memory_tools import Caller
 

@@ -1,2 +1,2 @@
-"""The archive: its collection, moving memories into it (deletes, the lifetime sweep),
-restoring them, and the text that lists them."""
+"""The archive: its collection and moving memories into it (deletes; the sweep and
+restores, built on the store, live in ``upkeep/archive/``)."""

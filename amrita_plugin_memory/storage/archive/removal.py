@@ -6,12 +6,12 @@ the console, the L3 loop's ``subconscious_delete_memory``) goes through
 archive with its stored vector (reason ``deleted``, same id, restorable like
 a swept memory) before it leaves the live collection; if that save fails,
 nothing is deleted. Only a user's or operator's forget removes rows without
-archiving them (``storage/users/erase``).
+archiving them (``upkeep/users/erase``).
 
 **Deleting only what was read.** Chroma has no transactions, but its
 ``delete`` takes ``ids`` and a ``where`` filter together and removes only the
 ids that match the filter, evaluated by the server within that request. A
-delete (and the sweep, :mod:`.sweep`) passes :func:`unchanged_where`: the
+delete (and the sweep, ``upkeep/archive/sweep``) passes :func:`unchanged_where`: the
 partition and the ``updated_at`` it read. A memory another process changed
 in the meantime (every change sets a new ``updated_at``) no longer matches
 and stays, so its change is not lost. Inside one process the partition's

@@ -1,2 +1,3 @@
 """Reading one partition: the in-process vector index and its rows, ``read_memory``'s
-ranking, newest-first pages and ids, memory counts, and stored vectors."""
+ranking, recent ids and memory counts (private to ``storage/``: used through
+``MemoryStore``)."""

@@ -1,3 +1,3 @@
-"""Everything about one user as a whole: the export and forget (:mod:`.user_data`), the
-real deletion behind a forget, the tombstones of forgotten users, and what the L3
-loop's state keeps about a user."""
+"""About one user, below the store: the tombstones of forgotten users, the fences of
+background work, and what the L3 loop's state keeps about a user (the export and
+forget live in ``upkeep/users/``)."""

@@ -4,7 +4,7 @@ The loop (``subconscious.state.LoopState``) holds its state document in memory
 and saves it whole after every change, so while a loop runs in this process
 its document must be changed through it; both it and :class:`LoopStateRow`
 (the stored row, for the command line or a bot without the loop) implement
-:class:`LoopStateAccess`. A user's export and forget (:mod:`.user_data`) read
+:class:`LoopStateAccess`. A user's export and forget (``upkeep/users/user_data``) read
 and remove, through it, the messages waiting for the loop's target user, the
 abstracts of the loop's cycles (each says what a cycle did with the target
 user's memories) and the knowledge suggestions a user made.

@@ -1,10 +1,10 @@
 """Tombstones of forgotten users: no restore, now or later, brings a forgotten user back.
 
-A user's forget (:mod:`.user_data`) removes their rows everywhere, the backup
+A user's forget (``upkeep/users/user_data``) removes their rows everywhere, the backup
 files included; but a backup copied elsewhere, or one written while the forget
 ran, may still hold them. So the forget also records the user here, with its
 time, and every restore path (a backup restore: ``embedding.forgotten``; an
-archive restore: :mod:`..archive.restore`) drops the rows of the user's
+archive restore: ``upkeep/archive/restore``) drops the rows of the user's
 partition last changed no later than that time, and clears the user's writer
 mark (:data:`~...core.records.META_AUTHOR`) on group memories as old. A user
 who talks again after the forget is not blocked: what they say afterwards is

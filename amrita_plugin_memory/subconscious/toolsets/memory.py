@@ -18,7 +18,6 @@ from amrita_core import FunctionDefinitionSchema, ToolContext
 from ...core.records import MemoryRecord
 from ...ranking.repeats import repeats_memory
 from ...storage.memory_store import MemoryStore
-from ...storage.partition.stored_vectors import nearest, stored_vectors
 from ...tools.args import LIMITS, parse_number
 from ...tools.memory_tools import Caller, MemoryTools
 from ...tools.schemas import (
@@ -31,6 +30,7 @@ from ...tools.schemas import (
     tags_prop,
     top_k_prop,
 )
+from ...upkeep.stored_vectors import nearest, stored_vectors
 from ..context import LoopContext, count_action
 from .base import LoopTool, SimpleGroup, guard
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ...core.records import MemoryRecord, where_partition
+from ..core.records import MemoryRecord, where_partition
 
 if TYPE_CHECKING:
-    from ..memory_store import MemoryStore
+    from ..storage.memory_store import MemoryStore
 
 __all__ = ["nearest", "stored_vectors"]
 

@@ -1,7 +1,7 @@
 """Real deletion: what a user's forget removes from the memory collection and its archive.
 
 Everywhere else the plugin keeps data (deletes and sweeps keep an archive
-copy, see :mod:`..archive.store`); a user's forget (:mod:`.user_data`) is the
+copy, see :mod:`...storage.archive.store`); a user's forget (:mod:`.user_data`) is the
 one path that removes it. So nothing here goes through ``MemoryStore.delete``:
 the rows are deleted from the collections directly, under the partition's lock
 and the store's write gate (a sweep, an update or an archive restore of the
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...core.records import META_AUTHOR, MemoryRecord, where_partition
-from ..archive.store import ArchivedMemory
-from ..memory_store import MemoryStore
+from ...storage.archive.store import ArchivedMemory
+from ...storage.memory_store import MemoryStore
 
 if TYPE_CHECKING:
     from chromadb.api.models.Collection import Collection

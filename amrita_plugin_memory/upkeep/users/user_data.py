@@ -6,25 +6,25 @@ command (``/memory user export|forget``), the admin console and
 
 * their personal partition: live memories (every origin) and its archive rows
   (swept memories and update history) — :mod:`.erase`;
-* their private memo (:mod:`..memo_store`), their persona (one per user, shown
-  in every group: :mod:`..groups.persona_store`);
+* their private memo (:mod:`...storage.memo_store`), their persona (one per user, shown
+  in every group: :mod:`...storage.groups.persona_store`);
 * their messages in every group's context window, stored and in memory
-  (:mod:`..groups.window_store`), their anonymous label in every group
-  (:mod:`..groups.directory`);
+  (:mod:`...storage.groups.window_store`), their anonymous label in every group
+  (:mod:`...storage.groups.directory`);
 * in the L3 loop's state: the messages waiting for them and the abstracts of
   the loop's cycles (only the loop's target user has any), and the knowledge
-  suggestions they made (:mod:`.loop_state_row`); the loop's profile of its
-  target user, ``user_profile.md`` (:mod:`.loop_profile`);
+  suggestions they made (:mod:`...storage.users.loop_state_row`); the loop's profile of its
+  target user, ``user_profile.md`` (:mod:`...storage.users.loop_profile`);
 * their turns that active memory has queued and not yet extracted
   (:attr:`UserData.pending_sources`); exported, and dropped by a forget
   (:attr:`UserData.forget_hooks`);
 * the group memories they wrote, live and archived (writer mark,
   :data:`~...core.records.META_AUTHOR`): exported, and kept by a forget (they
   belong to the group) with the mark cleared;
-* their choice about active memory (``/memory auto off``, :mod:`..consent_store`)
+* their choice about active memory (``/memory auto off``, :mod:`...storage.consent_store`)
   and persona learning: exported, and kept by a forget (it is their choice).
 
-A forget first records the user's tombstone (:mod:`.tombstones`), then stops
+A forget first records the user's tombstone (:mod:`...storage.users.tombstones`), then stops
 the background work of other components for the user and keeps it from
 starting again until the forget ends (:attr:`UserData.forget_fences`: the L3
 loop's running cycle and its planned one), then removes each kind, then
@@ -48,12 +48,15 @@ from typing import Any, Protocol
 
 from nonebot import logger
 
-from ..archive.store import ArchivedMemory
-from ..consent_store import ConsentStore
-from ..groups.stores import GroupStores
-from ..keys import user_key
-from ..memo_store import MemoService
-from ..memory_store import MemoryStore
+from ...storage.archive.store import ArchivedMemory
+from ...storage.consent_store import ConsentStore
+from ...storage.groups.stores import GroupStores
+from ...storage.keys import user_key
+from ...storage.memo_store import MemoService
+from ...storage.memory_store import MemoryStore
+from ...storage.users.loop_profile import LoopProfile, profile_lines
+from ...storage.users.loop_state_row import LoopStateAccess, drop_user_items, user_items
+from ...storage.users.tombstones import ForgottenUsers
 from .erase import (
     authored_archived,
     authored_records,
@@ -61,9 +64,6 @@ from .erase import (
     partition_contents,
     unmark_author,
 )
-from .loop_profile import LoopProfile, profile_lines
-from .loop_state_row import LoopStateAccess, drop_user_items, user_items
-from .tombstones import ForgottenUsers
 
 __all__ = [
     "AMRITA_HISTORY",

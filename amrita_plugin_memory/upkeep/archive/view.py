@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from ...core.config import ConfigFile
 from ...core.text import cut
-from ..memory_store import MemoryStore
+from ...storage.archive.store import ArchivedMemory
+from ...storage.memory_store import MemoryStore
 from .restore import parse_row_id, restore
-from .store import ArchivedMemory
 from .sweep import SweepResult, parse_time, sweep
 
 __all__ = ["REASON_TEXT", "archive_command", "describe_row", "listing_lines", "sweep_message"]

@@ -13,7 +13,7 @@ vectors; by offset: reading every id at once held the GIL for a second at
 2. the rows are saved into the archive (same id, reason ``expired``);
 3. only then are they deleted from the live collection, and only in the state
    that was read (same partition and ``updated_at``,
-   :func:`.removal.unchanged_where`): a memory another process changed in
+   :func:`...storage.archive.removal.unchanged_where`): a memory another process changed in
    between (two bots on one Chroma server) stays live with its change, and the
    row saved for it becomes a previous version (:func:`_undo_changed`).
 
@@ -53,9 +53,8 @@ from nonebot.log import logger
 
 from ...core.records import MemoryRecord
 from ...ranking.scores import parse_time
-from ..memory_store import MemoryStore
-from .removal import deleted_count, row_state, unchanged_where
-from .store import REASON_EXPIRED, REASON_UPDATED, history_id
+from ...storage.archive.store import REASON_EXPIRED, REASON_UPDATED, history_id
+from ...storage.memory_store import MemoryStore, deleted_count, row_state, unchanged_where
 
 __all__ = ["WRITE_CHUNK", "SweepResult", "expired", "parse_time", "sweep"]
 

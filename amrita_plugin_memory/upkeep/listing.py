@@ -1,6 +1,6 @@
 """Paged, newest-first reads of one partition, and finding a memory by id alone.
 
-For the admin console (see :mod:`.recent` for why pages are read by id).
+For the admin console (see :mod:`..storage.partition.recent` for why pages are read by id).
 Every read here is bounded: a page is at most ``limit`` memories fetched by
 id, whatever the size of the partition or of the collection.
 """
@@ -11,8 +11,8 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from ...core.records import MemoryRecord
-from ..memory_store import MemoryStore
+from ..core.records import MemoryRecord
+from ..storage.memory_store import MemoryStore
 
 __all__ = ["locate", "newest_page", "partition_ids"]
 
@@ -50,7 +50,7 @@ def _refresh_later(store: MemoryStore, partition: str) -> None:
 
 
 async def partition_ids(store: MemoryStore, partition: str) -> list[str]:
-    """The ids of ``partition``, oldest first (cached; see :mod:`.recent`).
+    """The ids of ``partition``, oldest first (cached; see :mod:`..storage.partition.recent`).
 
     The returned list is the cache's own: slice it at once, do not keep it.
     """

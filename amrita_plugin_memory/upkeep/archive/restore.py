@@ -30,10 +30,10 @@ from dataclasses import dataclass
 
 from ...core.errors import MemoryLimitReached, VectorStoreError
 from ...core.records import MemoryRecord
-from ..keys import normalize_key
-from ..memory_store import MemoryStore
-from ..users.tombstones import Tombstones
-from .store import ArchivedMemory
+from ...storage.archive.store import ArchivedMemory
+from ...storage.keys import normalize_key
+from ...storage.memory_store import MemoryStore
+from ...storage.users.tombstones import Tombstones
 
 __all__ = ["ROW_ID_CHARS", "ArchiveRestoreError", "Restored", "parse_row_id", "restore"]
 

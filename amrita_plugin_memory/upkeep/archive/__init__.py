@@ -1,0 +1,1 @@
+"""The archive at work: the lifetime sweep, restoring rows, and the text that lists them."""
