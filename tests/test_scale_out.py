@@ -44,6 +44,7 @@ from tests.scale_out_bots import (
     stored_documents,
 )
 from tests.servers import ChromaServer
+from tests.servers.postgres import PostgresServer
 
 S = lazy_import(
     "amrita_plugin_memory.storage.archive.store", "amrita_plugin_memory.storage.memory_store"
@@ -61,9 +62,13 @@ FORGOTTEN = 10013  # case: a forget through A
 USERS = {WRITER, FILLER, FORGOTTEN}
 
 
-@pytest.fixture(scope="module", params=["sqlite"])
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def plugin_database(request: pytest.FixtureRequest, tmp_path_factory: Any) -> str:
-    """The URL of the plugin's shared database (a PostgreSQL fixture adds its param here)."""
+    """The URL of the plugin's shared database: a SQLite file, or a fresh database in the
+    session's throw-away PostgreSQL cluster (``tests/servers/postgres.py``)."""
+    if request.param == "postgresql":
+        server: PostgresServer = request.getfixturevalue("postgres")
+        return server.url(server.create_database("scale"))
     path = tmp_path_factory.mktemp("scale-out-db") / "memory.sqlite3"
     return f"sqlite+aiosqlite:///{path}"
 
@@ -88,9 +93,12 @@ def bots(
     root = tmp_path_factory.mktemp("scale-out")
     a = ScaleBot(root / "a", shared, CHAT, memory_limit=LIMIT)
     b = ScaleBot(root / "b", shared, CHAT, memory_limit=LIMIT)
+    # As the docs say: the schema upgraded once, from one project, before the bots start.
+    upgrade = a.project.command("orm", "upgrade")
+    assert upgrade.returncode == 0, upgrade.stdout + upgrade.stderr
     started: list[ScaleBot] = []
     try:
-        for bot in (a, b):  # one after the other: the first creates the shared tables
+        for bot in (a, b):
             bot.start()
             started.append(bot)
         _check_shared_tables(plugin_database)
@@ -310,6 +318,8 @@ def sweepers(
         finally:
             await rt.close()
 
+    upgrade = a.project.command("orm", "upgrade")
+    assert upgrade.returncode == 0, upgrade.stdout + upgrade.stderr
     run_async(fill())
     started: list[ScaleBot] = []
     try:
