@@ -1,12 +1,13 @@
 """Several processes on one memory: throughput, read latency, staleness, nothing lost.
 
-    uv run --frozen python -m bench.scale_out [--seconds 15] [--users 20] [--database-url URL]
+    uv run --frozen python -m bench.scale_out [--seconds 15] [--users 20] [--postgres | --database-url URL]
 
 1, 2 and 3 store clients, each a separate OS process set up as a bot
 (:mod:`bench.scale_out_worker`: NoneBot, the ORM, the plugin loaded, its own
 ``MemoryStore`` with its caches), in remote mode on one ``chroma run`` server
 (one fresh Chroma database per row) and one shared database for the plugin's
-tables (a fresh SQLite file per row, or ``--database-url``, e.g. a PostgreSQL
+tables (a fresh SQLite file per row; with ``--postgres`` a fresh database per row
+in a throw-away PostgreSQL cluster; or ``--database-url``, e.g. a PostgreSQL
 ``postgresql+asyncpg://…``; its tables must exist or be creatable by the
 first process). Beside them, one process on the default local mode (the
 plugin's child ``chroma run`` on its own data dir). Embeddings come from the
@@ -47,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.servers import ChromaServer
+from tests.servers.postgres import PostgresServer, find_bindir
 
 from .harness import ROOT, EmbedServerProcess
 from .stats import Summary, fmt_ms, load_average
@@ -124,6 +126,9 @@ async def run_row(
 ) -> Result:
     work: Path = ctx["work"] / name
     database_url = args.database_url or f"sqlite+aiosqlite:///{work / 'shared.sqlite3'}"
+    if ctx.get("postgres") is not None:  # a fresh database of the throw-away cluster
+        server = ctx["postgres"]
+        database_url = server.url(await asyncio.to_thread(server.create_database, "scale"))
     await asyncio.to_thread(work.mkdir, parents=True)
     base = ["--embed", ctx["embed"].url, "--mode", mode, "--database-url", database_url]
     if mode == "remote":
@@ -251,6 +256,12 @@ def format_rows(results: list[Result], patience: float) -> str:
     return "\n".join(lines)
 
 
+def database_name(args: argparse.Namespace) -> str:
+    if args.postgres:
+        return "PostgreSQL (a fresh database per row)"
+    return args.database_url or "SQLite file per row"
+
+
 async def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.scale_out")
     parser.add_argument("--seconds", type=float, default=15.0, help="load phase per row")
@@ -264,15 +275,27 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--database-url", default="", help="the shared plugin database (default: SQLite file)"
     )
+    parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="a fresh database per row in a throw-away PostgreSQL cluster (tests/servers/postgres.py)",
+    )
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="apm-scale-"))
     embed = EmbedServerProcess()
     chroma = ChromaServer(work / "chroma-server")
     results: list[Result] = []
+    postgres: PostgresServer | None = None
     try:
         embed.start()
         chroma.start()
-        ctx = {"work": work, "embed": embed, "chroma": chroma}
+        if args.postgres:
+            bindir = find_bindir()
+            if bindir is None:
+                parser.error("--postgres: PostgreSQL server binaries not found")
+            postgres = PostgresServer(bindir)
+            postgres.start()
+        ctx = {"work": work, "embed": embed, "chroma": chroma, "postgres": postgres}
         if not args.no_local:
             results.append(await run_row("local", 1, "local", args, ctx))
             print(format_rows(results, args.patience), flush=True)
@@ -280,6 +303,8 @@ async def main(argv: list[str] | None = None) -> int:
             results.append(await run_row(f"remote-{n}", n, "remote", args, ctx))
             print(format_rows(results[-1:], args.patience), flush=True)
     finally:
+        if postgres is not None:
+            postgres.stop()
         chroma.stop()
         embed.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -287,7 +312,7 @@ async def main(argv: list[str] | None = None) -> int:
     print(
         f"scale_out: --seconds {args.seconds:g} --users {args.users} --seed {args.seed} "
         f"--write-ratio {args.write_ratio:g} --concurrency {args.concurrency}; "
-        f"database {args.database_url or 'SQLite file per row'}; "
+        f"database {database_name(args)}; "
         f"embeddings: tests/servers/embedding_server.py; {load_average()}"
     )
     print(format_rows(results, args.patience))
