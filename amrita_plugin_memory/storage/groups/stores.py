@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...core.config import ConfigFile
+from ..shared.coherence import Coherence
 from .directory import GroupDirectory
 from .persona_store import PersonaStore
 from .self_store import SelfMemoryStore
@@ -23,13 +24,18 @@ class GroupStores:
     self_memory: SelfMemoryStore
 
     @classmethod
-    def build(cls, config: ConfigFile) -> GroupStores:
-        return cls(
+    def build(cls, config: ConfigFile, coherence: Coherence | None = None) -> GroupStores:
+        """The stores; ``coherence`` (remote mode) keeps the persona cache coherent with
+        other processes' (``PersonaStore.share``)."""
+        stores = cls(
             windows=GroupWindowStore(config.group_context),
             directory=GroupDirectory(config.group_context),
             personas=PersonaStore(),
             self_memory=SelfMemoryStore(config.self_memory.max_chars),
         )
+        if coherence is not None and coherence.active:
+            stores.personas.share(coherence)
+        return stores
 
     def configure(self, config: ConfigFile) -> None:
         """Apply another configuration to the live stores (their data stays)."""

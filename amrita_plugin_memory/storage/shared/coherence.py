@@ -48,7 +48,7 @@ change whose feed row could not be written; without the feed the caches keep 60 
 class FollowingCache(Protocol):
     """A cache the feed invalidates (:class:`~..partition.cache.PartitionCache`)."""
 
-    def invalidate(self, partition: str) -> None: ...
+    def invalidate(self, partition: str, /) -> None: ...
 
     def clear(self) -> None: ...
 
@@ -85,6 +85,12 @@ class Coherence:
             for cache in caches:
                 self.feed.follow(cache.invalidate, cache.clear)
 
+    def follow_with(self, invalidate: Callable[[str], None], clear: Callable[[], None]) -> None:
+        """:meth:`follow` with the two calls given apart (a store whose own ``clear``
+        means something else)."""
+        if self.feed is not None:
+            self.feed.follow(invalidate, clear)
+
     def on_change(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` whenever another process changed any partition (a whole-store
         cache such as the console's partition scan)."""
@@ -100,6 +106,12 @@ class Coherence:
         """Tell the other processes that ``partitions`` changed (``*``: all)."""
         if self.feed is not None:
             await self.feed.publish(partitions)
+
+    async def announce(self, partitions: Iterable[str]) -> None:
+        """:meth:`changed` after a committed write of a row cache (memo, consent, persona;
+        :mod:`.keyed`): a failure is logged, the write stands (the others' entries expire)."""
+        if self.feed is not None:
+            await self._publish(sorted(set(partitions)))
 
     def changed_later(self, partitions: Iterable[str] = (ALL_PARTITIONS,)) -> None:
         """:meth:`changed` from synchronous code (a replaced collection); logged on failure."""
