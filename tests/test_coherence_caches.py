@@ -110,7 +110,7 @@ async def test_a_forget_through_a_leaves_nothing_of_the_user_in_bs_caches(
     a, b = sides
     lag = Lag(b.store)
     user, key = _user()
-    other, other_key = _user()
+    _, other_key = _user()
     assert (await a.memo.update(key, "用户的生日是五月一日")).ok
     assert (await a.memo.update(other_key, "另一位用户的备忘录")).ok
     await a.groups.personas.merge(user, [("兴趣", "登山")], now=time.time(), max_chars=700)
