@@ -110,7 +110,7 @@ async def test_a_forget_through_a_leaves_nothing_of_the_user_in_bs_caches(
     a, b = sides
     lag = Lag(b.store)
     user, key = _user()
-    _, other_key = _user()
+    other, other_key = _user()
     assert (await a.memo.update(key, "用户的生日是五月一日")).ok
     assert (await a.memo.update(other_key, "另一位用户的备忘录")).ok
     await a.groups.personas.merge(user, [("兴趣", "登山")], now=time.time(), max_chars=700)
@@ -121,6 +121,13 @@ async def test_a_forget_through_a_leaves_nothing_of_the_user_in_bs_caches(
     assert [f.value for f in (await b.groups.personas.get(user)).fields] == ["登山"]
     assert b.groups.personas.cached(user)
     assert await b.consent.allows(user)
+
+    group = str(50000 + uuid.uuid4().int % 1_000_000)
+    b.groups.windows.append(group, user, "小明", "我的手机号是 138", is_bot=False, at=time.time())
+    b.groups.windows.append(group, other, "小红", "大家好", is_bot=False, at=time.time())
+    await b.groups.windows.flush(group)  # B's group: the messages are stored and in memory
+    assert user in await b.groups.directory.labels(group, [user, other])
+    assert group in b.groups.directory._labels
 
     data = UserData(
         a.store,
@@ -138,6 +145,11 @@ async def test_a_forget_through_a_leaves_nothing_of_the_user_in_bs_caches(
     assert (await b.groups.personas.get(user)).fields == []
     assert [r.content for r in await b.store.query(key, "杭州", top_k=5)] == []
     assert await b.memo.get(other_key) == "另一位用户的备忘录"
+    # The window B holds in memory (shown in B's group prompts) lost their messages,
+    # the other member's stay; B's cached labels of the group are read again.
+    assert [e.user_id for e in await b.groups.windows.recent(group, 10)] == [other]
+    assert group not in b.groups.directory._labels
+    assert await b.groups.directory.labels_of(user) == {}
     # Their opt-out choice is kept by a forget (none here): B still asks the table's truth.
     assert await b.consent.allows(user)
 

@@ -32,7 +32,14 @@ from ...infra.locks import PartitionLocks
 from .feed import ALL_PARTITIONS, ChangeFeed
 from .leases import Leases
 
-__all__ = ["PARTITION_LEASE_TTL", "PARTITION_LEASE_WAIT", "SAFETY_EXPIRY", "Coherence"]
+__all__ = [
+    "PARTITION_LEASE_TTL",
+    "PARTITION_LEASE_WAIT",
+    "SAFETY_EXPIRY",
+    "Coherence",
+    "forgotten_of",
+    "forgotten_row",
+]
 
 PARTITION_LEASE_TTL = 15.0
 """Seconds a partition's write lease lasts without renewal (a killed writer's, at most)."""
@@ -43,6 +50,21 @@ PARTITION_LEASE_WAIT = 30.0
 SAFETY_EXPIRY = 600.0
 """Seconds a cached partition is trusted at most while the feed runs (a backstop for a
 change whose feed row could not be written; without the feed the caches keep 60 s)."""
+
+
+FORGOTTEN = "forgotten:"
+"""Prefix of the feed row of a user's forget: what is no cache but data held in memory
+(a group's window) drops the user when it sees it. Caches of partitions ignore it."""
+
+
+def forgotten_row(partition: str) -> str:
+    """The feed row that tells every process the user of ``partition`` was forgotten."""
+    return FORGOTTEN + partition
+
+
+def forgotten_of(row: str) -> str | None:
+    """The partition of a forget row (``None``: another row)."""
+    return row[len(FORGOTTEN) :] if row.startswith(FORGOTTEN) else None
 
 
 class FollowingCache(Protocol):
