@@ -2,7 +2,8 @@
 
 Two stacks (``A``, ``B``) as two bot processes have them: each its own store on
 one real ``chroma run`` (the ``pair`` fixture of ``tests/test_coherence.py``), its
-own change feed, and its own memo service, consent store and group stores, all
+own change feed, and its own memo service, consent store and group stores (personas,
+windows, labels), all
 on the session's SQLite through the ORM. ``B`` reads first (its caches fill),
 ``A`` changes the data, and ``B``'s next read, whose feed clock is moved past
 ``MAX_LAG`` (:class:`tests.test_coherence.Lag`, no sleeping), must show the
