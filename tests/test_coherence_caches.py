@@ -2,11 +2,10 @@
 
 Two stacks (``A``, ``B``) as two bot processes have them: each its own store on
 one real ``chroma run`` (the ``pair`` fixture of ``tests/test_coherence.py``), its
-own change feed, and its own memo service, consent store and group stores (personas,
-windows, labels), all
-on the session's SQLite through the ORM. ``B`` reads first (its caches fill),
-``A`` changes the data, and ``B``'s next read, whose feed clock is moved past
-``MAX_LAG`` (:class:`tests.test_coherence.Lag`, no sleeping), must show the
+own change feed, and its own memo service, consent store and group stores
+(personas, windows, labels), all on the session's SQLite through the ORM. ``B``
+reads first (its caches fill), ``A`` changes the data, and ``B``'s next read,
+whose feed clock is moved past ``MAX_LAG`` (:class:`tests.test_coherence.Lag`, no sleeping), must show the
 change: a read never trusts a cache older than that, so within a second.
 """
 
@@ -21,9 +20,10 @@ from typing import Any
 
 import pytest
 
-from tests.test_coherence import Lag, pair
+from tests.conftest import env_for
+from tests.test_coherence import Lag, Peer, pair, peer, peer_database
 
-__all__ = ["pair"]  # the fixture, imported for pytest
+__all__ = ["pair", "peer", "peer_database"]  # the fixtures, imported for pytest
 
 
 @dataclass
@@ -204,3 +204,35 @@ async def test_a_failed_poll_clears_bs_memo_cache(sides: tuple[Side, Side]) -> N
     finally:
         feed.sessions = sessions
     assert not b.memo.cached(key)
+
+
+async def test_a_memo_and_an_opt_out_changed_here_are_seen_by_another_os_process(
+    peer: Peer, chroma_server: Any, peer_database: str
+) -> None:
+    """``tests/coherence_peer.py``: a real second process with the plugin's runtime (its
+    ``MemoService`` and ``ConsentStore`` wired by ``MemoryRuntime``, remote mode)."""
+    from amrita_plugin_memory.storage.consent_store import ConsentStore
+    from amrita_plugin_memory.storage.memo_store import MemoService
+    from amrita_plugin_memory.storage.memory_store import MEMORY_COLLECTION
+    from amrita_plugin_memory.storage.shared.coherence import Coherence
+
+    assert (await peer.read())["ready"]
+    env = env_for("remote", chroma_server, vector_db_database=peer_database)
+    coherence = Coherence.remote(env, MEMORY_COLLECTION)  # this process's, as the runtime's
+    memo, consent = MemoService(500), ConsentStore()
+    memo.share(coherence)
+    consent.share(coherence)
+    user, key = _user()
+    try:
+        assert (await memo.update(key, "旧的备忘录")).ok
+        assert (await peer.ask(op="memo", key=key, poll=True))["text"] == "旧的备忘录"
+        assert (await peer.ask(op="allows", user=user, poll=True))["allows"] is True
+
+        assert (await memo.update(key, "新的备忘录")).ok
+        assert await consent.set_allowed(user, False)
+        # One poll of the peer's feed (what its reads do after MAX_LAG, its poller every
+        # 0.25 s) drops both from its caches.
+        assert (await peer.ask(op="memo", key=key, poll=True))["text"] == "新的备忘录"
+        assert (await peer.ask(op="allows", user=user))["allows"] is False
+    finally:
+        await coherence.close()
