@@ -64,6 +64,13 @@ class MemoryRuntime:
         # EMBEDDING_MODEL_NAME=auto keeps the model of the stored fingerprint.
         pin_auto_model(self.embedder, self.store)
         self.memo = MemoService(config.file.memo_max_chars)
+        self.consent = ConsentStore()
+        """Active memory's opt-outs (one cache per process, read by every turn)."""
+        if shared:
+            # The memo and opt-out caches follow the same feed: a row for a uni_id drops
+            # what each keeps for it (a memo changed or forgotten through another bot).
+            self.memo.share(self.store.coherence)
+            self.consent.share(self.store.coherence)
         self.tools = MemoryTools(
             self.store,
             self.memo,
@@ -109,7 +116,7 @@ class MemoryRuntime:
             loop=loop,
             loop_target=loop_target,
             profile=ProfileFile.in_dir(self.config.data_dir),
-            consent=ConsentStore(),
+            consent=self.consent,
             backups=BackupScrubber(self.config.backup_dir, self.forgotten),
         )
         data.forget_hooks.append(self.fences.epochs.bump)  # work in flight writes nothing

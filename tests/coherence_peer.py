@@ -6,6 +6,10 @@ arguments given as JSON in ``argv[1]``, then answers one JSON command per
 stdin line with one JSON line on stdout:
 
 * ``{"op": "add", "partition": …, "text": …, "limit": …}`` → ``{"id": …}`` or ``{"error": …}``;
+* ``{"op": "memo", "key": …, "poll": bool}`` → ``{"text": …}`` (the runtime's memo
+  service, its cache used; ``poll``: the feed is polled first);
+* ``{"op": "allows", "user": …, "poll": bool}`` → ``{"allows": bool}`` (active memory's
+  opt-out cache, ``runtime.consent``);
 * ``{"op": "hold_sweep", "ttl": …}`` → ``{"held": bool}``, then keeps the sweep's lease
   (renewed) until the process is killed.
 """
@@ -35,6 +39,15 @@ async def _serve(rt: Any) -> None:
                 _reply({"id": rec.id})
             except Exception as exc:
                 _reply({"error": f"{exc.__class__.__name__}: {exc}"})
+        elif cmd["op"] in ("memo", "allows"):
+            if cmd.get("poll"):  # applied, or failed and every cache cleared: fresh either way
+                await rt.store.coherence.feed.poll()
+            if cmd["op"] == "memo":
+                _reply(
+                    {"text": await rt.memo.get(cmd["key"]), "cached": rt.memo.cached(cmd["key"])}
+                )
+            else:
+                _reply({"allows": await rt.consent.allows(cmd["user"])})
         elif cmd["op"] == "hold_sweep":
             from amrita_plugin_memory.upkeep.archive.sweep import sweep_lease
 

@@ -104,7 +104,7 @@ class ActiveMemory:
 
     @classmethod
     def build(cls, runtime: MemoryRuntime) -> ActiveMemory:
-        return cls(runtime.config.file, runtime.store, ConsentStore(), fences=runtime.fences)
+        return cls(runtime.config.file, runtime.store, runtime.consent, fences=runtime.fences)
 
     def _queue_args(self) -> dict[str, Any]:
         am = self.config.active_memory
@@ -213,7 +213,7 @@ class ActiveMemory:
                 answer,
                 related,
                 outcome,
-                fence=self.fences.fence(ticket, self.consent.allows),
+                fence=self.fences.fence(ticket, self.consent.allows_now),
             )
             for reason in outcome.ignored:
                 logger.debug(f"[Memory] 主动记忆提取忽略：{reason}")

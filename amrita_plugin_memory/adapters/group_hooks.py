@@ -174,7 +174,9 @@ def setup_group_awareness(runtime: MemoryRuntime) -> GroupAwareness:
     from nonebot import get_driver
 
     driver = get_driver()
-    awareness = GroupAwareness.build(runtime.config.file, fences=runtime.fences)
+    awareness = GroupAwareness.build(
+        runtime.config.file, fences=runtime.fences, coherence=runtime.store.coherence
+    )
     hooks = GroupHooks(awareness, set(driver.config.command_start))
     hooks.register()
     _CURRENT.append(hooks)

@@ -46,7 +46,7 @@ def _user(value: str) -> str:
 async def _here(rt: MemoryRuntime, work: Callable[[UserData], Awaitable[T]]) -> T:
     """``work`` on this process's stores (no bot runs); database errors end the command."""
     try:
-        return await work(rt.user_data(GroupStores.build(rt.config.file)))
+        return await work(rt.user_data(GroupStores.build(rt.config.file, rt.store.coherence)))
     except ForgetBlocked as exc:
         fail(str(exc))
     except SQLAlchemyError as exc:

@@ -28,6 +28,7 @@ from ..prompting.group_blocks import (
     render_self,
 )
 from ..storage.groups.stores import GroupStores
+from ..storage.shared.coherence import Coherence
 from ..storage.users.fences import UserFences
 from .amrita_llm import Completion, complete_isolated
 from .extraction import PersonaExtractor
@@ -55,8 +56,14 @@ class GroupAwareness:
         )
 
     @classmethod
-    def build(cls, config: ConfigFile, *, fences: UserFences | None = None) -> GroupAwareness:
-        return cls(config, GroupStores.build(config), fences=fences)
+    def build(
+        cls,
+        config: ConfigFile,
+        *,
+        fences: UserFences | None = None,
+        coherence: Coherence | None = None,
+    ) -> GroupAwareness:
+        return cls(config, GroupStores.build(config, coherence), fences=fences)
 
     def configure(self, config: ConfigFile) -> None:
         """Use another configuration from now on (stored data stays)."""

@@ -5,18 +5,32 @@ opted-out ids are few, read on every answered turn and every recall, so they
 are cached after the first read and the cache is replaced on every change.
 Who was told once that the bot learns on its own is read only after an
 extraction learned something, so it is not cached.
+
+In remote mode (:meth:`ConsentStore.share`) other bots switch the same rows: a
+change publishes a change-feed row for the user's personal partition (after the
+commit), and a feed row for a user's partition makes the next check of that user
+read their row again (a whole-store row or a failed poll: every row). A check
+first lets the feed catch up, so ``/memory auto off`` through one bot stops the
+others within about a second; the fence of background work reads the row itself
+(:meth:`ConsentStore.allows_now`).
 """
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 
 from nonebot_plugin_orm import get_session
 from sqlalchemy import delete, select
 
+from .keys import user_key, user_of_key
 from .models import ActiveMemoryNotice, ActiveMemoryOptOut, db_now
+from .shared.coherence import SAFETY_EXPIRY, Coherence
 
 __all__ = ["ConsentStore"]
+
+RECHECKS = 4096
+"""Users whose row is to be read again, at most; more and the whole set is read again."""
 
 
 class ConsentStore:
@@ -24,22 +38,80 @@ class ConsentStore:
 
     def __init__(self) -> None:
         self._opted_out: set[str] | None = None
+        self._loaded_at = 0.0
+        self._recheck: set[str] = set()
+        """Users another process may have switched: their row is read at their next check."""
+        self._generation = 0
+        """Moved on by every invalidation: a read under way then caches nothing."""
+        self.coherence = Coherence(ActiveMemoryOptOut.__tablename__)
+        self.ttl: float | None = None
+
+    def share(self, coherence: Coherence) -> None:
+        """Follow other processes' switches (remote mode)."""
+        self.coherence = coherence
+        coherence.follow(self)
+        self.ttl = SAFETY_EXPIRY
+
+    def invalidate(self, partition: str) -> None:
+        """A feed row for ``partition``: a user's partition makes their row be read again."""
+        user_id = user_of_key(partition)
+        if user_id is None:
+            return  # a group's partition: no consent is kept for it
+        self._generation += 1
+        self._recheck.add(user_id)
+        if len(self._recheck) > RECHECKS:
+            self.clear()
+
+    def clear(self) -> None:
+        self._generation += 1
+        self._opted_out = None
+        self._recheck.clear()
 
     async def _load(self) -> set[str]:
-        if self._opted_out is None:
+        expired = self.ttl is not None and time.monotonic() - self._loaded_at > self.ttl
+        if self._opted_out is None or expired:
+            generation = self._generation
             async with get_session() as session:
-                rows = (await session.scalars(select(ActiveMemoryOptOut.user_id))).all()
-            self._opted_out = set(rows)
+                rows = set((await session.scalars(select(ActiveMemoryOptOut.user_id))).all())
+            if generation != self._generation:
+                return rows  # invalidated meanwhile: used once, not cached
+            self._opted_out, self._loaded_at = rows, time.monotonic()
+            self._recheck.clear()
         return self._opted_out
+
+    async def _row(self, user_id: str) -> bool:
+        """Whether ``user_id`` has an opt-out row (read now)."""
+        async with get_session() as session:
+            return await session.get(ActiveMemoryOptOut, user_id) is not None
 
     async def allows(self, user_id: str) -> bool:
         """Whether active memory may learn from and recall for ``user_id``."""
-        return user_id not in await self._load()
+        await self.coherence.fresh()
+        opted_out = await self._load()
+        if user_id in self._recheck:
+            generation = self._generation
+            out = await self._row(user_id)
+            if generation == self._generation and self._opted_out is opted_out:
+                self._recheck.discard(user_id)
+                (opted_out.add if out else opted_out.discard)(user_id)
+            return not out
+        return user_id not in opted_out
+
+    async def allows_now(self, user_id: str) -> bool:
+        """:meth:`allows`, read from the table when other processes may switch it (the
+        fence of background work, checked right before its write)."""
+        if not self.coherence.active:
+            return await self.allows(user_id)
+        return not await self._row(user_id)
 
     async def set_allowed(self, user_id: str, allowed: bool) -> bool:
         """Switch active memory on or off for ``user_id``; whether anything changed."""
-        current = await self._load()
-        if allowed == (user_id not in current):
+        await self._load()
+        if self.coherence.active:
+            was_allowed = not await self._row(user_id)
+        else:
+            was_allowed = await self.allows(user_id)
+        if allowed == was_allowed:
             return False
         async with get_session() as session:
             if allowed:
@@ -49,7 +121,11 @@ class ConsentStore:
             else:
                 session.add(ActiveMemoryOptOut(user_id=user_id, created_at=db_now()))
             await session.commit()
-        self._opted_out = (current - {user_id}) if allowed else (current | {user_id})
+        self._generation += 1
+        self._recheck.discard(user_id)
+        if self._opted_out is not None:
+            (self._opted_out.discard if allowed else self._opted_out.add)(user_id)
+        await self.coherence.announce([user_key(user_id)])
         return True
 
     async def opted_out_since(self, user_id: str) -> datetime | None:

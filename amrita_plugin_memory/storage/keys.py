@@ -23,6 +23,7 @@ __all__ = [
     "normalize_key",
     "target_from_ids",
     "user_key",
+    "user_of_key",
 ]
 
 # Collection metadata entry recording which key format the stored data uses.
@@ -67,6 +68,17 @@ def parse_key(key: str) -> tuple[Literal["user", "group"], int] | None:
     if kind == "Private":
         return "user", number
     return None
+
+
+def user_of_key(key: str) -> str | None:
+    """The user id of a personal partition (``None``: a group's, or not a key)."""
+    try:
+        parsed = parse_key(key)
+    except Exception:  # not a uni_id at all (e.g. the whole store's "*")
+        return None
+    if parsed is None or parsed[0] != "user":
+        return None
+    return str(parsed[1])
 
 
 def normalize_key(key: str) -> str | None:

@@ -6,10 +6,18 @@ limit (``memo_max_chars``): appending would make the limit meaningless, so an
 over-long text is refused and the model is told the lengths to compress.
 
 Injection into the prompt is :mod:`..adapters.memo_hook`. Reads go through an
-in-process LRU cache (write-through); an empty memo is cached too, so chats
-without a memo cost no query per turn. A read fills the cache only if no write
-happened while it waited for the database (a write generation counter), so an
-older read can never replace a newer write in the cache.
+in-process LRU cache (write-through, :class:`.shared.keyed.KeyedCache`); an empty
+memo is cached too, so chats without a memo cost no query per turn. A read fills
+the cache only if nothing was written or invalidated while it waited for the
+database (a generation counter), so an older read can never replace a newer write.
+
+In remote mode (:meth:`MemoService.share`) other processes write the same table:
+every write and removal publishes a change-feed row for its uni_id (the memo key
+is the partition key of the same chat), after the commit and under the uni_id's
+lock, and every process's cache drops that uni_id when it sees the row (all on
+a whole-store row or a failed poll). A read first lets the feed catch up
+(:meth:`.shared.coherence.Coherence.fresh`), so a memo changed or forgotten
+through another bot is never injected more than about a second later.
 
 Rows keyed in an older uni_id format (``user_{qq}`` / ``group_{gid}``) are
 moved to the current format by :meth:`MemoService.migrate_keys`, at every
@@ -21,7 +29,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from nonebot import logger
-from nonebot_plugin_amrita.cache import LRUCache
 from nonebot_plugin_orm import get_session
 from sqlalchemy import Engine, select
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -29,6 +36,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from ..infra.locks import PartitionLocks
 from .keys import normalize_key
 from .models import UserMemo, db_now
+from .shared.coherence import SAFETY_EXPIRY, Coherence
+from .shared.keyed import KeyedCache
 
 __all__ = ["MemoKeyMigration", "MemoService", "MemoWriteResult", "dispose_memo_engine"]
 
@@ -64,32 +73,41 @@ class MemoService:
 
     def __init__(self, max_chars: int, cache_size: int = MEMO_CACHE_SIZE) -> None:
         self.max_chars = max_chars
-        self._cache: LRUCache[str, str] = LRUCache(cache_size)
+        self._cache: KeyedCache[str] = KeyedCache(cache_size)
         self._locks = PartitionLocks()
-        self._writes = 0
-        """Write generation: bumped after every committed write, before the cache is updated."""
+        self.coherence = Coherence(UserMemo.__tablename__)
+        """The process's change feed in remote mode (:meth:`share`); inactive otherwise."""
+
+    def share(self, coherence: Coherence) -> None:
+        """Keep the cache coherent with other processes' writes (remote mode)."""
+        self.coherence = coherence
+        coherence.follow(self._cache)
+        self._cache.ttl = SAFETY_EXPIRY
+
+    def cached(self, uni_id: str) -> bool:
+        """Whether the memo of ``uni_id`` is in this process's cache (tests)."""
+        return uni_id in self._cache
 
     async def get(self, uni_id: str) -> str:
         """The memo of ``uni_id`` (``""`` when there is none)."""
-        if uni_id in self._cache:
-            return self._cache.get(uni_id) or ""
-        generation = self._writes
+        await self.coherence.fresh()
+        cached = self._cache.get(uni_id)
+        if cached is not None:
+            return cached
+        generation = self._cache.generation
         async with get_session() as session:
             row = await session.get(UserMemo, uni_id)
             text = row.content if row is not None else ""
-        # A write committed while this read was in flight may be newer than
-        # ``text``; it has already put its own text into the cache.
-        if self._writes == generation:
-            self._cache.put(uni_id, text)
+        # A write (here or elsewhere) seen while this read was in flight may be
+        # newer than ``text``: then the read is not cached.
+        self._cache.put(uni_id, text, since=generation)
         return text
 
-    def _written(self, uni_id: str, content: str | None) -> None:
-        """After a commit: bump the generation, then cache ``content`` (``None``: forget)."""
-        self._writes += 1
-        if content is None:
-            self._cache.pop(uni_id, None)
-        else:
-            self._cache.put(uni_id, content)
+    async def _written(self, uni_id: str, content: str | None) -> None:
+        """After a commit, under the uni_id's lock: cache ``content`` (``None``: drop),
+        then tell the other processes."""
+        self._cache.written(uni_id, content)
+        await self.coherence.announce([uni_id])
 
     async def update(self, uni_id: str, content: str) -> MemoWriteResult:
         """Replace the memo of ``uni_id``; refuse (write nothing) above the limit.
@@ -110,7 +128,7 @@ class MemoService:
                     row.content = content
                     row.updated_at = db_now()
                 await session.commit()
-            self._written(uni_id, content)
+            await self._written(uni_id, content)
             return MemoWriteResult(True, attempted, attempted, self.max_chars)
 
     async def remove(self, uni_id: str) -> bool:
@@ -125,7 +143,7 @@ class MemoService:
                 if row is not None:
                     await session.delete(row)
                     await session.commit()
-            self._written(uni_id, "")
+            await self._written(uni_id, "")
             return row is not None
 
     async def migrate_keys(self, *, dry_run: bool = False) -> MemoKeyMigration:
@@ -183,8 +201,8 @@ class MemoService:
                         current.updated_at = legacy.updated_at
                 await session.delete(legacy)
                 await session.commit()
-            self._written(old, None)
-            self._written(new, None)
+            await self._written(old, None)
+            await self._written(new, None)
             return kept
 
 

@@ -140,6 +140,12 @@ class GroupDirectory:
             rows = (await session.scalars(stmt)).all()
         return {row.group_id: row.label for row in sorted(rows, key=lambda r: r.group_id)}
 
+    def drop_user(self, user_id: str) -> None:
+        """Forget the cached labels of every group that named ``user_id`` (their forget
+        through another process; the groups' labels are read again on next use)."""
+        for group_id in [g for g, known in self._labels.items() if user_id in known.by_user]:
+            del self._labels[group_id]
+
     async def forget_user(self, user_id: str) -> int:
         """Delete member ``user_id``'s label in every group; how many. Speaking again
         later gives them a label anew (possibly another one)."""

@@ -6,6 +6,12 @@ so members without a persona cost no query). Writes of one user are
 serialised; a merge re-reads the row under that lock, so concurrent
 extractions in two groups both land. ``learning_off`` is the member's
 opt-out (``/memory persona off``): nothing is merged while it is set.
+
+In remote mode (:meth:`PersonaStore.share`) the bots on one database share the
+table: every write publishes a change-feed row for the user's personal partition
+(after the commit, under the user's lock) and a feed row for it drops the cached
+persona in every other process, so a forget or a ``/memory persona off`` through
+one bot leaves no persona in another bot's group prompts a second later.
 """
 
 from __future__ import annotations
@@ -13,14 +19,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from nonebot_plugin_amrita.cache import LRUCache
 from nonebot_plugin_orm import get_session
 from sqlalchemy import delete, select
 
 from ...core.protocols import Fence
 from ...infra.locks import PartitionLocks
 from ...prompting.persona import PersonaField, fields_from_json, fields_to_json, merge_fields
+from ..keys import user_key, user_of_key
 from ..models import MemberPersona, db_now
+from ..shared.coherence import SAFETY_EXPIRY, Coherence
+from ..shared.keyed import KeyedCache
 
 __all__ = ["Persona", "PersonaStore"]
 
@@ -44,14 +52,37 @@ class PersonaStore:
     """Personas in the ``MemberPersona`` table, cached."""
 
     def __init__(self, cache_size: int = PERSONA_CACHE_SIZE) -> None:
-        self._cache: LRUCache[str, Persona] = LRUCache(cache_size)
+        self._cache: KeyedCache[Persona] = KeyedCache(cache_size)
         self._locks = PartitionLocks()
+        self.coherence = Coherence(MemberPersona.__tablename__)
+        """The process's change feed in remote mode (:meth:`share`); inactive otherwise."""
+
+    def share(self, coherence: Coherence) -> None:
+        """Keep the cache coherent with other processes' writes (remote mode)."""
+        self.coherence = coherence
+        coherence.follow_with(self._changed_elsewhere, self._cache.clear)
+        self._cache.ttl = SAFETY_EXPIRY
+
+    def _changed_elsewhere(self, partition: str) -> None:
+        """A feed row for ``partition``: a user's partition drops their persona."""
+        user_id = user_of_key(partition)
+        if user_id is not None:
+            self._cache.invalidate(user_id)
+
+    def cached(self, user_id: str) -> bool:
+        """Whether the persona of ``user_id`` is in this process's cache (tests)."""
+        return user_id in self._cache
+
+    async def _announce(self, user_id: str) -> None:
+        if self.coherence.active:
+            await self.coherence.announce([user_key(user_id)])
 
     async def get(self, user_id: str) -> Persona:
         return (await self.get_many([user_id]))[user_id]
 
     async def get_many(self, user_ids: Iterable[str]) -> dict[str, Persona]:
         """The personas of ``user_ids`` (empty ones for users without a row); one query for misses."""
+        await self.coherence.fresh()
         out: dict[str, Persona] = {}
         missing: list[str] = []
         for user_id in dict.fromkeys(user_ids):
@@ -61,12 +92,13 @@ class PersonaStore:
             else:
                 out[user_id] = cached
         if missing:
+            generation = self._cache.generation
             stmt = select(MemberPersona).where(MemberPersona.user_id.in_(missing))
             async with get_session() as session:
                 rows = {r.user_id: r for r in (await session.scalars(stmt)).all()}
             for user_id in missing:
                 persona = _from_row(user_id, rows.get(user_id))
-                self._cache.put(user_id, persona)
+                self._cache.put(user_id, persona, since=generation)
                 out[user_id] = persona
         return out
 
@@ -88,11 +120,16 @@ class PersonaStore:
                 row.learning_off = persona.learning_off
                 row.updated_at = db_now()
             await session.commit()
-        self._cache.put(persona.user_id, persona)
+        self._cache.written(persona.user_id, persona)
+        await self._announce(persona.user_id)
 
     async def _fresh(self, user_id: str) -> Persona:
+        """The row as it is now, cached unless anything was invalidated meanwhile."""
+        generation = self._cache.generation
         async with get_session() as session:
-            return _from_row(user_id, await session.get(MemberPersona, user_id))
+            persona = _from_row(user_id, await session.get(MemberPersona, user_id))
+        self._cache.put(user_id, persona, since=generation)
+        return persona
 
     async def merge(
         self,
@@ -111,7 +148,6 @@ class PersonaStore:
                 await fence()
             current = await self._fresh(user_id)
             if current.learning_off:
-                self._cache.put(user_id, current)
                 return False
             fields = merge_fields(current.fields, updates, now=now, max_chars=max_chars)
             await self._write(Persona(user_id, fields, False))
@@ -122,7 +158,6 @@ class PersonaStore:
         async with self._locks.hold(user_id):
             current = await self._fresh(user_id)
             if not current.fields:
-                self._cache.put(user_id, current)
                 return False
             await self._write(Persona(user_id, [], current.learning_off))
             return True
@@ -146,11 +181,10 @@ class PersonaStore:
             if current.learning_off:
                 if current.fields:
                     await self._write(Persona(user_id, [], True))
-                else:
-                    self._cache.put(user_id, current)
                 return len(current.fields)
             async with get_session() as session:
                 await session.execute(delete(MemberPersona).where(MemberPersona.user_id == user_id))
                 await session.commit()
-            self._cache.put(user_id, Persona(user_id))
+            self._cache.written(user_id, Persona(user_id))
+            await self._announce(user_id)
             return len(current.fields)

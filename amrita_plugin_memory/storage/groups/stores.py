@@ -5,12 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...core.config import ConfigFile
+from ..keys import user_of_key
+from ..shared.coherence import Coherence, forgotten_of
 from .directory import GroupDirectory
 from .persona_store import PersonaStore
 from .self_store import SelfMemoryStore
 from .window_store import GroupWindowStore
 
 __all__ = ["GroupStores"]
+
+
+def _keep_data() -> None:
+    """A failed poll or a whole-store row: windows are data, not a cache (kept)."""
 
 
 @dataclass(slots=True)
@@ -23,13 +29,28 @@ class GroupStores:
     self_memory: SelfMemoryStore
 
     @classmethod
-    def build(cls, config: ConfigFile) -> GroupStores:
-        return cls(
+    def build(cls, config: ConfigFile, coherence: Coherence | None = None) -> GroupStores:
+        """The stores; ``coherence`` (remote mode) keeps the persona cache coherent with
+        other processes' (``PersonaStore.share``)."""
+        stores = cls(
             windows=GroupWindowStore(config.group_context),
             directory=GroupDirectory(config.group_context),
             personas=PersonaStore(),
             self_memory=SelfMemoryStore(config.self_memory.max_chars),
         )
+        if coherence is not None and coherence.active:
+            stores.personas.share(coherence)
+            coherence.follow_with(stores._forgotten_elsewhere, _keep_data)
+        return stores
+
+    def _forgotten_elsewhere(self, row: str) -> None:
+        """A forget through another process: the user's messages leave this process's
+        windows (stored rows are that process's work) and their cached labels go."""
+        partition = forgotten_of(row)
+        user_id = user_of_key(partition) if partition is not None else None
+        if user_id is not None:
+            self.windows.drop_user(user_id)
+            self.directory.drop_user(user_id)
 
     def configure(self, config: ConfigFile) -> None:
         """Apply another configuration to the live stores (their data stays)."""

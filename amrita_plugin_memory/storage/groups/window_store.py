@@ -236,6 +236,11 @@ class GroupWindowStore:
         out.sort(key=lambda pair: pair[1].at)
         return out
 
+    def drop_user(self, user_id: str) -> int:
+        """Drop member ``user_id``'s messages from the windows in memory (a forget through
+        another process, which deleted the stored rows); how many entries went."""
+        return sum(window.drop_user(user_id) for window in self._windows.values())
+
     async def forget_user(self, user_id: str) -> int:
         """Remove member ``user_id``'s messages from every window, stored and in memory.
 

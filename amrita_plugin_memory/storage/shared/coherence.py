@@ -32,7 +32,14 @@ from ...infra.locks import PartitionLocks
 from .feed import ALL_PARTITIONS, ChangeFeed
 from .leases import Leases
 
-__all__ = ["PARTITION_LEASE_TTL", "PARTITION_LEASE_WAIT", "SAFETY_EXPIRY", "Coherence"]
+__all__ = [
+    "PARTITION_LEASE_TTL",
+    "PARTITION_LEASE_WAIT",
+    "SAFETY_EXPIRY",
+    "Coherence",
+    "forgotten_of",
+    "forgotten_row",
+]
 
 PARTITION_LEASE_TTL = 15.0
 """Seconds a partition's write lease lasts without renewal (a killed writer's, at most)."""
@@ -45,10 +52,25 @@ SAFETY_EXPIRY = 600.0
 change whose feed row could not be written; without the feed the caches keep 60 s)."""
 
 
+FORGOTTEN = "forgotten:"
+"""Prefix of the feed row of a user's forget: what is no cache but data held in memory
+(a group's window) drops the user when it sees it. Caches of partitions ignore it."""
+
+
+def forgotten_row(partition: str) -> str:
+    """The feed row that tells every process the user of ``partition`` was forgotten."""
+    return FORGOTTEN + partition
+
+
+def forgotten_of(row: str) -> str | None:
+    """The partition of a forget row (``None``: another row)."""
+    return row[len(FORGOTTEN) :] if row.startswith(FORGOTTEN) else None
+
+
 class FollowingCache(Protocol):
     """A cache the feed invalidates (:class:`~..partition.cache.PartitionCache`)."""
 
-    def invalidate(self, partition: str) -> None: ...
+    def invalidate(self, partition: str, /) -> None: ...
 
     def clear(self) -> None: ...
 
@@ -85,6 +107,12 @@ class Coherence:
             for cache in caches:
                 self.feed.follow(cache.invalidate, cache.clear)
 
+    def follow_with(self, invalidate: Callable[[str], None], clear: Callable[[], None]) -> None:
+        """:meth:`follow` with the two calls given apart (a store whose own ``clear``
+        means something else)."""
+        if self.feed is not None:
+            self.feed.follow(invalidate, clear)
+
     def on_change(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` whenever another process changed any partition (a whole-store
         cache such as the console's partition scan)."""
@@ -100,6 +128,12 @@ class Coherence:
         """Tell the other processes that ``partitions`` changed (``*``: all)."""
         if self.feed is not None:
             await self.feed.publish(partitions)
+
+    async def announce(self, partitions: Iterable[str]) -> None:
+        """:meth:`changed` after a committed write of a row cache (memo, consent, persona;
+        :mod:`.keyed`): a failure is logged, the write stands (the others' entries expire)."""
+        if self.feed is not None:
+            await self._publish(sorted(set(partitions)))
 
     def changed_later(self, partitions: Iterable[str] = (ALL_PARTITIONS,)) -> None:
         """:meth:`changed` from synchronous code (a replaced collection); logged on failure."""

@@ -54,6 +54,7 @@ from ...storage.groups.stores import GroupStores
 from ...storage.keys import user_key
 from ...storage.memo_store import MemoService
 from ...storage.memory_store import MemoryStore
+from ...storage.shared.coherence import forgotten_row
 from ...storage.users.loop_profile import LoopProfile, profile_lines
 from ...storage.users.loop_state_row import LoopStateAccess, drop_user_items, user_items
 from ...storage.users.tombstones import ForgottenUsers
@@ -352,6 +353,8 @@ class UserData:
                 for fence in self.forget_fences:
                     await fences.enter_async_context(fence(user_id))
                 counts = await self._remove(user_id, partition)
+            # Other processes (remote mode) drop the user from what they hold in memory.
+            await self.store.coherence.announce([forgotten_row(partition)])
         finally:
             for hook in self.after_forget:
                 hook(user_id)
