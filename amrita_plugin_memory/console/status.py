@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from ..core.config import ConfigFile
+from ..core.records import GroupPrivacy
 from ..embedding import collect_status
 from ..embedding.maintenance import Maintenance
 from ..embedding.report_json import status_json
@@ -88,6 +89,7 @@ def l3_json(runner: SubconsciousRunner | None, file: ConfigFile) -> dict[str, An
 
 def group_awareness_json(file: ConfigFile) -> dict[str, Any]:
     """What the group-awareness features are set to (their switches and limits)."""
+    privacy = GroupPrivacy.from_config(file)  # the rule's switches are read in one place
     return {
         "group_context": file.group_context.enabled,
         "context_message_count": file.group_context.context_message_count,
@@ -96,6 +98,6 @@ def group_awareness_json(file: ConfigFile) -> dict[str, Any]:
         "persona_learning": file.persona.update_enabled,
         "self_memory_max_chars": file.self_memory.max_chars,
         "group_memo_editors": file.group_memo_editors,
-        "private_memories_in_groups": file.private_memories_in_groups,
-        "group_memories_across_groups": file.group_memories_across_groups,
+        "private_memories_in_groups": privacy.private_memories_in_groups,
+        "group_memories_across_groups": privacy.group_memories_across_groups,
     }

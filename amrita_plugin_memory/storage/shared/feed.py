@@ -33,7 +33,6 @@ from nonebot.log import logger
 from sqlalchemy import delete, func, insert, select
 
 from ...core.text import short_error
-from ..models import PartitionChange
 from .sessions import SessionFactory, orm_session, wall_ms
 
 __all__ = ["ALL_PARTITIONS", "MAX_LAG", "POLL_INTERVAL", "ChangeFeed"]
@@ -113,6 +112,8 @@ class ChangeFeed:
 
     async def publish(self, partitions: Iterable[str]) -> None:
         """Record that ``partitions`` changed (after the Chroma write, in its write section)."""
+        from ..models import PartitionChange  # lazily: importable without NoneBot
+
         keys = sorted(set(partitions))
         if not keys or self.closed:
             return
@@ -165,6 +166,8 @@ class ChangeFeed:
             return True
 
     async def _poll_once(self) -> None:
+        from ..models import PartitionChange  # lazily: importable without NoneBot
+
         if self.clock() - self.polled_at > KEEP_MS / 2000:
             self.last_seq = None  # rows may have been pruned meanwhile: start over
         table = PartitionChange
@@ -205,6 +208,8 @@ class ChangeFeed:
 
     async def prune(self) -> None:
         """Delete rows older than :data:`KEEP_MS` (any process may; the table stays bounded)."""
+        from ..models import PartitionChange  # lazily: importable without NoneBot
+
         async with self.sessions() as session:
             newest = select(func.max(PartitionChange.seq)).scalar_subquery()
             await session.execute(

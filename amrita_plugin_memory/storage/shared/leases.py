@@ -30,7 +30,6 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from ...core.errors import VectorStoreError
 from ...core.text import short_error
-from ..models import SharedLease
 from .sessions import SessionFactory, orm_session, wall_ms
 
 __all__ = ["LeaseTimeout", "Leases", "SharedTablesUnavailable"]
@@ -70,6 +69,8 @@ class Leases:
 
     async def try_take(self, name: str, holder: str, ttl: float) -> bool:
         """Take ``name`` for ``holder`` if it is free or expired; whether it was taken."""
+        from ..models import SharedLease  # lazily: importable without NoneBot
+
         name = self._name(name)
         now = wall_ms()
         expires = now + int(ttl * 1000)
@@ -107,6 +108,8 @@ class Leases:
 
     async def renew(self, name: str, holder: str, ttl: float) -> bool:
         """Move the expiry of a held lease forward; ``False`` if it was lost (expired, taken)."""
+        from ..models import SharedLease  # lazily: importable without NoneBot
+
         name = self._name(name)
         async with self.sessions() as session:
             res = await session.execute(
@@ -118,6 +121,8 @@ class Leases:
             return getattr(res, "rowcount", 0) == 1
 
     async def release(self, name: str, holder: str) -> None:
+        from ..models import SharedLease  # lazily: importable without NoneBot
+
         name = self._name(name)
         async with self.sessions() as session:
             await session.execute(

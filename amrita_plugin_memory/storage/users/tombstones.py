@@ -43,7 +43,6 @@ from sqlalchemy.exc import IntegrityError
 
 from ...core.records import META_AUTHOR
 from ...infra.files import atomic_write_text
-from ..models import ForgottenUser
 from ..shared.sessions import SessionFactory
 
 __all__ = [
@@ -141,6 +140,8 @@ class ForgottenUsers:
         """The table's entries (empty without ``sessions``)."""
         if self.sessions is None:
             return {}
+        from ..models import ForgottenUser  # lazily: importable without NoneBot
+
         async with self.sessions() as session:
             rows = (await session.scalars(select(ForgottenUser))).all()
         return {
@@ -151,6 +152,8 @@ class ForgottenUsers:
         """Record ``user_id`` in the table, moving its time forward only (portable upsert)."""
         if self.sessions is None:
             return
+        from ..models import ForgottenUser  # lazily: importable without NoneBot
+
         us = _to_us(at)
         for _ in range(3):
             try:
