@@ -132,10 +132,12 @@ class BenchEnv:
         return rt
 
 
-def _nonebot_kwargs(work: Path, embed_url: str) -> dict[str, Any]:
+def nonebot_kwargs(work: Path, embed_url: str, *, log_level: str = "WARNING") -> dict[str, Any]:
+    """NoneBot's settings for a bench process working in ``work`` (also each
+    ``bench.scale_out_worker``, which adds its shared database and Chroma)."""
     return {
         "driver": "~fastapi",
-        "log_level": "WARNING",
+        "log_level": log_level,
         "localstore_use_cwd": True,
         "localstore_config_dir": str(work / "config"),
         "localstore_data_dir": str(work / "data"),
@@ -164,7 +166,7 @@ async def bench_env(keep: bool = False) -> AsyncIterator[BenchEnv]:
         import nonebot
         from nonebot.adapters.onebot.v11 import Adapter
 
-        nonebot.init(**_nonebot_kwargs(work, embed.url))
+        nonebot.init(**nonebot_kwargs(work, embed.url))
         driver = nonebot.get_driver()
         driver.register_adapter(Adapter)
         os.chdir(work)

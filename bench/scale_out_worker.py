@@ -23,8 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.harness import nonebot_kwargs as base_kwargs
+
 VENV_BIN = Path(sys.executable).parent
-EMBED_MODEL = "nomic-embed-text:latest"  # 384 dimensions on the test server
 MARK = "SCALE "
 
 ITEMS = ("苹果", "小提琴", "围棋", "黑胶唱片", "多肉植物", "登山", "咖啡", "油画", "潜水", "拉面")
@@ -39,22 +40,9 @@ def fact(tag: str, n: int) -> str:
 
 def nonebot_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(args.work)
-    values: dict[str, Any] = {
-        "driver": "~fastapi",
-        "log_level": "ERROR",
-        "localstore_use_cwd": True,
-        "localstore_config_dir": str(work / "config"),
-        "localstore_data_dir": str(work / "data"),
-        "localstore_cache_dir": str(work / "cache"),
-        "alembic_startup_check": False,
-        "sqlalchemy_database_url": f"sqlite+aiosqlite:///{work / 'db.sqlite3'}",
+    values = base_kwargs(work, args.embed, log_level="ERROR") | {
         "sqlalchemy_binds": {"amrita_plugin_memory": args.database_url},
-        "embedding_model_url": args.embed,
-        "embedding_model_name": EMBED_MODEL,
-        "embedding_proctol": "ollama-embed",
         "embedding_timeout_seconds": 60,
-        "embed_check_on_startup": False,
-        "embed_mismatch_policy": "never",
         "vector_db_type": args.mode,
     }
     if args.mode == "remote":
