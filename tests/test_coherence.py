@@ -434,3 +434,73 @@ async def test_the_console_of_b_sees_a_write_through_a(pair: list[Any]) -> None:
     await a.add(other, "user", "另一个分区")
     lag.past_max_lag()
     assert set((await catalog.get()).partitions) == {P, other}  # not 30 s later
+
+
+async def test_the_start_up_check_ends_its_loop_only_after_its_database_work(
+    tmp_path: Path, chroma_server: Any, embed_server: Any
+) -> None:
+    """CI's red run: the start-up check runs on a private event loop, and re-reading the
+    collection starts a feed row in a task of its own (``Coherence.changed_later``).
+    The check returned, ``asyncio.run`` cancelled that task while it held a connection
+    (SQLAlchemy's pool logged the cancelled rollback of ``Session.close`` with its
+    traceback) and the row was never committed. Here another connection holds
+    SQLite's write lock for two seconds, so the row is surely still waiting when the
+    check's own work ends: it must be written all the same, and nothing cancelled.
+    """
+    import logging
+    import sqlite3
+    import threading
+
+    from sqlalchemy import func, select
+
+    from amrita_plugin_memory.embedding import reset_fingerprint
+    from amrita_plugin_memory.embedding.startup import run_startup_check
+    from amrita_plugin_memory.storage.models import PartitionChange
+    from amrita_plugin_memory.storage.shared.sessions import orm_session
+    from tests.botproject import ALICE, make_runtime, memory_meta, seed
+
+    rt = make_runtime(tmp_path, mode="remote", chroma=chroma_server)
+    feed = rt.store.coherence.feed
+    assert feed is not None
+
+    async def rows() -> int:
+        async with orm_session() as session:
+            query = select(func.count()).where(
+                PartitionChange.collection == feed.collection, PartitionChange.partition == "*"
+            )
+            return int(await session.scalar(query) or 0)
+
+    errors: list[logging.LogRecord] = []
+
+    class Errors(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            errors.append(record)
+
+    pool_log = logging.getLogger("sqlalchemy.pool")
+    handler = Errors(level=logging.ERROR)
+    pool_log.addHandler(handler)
+    try:
+        await seed(
+            rt,
+            rt.store.name,
+            [(f"m{i}", f"爱丽丝的第 {i} 件事", memory_meta(ALICE)) for i in range(3)],
+        )
+        await reset_fingerprint(rt.maintenance)
+        await rt.store.coherence.settle()
+        before = await rows()
+
+        lock = sqlite3.connect(WORK / "db.sqlite3", isolation_level=None, check_same_thread=False)
+        lock.execute("BEGIN IMMEDIATE")  # another writer, as a second process would be
+        release = threading.Timer(2.0, lock.rollback)
+        release.start()
+        try:
+            result = await asyncio.to_thread(run_startup_check, rt.maintenance, interactive=False)
+        finally:
+            release.join()
+            lock.close()
+        assert result.action == "match", result.message
+        assert await rows() > before  # the other processes hear of the re-read collection
+        assert [r.getMessage() for r in errors] == []
+    finally:
+        pool_log.removeHandler(handler)
+        await rt.close()

@@ -305,6 +305,9 @@ def run_startup_check(
         try:
             return await run_startup_check_async(maint, interactive=is_tty, confirm=ask)
         finally:
+            # The private loop's database tasks (a feed row announcing the re-read
+            # collection) end before the loop does, which would cancel them mid-statement.
+            await maint.store.coherence.settle()
             await maint.embedder.close()  # the private loop's session, inside the set-aside block
 
     try:

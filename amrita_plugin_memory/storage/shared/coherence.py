@@ -207,7 +207,20 @@ class Coherence:
             with contextlib.suppress(Exception):
                 await task
 
-    async def close(self) -> None:
+    async def settle(self) -> None:
+        """Before the event loop that ran this store ends (a private loop: the start-up
+        check, a command): every database task it started here finishes first, the
+        feed rows of :meth:`changed_later`, the feed's poller, lease renewals. Ending
+        the loop would cancel them while they hold a connection (the interrupted
+        rollback SQLAlchemy's pool reports), and a cancelled feed row never tells
+        the other processes. The store keeps working on the next loop."""
         await self.settled()
+        if self.feed is not None:
+            await self.feed.settle()
+        if self.leases is not None:
+            await self.leases.settle()
+
+    async def close(self) -> None:
+        await self.settle()
         if self.feed is not None:
             await self.feed.close()

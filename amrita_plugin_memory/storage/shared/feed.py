@@ -33,7 +33,7 @@ from nonebot.log import logger
 from sqlalchemy import delete, func, insert, select
 
 from ...core.text import short_error
-from .sessions import SessionFactory, orm_session, wall_ms
+from .sessions import Detached, SessionFactory, orm_session, wall_ms
 
 __all__ = ["ALL_PARTITIONS", "MAX_LAG", "POLL_INTERVAL", "ChangeFeed"]
 
@@ -95,6 +95,12 @@ class ChangeFeed:
         self._seen: OrderedDict[int, None] = OrderedDict()
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
+        self._stop: asyncio.Event | None = None
+        """Ends the background task after its current poll (one per task: an event belongs
+        to one loop, and a private loop's task is replaced by the bot loop's)."""
+        self._work = Detached()
+        self._polling: asyncio.Task[None] | None = None
+        """The poll reading the table now (it may outlive a wait that timed out)."""
         self._pruned_at = float("-inf")
         self._failing = False
         self._retry_at = float("-inf")
@@ -143,12 +149,16 @@ class ChangeFeed:
 
     async def poll(self) -> bool:
         """Apply every change of other processes committed so far; whether that worked
-        (a failure clears the caches and is logged once per outage)."""
+        (a failure clears the caches and is logged once per outage).
+
+        The reading runs in a task of its own (:class:`.sessions.Detached`): a poll
+        that takes longer than :data:`POLL_TIMEOUT` counts as failed, but is never
+        interrupted half-way through its statement; the next poll first waits for it.
+        """
         async with self._lock:
             began = self.clock()
             try:
-                async with asyncio.timeout(POLL_TIMEOUT):
-                    await self._poll_once()
+                await self._read_within(POLL_TIMEOUT)
             except Exception as exc:
                 self._clear_all()
                 self._retry_at = self.clock() + MAX_LAG
@@ -164,6 +174,21 @@ class ChangeFeed:
             self.polled_at = began
             self.polls += 1
             return True
+
+    async def _read_within(self, seconds: float) -> None:
+        """One reading of the table, waited for at most ``seconds`` in all."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        earlier = self._polling
+        if earlier is not None and not earlier.done():  # a reading that outlived its wait
+            await asyncio.wait({earlier}, timeout=seconds)
+            if not earlier.done():
+                raise TimeoutError(f"上一次读取超过 {seconds:g} 秒仍未完成")
+        self._polling = reading = self._work.start(self._poll_once())
+        await asyncio.wait({reading}, timeout=max(deadline - loop.time(), 0.0))
+        if not reading.done():
+            raise TimeoutError(f"读取超过 {seconds:g} 秒未完成")
+        reading.result()
 
     async def _poll_once(self) -> None:
         from ..models import PartitionChange  # lazily: importable without NoneBot
@@ -224,10 +249,11 @@ class ChangeFeed:
     def _ensure_task(self) -> None:
         loop = asyncio.get_running_loop()
         if self._task is None or self._task.done() or self._task.get_loop() is not loop:
-            self._task = loop.create_task(self._run())
+            self._stop = asyncio.Event()
+            self._task = loop.create_task(self._run(self._stop))
 
-    async def _run(self) -> None:
-        while not self.closed:
+    async def _run(self, stop: asyncio.Event) -> None:
+        while not self.closed and not stop.is_set():
             await self.poll()
             if self.clock() - self._pruned_at > PRUNE_EVERY:
                 self._pruned_at = self.clock()
@@ -235,13 +261,22 @@ class ChangeFeed:
                     await self.prune()
                 except Exception as exc:
                     logger.debug(f"[Memory] 清理跨进程变更记录：{short_error(exc)}")
-            await asyncio.sleep(POLL_INTERVAL)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), POLL_INTERVAL)
+
+    async def settle(self) -> None:
+        """Stop this loop's background task after its current poll and wait for every
+        reading still running: before the event loop ends (a private loop's, or the
+        bot's at shutdown), which would otherwise cancel them while they hold a
+        connection. The next read on a running loop starts the task again."""
+        task, stop = self._task, self._stop
+        if task is not None and stop is not None and task.get_loop() is asyncio.get_running_loop():
+            stop.set()
+            await asyncio.wait({task})
+            self._task = self._stop = None
+        await self._work.settle()
 
     async def close(self) -> None:
-        """Stop the background task (the runtime's shutdown)."""
+        """Stop the background task for good (the runtime's shutdown)."""
         self.closed = True
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await self.settle()

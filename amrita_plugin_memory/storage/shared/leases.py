@@ -30,7 +30,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from ...core.errors import VectorStoreError
 from ...core.text import short_error
-from .sessions import SessionFactory, orm_session, wall_ms
+from .sessions import Detached, SessionFactory, orm_session, wall_ms
 
 __all__ = ["LeaseTimeout", "Leases", "SharedTablesUnavailable"]
 
@@ -60,6 +60,8 @@ class Leases:
         self._numbers = itertools.count(1)
         self.taken = 0
         """Leases taken (tests read it)."""
+        self._work = Detached()
+        """Renewals and releases: never cancelled half-way (:mod:`.sessions`)."""
 
     def token(self) -> str:
         return f"{self.process}:{next(self._numbers)}"
@@ -130,15 +132,42 @@ class Leases:
             )
             await session.commit()
 
-    async def _keep(self, name: str, holder: str, ttl: float) -> None:
+    async def _keep(self, name: str, holder: str, ttl: float, stop: asyncio.Event) -> None:
+        """Renew every third of ``ttl`` until ``stop`` is set (never cancelled: a renewal
+        under way finishes and releases its connection)."""
         while True:
-            await asyncio.sleep(ttl / 3)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), ttl / 3)
+            if stop.is_set():
+                return
             try:
                 if not await self.renew(name, holder, ttl):
                     logger.warning(f"[Memory] 租约 {name} 已失效（续期时已被其他进程取得）")
                     return
             except Exception as exc:
                 logger.warning(f"[Memory] 租约 {name} 续期失败，稍后重试：{short_error(exc)}")
+
+    async def _end(self, keeper: asyncio.Task[None], name: str, holder: str) -> None:
+        """After the block: the keeper's last renewal, then the release."""
+        await asyncio.wait({keeper})
+        try:
+            await self.release(name, holder)
+        except Exception as exc:  # it expires by itself
+            logger.warning(f"[Memory] 释放租约 {name} 失败（将自动过期）：{short_error(exc)}")
+
+    @contextlib.asynccontextmanager
+    async def _held(self, name: str, holder: str, ttl: float) -> AsyncIterator[None]:
+        """The block of a taken lease: renewed meanwhile, released after. The keeper
+        and the release run as :class:`.sessions.Detached` work, so a holder
+        cancelled in the block still releases (without waiting for it)."""
+        self.taken += 1
+        stop = asyncio.Event()
+        keeper = self._work.start(self._keep(name, holder, ttl, stop))
+        try:
+            yield
+        finally:
+            stop.set()
+            await asyncio.shield(self._work.start(self._end(keeper, name, holder)))
 
     @contextlib.asynccontextmanager
     async def hold(self, name: str, *, ttl: float, wait: float, what: str) -> AsyncIterator[None]:
@@ -155,18 +184,8 @@ class Leases:
                 )
             await asyncio.sleep(pause)
             pause = min(pause * 2, RETRY_MAX)
-        self.taken += 1
-        keeper = loop.create_task(self._keep(name, holder, ttl))
-        try:
+        async with self._held(name, holder, ttl):
             yield
-        finally:
-            keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keeper
-            try:
-                await self.release(name, holder)
-            except Exception as exc:  # it expires by itself
-                logger.warning(f"[Memory] 释放租约 {name} 失败（将自动过期）：{short_error(exc)}")
 
     @contextlib.asynccontextmanager
     async def attempt(self, name: str, *, ttl: float) -> AsyncIterator[bool]:
@@ -175,15 +194,9 @@ class Leases:
         if not await self._try(name, holder, ttl):
             yield False
             return
-        self.taken += 1
-        keeper = asyncio.get_running_loop().create_task(self._keep(name, holder, ttl))
-        try:
+        async with self._held(name, holder, ttl):
             yield True
-        finally:
-            keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keeper
-            try:
-                await self.release(name, holder)
-            except Exception as exc:
-                logger.warning(f"[Memory] 释放租约 {name} 失败（将自动过期）：{short_error(exc)}")
+
+    async def settle(self) -> None:
+        """Wait for the renewals and releases still running (before the event loop ends)."""
+        await self._work.settle()
