@@ -14,7 +14,8 @@ scripts run through alembic's operations, as ``ambot orm upgrade`` runs them
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from types import ModuleType
@@ -35,6 +36,7 @@ STATE = "amrita_plugin_memory_subconscious_state"
 SHARED = ("21f55abc2b90", "6004d221a7de")  # the revisions both packages claim
 WHEN = datetime(2026, 11, 2, 8, 30, 15)
 WHEN_TEXT = "2026-11-02 08:30:15"  # as either engine returns it to raw SQL, to the second
+WHEN_UTC = "2026-11-02 00:30:15"  # the published plugin's local time (UTC+8) in UTC
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -178,6 +180,17 @@ def read_rows(connection: Any, table: str, *cols: str) -> list[tuple[Any, ...]]:
     return [tuple(r) for r in connection.execute(sa.text(f'SELECT {names} FROM "{table}"')).all()]
 
 
+@pytest.fixture
+def beijing_time(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This process's local time zone is UTC+8 (the published plugin wrote local times)."""
+    monkeypatch.setenv("TZ", "Asia/Shanghai")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.usefixtures("beijing_time")
 async def test_a_published_database_is_adopted_row_for_row(engine: Any) -> None:
     await run(engine, published_tables())
     await run(engine, upgrade(after(SHARED[1])))
@@ -187,13 +200,13 @@ async def test_a_published_database_is_adopted_row_for_row(engine: Any) -> None:
         assert foreign_keys(connection, MEMO) == []
         memos = sorted(read_rows(connection, MEMO, "user_id", "content", "updated_at"))
         assert [(u, c, str(t)[:19]) for u, c, t in memos] == [
-            ("QQPlatform_Group_20001", "本群是读书会群", WHEN_TEXT),
-            ("QQPlatform_Private_10001", "用户是程序员，住在杭州", WHEN_TEXT),
+            ("QQPlatform_Group_20001", "本群是读书会群", WHEN_UTC),
+            ("QQPlatform_Private_10001", "用户是程序员，住在杭州", WHEN_UTC),
         ]
         assert columns(connection, STATE) == {"uid", "data", "updated_at"}
         ((uid, data, stamp),) = read_rows(connection, STATE, "uid", "data", "updated_at")
         data = json.loads(data) if isinstance(data, str) else data
-        assert (uid, str(stamp)[:19]) == ("amrita_memory", WHEN_TEXT)
+        assert (uid, str(stamp)[:19]) == ("amrita_memory", WHEN_UTC)
         assert data == LS.convert_loop_state(published_payload())[0]
         assert data["total_runs"] == 1 and data["pending_messages"] == []
         assert [a["summary"] for a in data["last_abstracts"]] == [

@@ -42,7 +42,7 @@ DEADLINE = 120.0  # hang guard only, never a measurement
 _message_ids = itertools.count(1)
 
 
-def private_message(text: str) -> dict[str, Any]:
+def private_message(text: str, user_id: int = OPERATOR) -> dict[str, Any]:
     """A OneBot V11 private message event as an implementation (NapCat…) pushes it."""
     return {
         "time": int(time.time()),
@@ -51,12 +51,34 @@ def private_message(text: str) -> dict[str, Any]:
         "message_type": "private",
         "sub_type": "friend",
         "message_id": next(_message_ids),
-        "user_id": OPERATOR,
+        "user_id": user_id,
         "message": [{"type": "text", "data": {"text": text}}],
         "raw_message": text,
         "font": 0,
-        "sender": {"user_id": OPERATOR, "nickname": "operator"},
+        "sender": {
+            "user_id": user_id,
+            "nickname": "operator" if user_id == OPERATOR else f"user{user_id}",
+        },
     }
+
+
+def group_mention(
+    text: str, *, user_id: int, group_id: int, role: str = "member"
+) -> dict[str, Any]:
+    """A OneBot V11 group message that @-mentions the bot (a chat turn in a group)."""
+    event = private_message(text, user_id)
+    event.update(
+        message_type="group",
+        sub_type="normal",
+        group_id=group_id,
+        message=[
+            {"type": "at", "data": {"qq": str(BOT_ID)}},
+            {"type": "text", "data": {"text": " " + text}},
+        ],
+        raw_message=f"[CQ:at,qq={BOT_ID}] {text}",
+        sender={"user_id": user_id, "nickname": f"user{user_id}", "role": role},
+    )
+    return event
 
 
 class OneBotClient:

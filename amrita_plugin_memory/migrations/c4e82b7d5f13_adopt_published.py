@@ -10,7 +10,8 @@ revisions on such a database. This one brings the two tables to this plugin's sh
 keeping every row: the memo table loses the foreign key to Amrita's user metadata and the
 edit counter ``version`` (see docs/spec-differences.md), the loop state's ``payload`` text
 becomes the ``data`` document (``storage/published/loop_state``; what cannot mean the same
-here is logged). On this plugin's own tables it changes nothing. A table of neither shape
+here is logged), and ``updated_at`` goes from the local time the published plugin wrote to
+this plugin's UTC. On this plugin's own tables it changes nothing. A table of neither shape
 is refused (``ForeignSchema``) before anything is changed.
 
 Downgrading does not restore the published shape (a database of this plugin's own goes
@@ -20,6 +21,7 @@ through here too): see README「从已发布的 amrita-plugin-memory 切换」.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from alembic import op
@@ -39,6 +41,18 @@ def _count(bind: sa.Connection, table: str) -> int:
     return int(bind.execute(sa.text(f'SELECT COUNT(*) FROM "{table}"')).scalar_one())
 
 
+def _local_times_to_utc(bind: sa.Connection, name: str, key: str) -> None:
+    """``updated_at`` as this plugin stores it: the published plugin wrote the local time
+    (``datetime.now()``), this plugin naive UTC. Converted with this machine's time zone,
+    the one the published bot ran in when the bot is switched in place."""
+    table = sa.table(name, sa.column(key, sa.String()), sa.column("updated_at", sa.DateTime()))
+    for row_key, stamp in bind.execute(sa.select(table.c[key], table.c.updated_at)).all():
+        if isinstance(stamp, datetime) and stamp.tzinfo is None:
+            utc = stamp.astimezone(UTC).replace(tzinfo=None)  # naive = local time here
+            if utc != stamp:
+                bind.execute(table.update().where(table.c[key] == row_key).values(updated_at=utc))
+
+
 def _adopt_memo(bind: sa.Connection) -> None:
     before = _count(bind, MEMO_TABLE)
     fks = [str(fk["name"]) for fk in sa.inspect(bind).get_foreign_keys(MEMO_TABLE)]  # named
@@ -49,6 +63,7 @@ def _adopt_memo(bind: sa.Connection) -> None:
     after = _count(bind, MEMO_TABLE)
     if after != before:  # never expected; the transaction is not committed then
         raise RuntimeError(f"备忘录表转换前有 {before} 行，转换后 {after} 行")
+    _local_times_to_utc(bind, MEMO_TABLE, "user_id")
     logger.info(
         f"[Memory] 已接管已发布插件的备忘录表 {MEMO_TABLE}：{after} 条备忘录原样保留，"
         "去掉了指向 amrita_user_metadata 的外键和只计修改次数的列 version"
@@ -73,6 +88,7 @@ def _adopt_state(bind: sa.Connection) -> None:
     with op.batch_alter_table(STATE_TABLE) as batch:
         batch.drop_column("payload")
         batch.alter_column("data", existing_type=sa.JSON(), nullable=False)
+    _local_times_to_utc(bind, STATE_TABLE, "uid")
 
 
 def upgrade(name: str = "") -> None:

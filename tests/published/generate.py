@@ -44,7 +44,7 @@ import websockets
 
 from tests.events import BOT_ID
 from tests.servers import ChatServer, EmbeddingServer, Reply, free_port
-from tests.test_walkthrough import OneBotClient, private_message, until
+from tests.test_walkthrough import OneBotClient, group_mention, private_message, until
 
 HERE = Path(__file__).resolve().parent
 FIXTURE = HERE / "bot-0.8.1"
@@ -199,27 +199,11 @@ def model(body: dict[str, Any]) -> Reply | None:
 
 
 def group_message(user_id: int, text: str) -> dict[str, Any]:
-    """A group message addressed to the bot (an @ of it first)."""
-    event = private_message(text)
-    event.update(
-        message_type="group",
-        sub_type="normal",
-        group_id=GROUP,
-        user_id=user_id,
-        message=[
-            {"type": "at", "data": {"qq": str(BOT_ID)}},
-            {"type": "text", "data": {"text": " " + text}},
-        ],
-        raw_message=f"[CQ:at,qq={BOT_ID}] {text}",
-        sender={"user_id": user_id, "nickname": f"user{user_id}", "role": "owner"},
-    )
-    return event
+    return group_mention(text, user_id=user_id, group_id=GROUP, role="owner")
 
 
 def from_user(user_id: int, text: str) -> dict[str, Any]:
-    event = private_message(text)
-    event.update(user_id=user_id, sender={"user_id": user_id, "nickname": f"user{user_id}"})
-    return event
+    return private_message(text, user_id)
 
 
 def write_project(root: Path, *, port: int, chat_url: str, embed_url: str) -> None:

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import sqlalchemy as sa
+from nonebot.log import logger
 
 __all__ = [
     "MEMO_TABLE",
@@ -125,7 +126,11 @@ def table_shapes(connection: sa.Connection) -> dict[str, Shape]:
     """The shape of each of the two tables; :class:`ForeignSchema` for anything else
     (then nothing is changed; otherwise a stale batch copy is dropped)."""
     inspector = sa.inspect(connection)
-    shapes: dict[str, Shape] = {t: _shape(inspector, t) for t in (MEMO_TABLE, STATE_TABLE)}
+    try:
+        shapes: dict[str, Shape] = {t: _shape(inspector, t) for t in (MEMO_TABLE, STATE_TABLE)}
+    except ForeignSchema as exc:  # said once plainly, before alembic's traceback
+        logger.error(str(exc))
+        raise
     _drop_stale_batch_copies(connection)
     return shapes
 
