@@ -74,7 +74,10 @@ def published_collections() -> dict[str, PublishedCollection]:
                     list(res["ids"]),
                     list(res["documents"] or []),
                     [dict(m or {}) for m in res["metadatas"] or []],
-                    [[float(x) for x in v] for v in (res["embeddings"] if res["embeddings"] is not None else [])],
+                    [
+                        [float(x) for x in v]
+                        for v in (res["embeddings"] if res["embeddings"] is not None else [])
+                    ],
                 )
         finally:
             client.clear_system_cache()

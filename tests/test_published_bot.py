@@ -24,6 +24,7 @@ import contextlib
 import json
 import shutil
 import sqlite3
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ import httpx
 import pytest
 import websockets
 
-from tests.botproject import BotProject, ambot_ok, snapshot
+from tests.botproject import BotProject, ambot_ok, make_runtime, snapshot
 from tests.console_bot import PASSWORD, USER, RunningBot, api_data, run_async
 from tests.events import BOT_ID
 from tests.published_data import (
@@ -43,13 +44,15 @@ from tests.published_data import (
     KNOWLEDGE_TITLE,
     MEMBER,
     MEMO,
+    MEMORY_COLLECTION,
     OWNER,
     PEANUT,
     PROFILE_LINE,
     TRIP,
     copy_fixture,
+    published_collections,
 )
-from tests.servers import ChatServer, Reply
+from tests.servers import ChatServer, ChromaProxy, ChromaServer, Reply
 from tests.test_walkthrough import (
     EXAMPLES,
     OneBotClient,
@@ -383,3 +386,128 @@ def test_an_unknown_database_is_refused_untouched(tmp_path: Path, damage: str) -
     else:
         assert "deadbeef0001" in output
     assert dump(project) == before
+
+
+# ---------------------------------------------------------------------------
+# A kill half-way through the adoption of the memories (remote mode)
+# ---------------------------------------------------------------------------
+
+EXTRA = 400  # two pages of the rewrite (200 rows each) beyond the fixture's four
+
+
+def published_rows() -> tuple[dict[str, Any], list[tuple[str, str, dict[str, Any], list[float]]]]:
+    """The fixture's memories and ``EXTRA`` more in the published plugin's form (the form its
+    ``write_memory`` stores: plain tags, ISO time with microseconds, nothing else), with the
+    vectors the test embedding server gives the fixture's model."""
+    from tests.servers import embed_text
+
+    published = published_collections()[MEMORY_COLLECTION]
+    rows = list(
+        zip(
+            published.ids,
+            [d or "" for d in published.documents],
+            published.metadatas,
+            published.embeddings,
+            strict=True,
+        )
+    )
+    for n in range(EXTRA):
+        text = f"用户第 {n} 次提到喜欢的书"
+        meta = {
+            "scope": "user",
+            "user_id": f"QQPlatform_Private_{30000 + n % 7}",
+            "tags": "阅读,书",
+            "importance": ("low", "medium", "high")[n % 3],
+            "created_at": f"2026-11-{1 + n % 28:02d}T08:{n % 60:02d}:00.{n:06d}+00:00",
+        }
+        rows.append((f"{n:032x}", text, meta, embed_text(text, len(published.embeddings[0]))))
+    return published.metadata, rows
+
+
+async def test_a_kill_half_way_through_the_adoption_loses_nothing(
+    tmp_path: Path, chroma_server: ChromaServer, chroma_proxy: ChromaProxy
+) -> None:
+    import functools
+    import os
+    import signal
+
+    from amrita_plugin_memory.storage.published.memories import (
+        META_FORMAT,
+        META_FORMAT_CURRENT,
+        adopted_metadata,
+    )
+
+    project = BotProject(tmp_path / "bot")
+    database = f"adopt_{uuid.uuid4().hex[:8]}"
+    on_proxy = {
+        "VECTOR_DB_TYPE": "remote",
+        "VECTOR_DB_SERVER": chroma_proxy.host,
+        "VECTOR_DB_PORT": chroma_proxy.port,
+        "VECTOR_DB_DATABASE": database,
+        "EMBED_MISMATCH_POLICY": "never",  # the recorded service is gone; vectors kept
+    }
+    project.write_env(**on_proxy)
+    ambot_ok(project.command("orm", "upgrade"))
+    collection_meta, rows = published_rows()
+
+    def direct() -> Any:  # a runtime on the server itself, not through the proxy
+        return make_runtime(
+            tmp_path / "direct", mode="remote", chroma=chroma_server, vector_db_database=database
+        )
+
+    async def seed() -> None:
+        rt = direct()
+        try:
+            col = await rt.connection.get_collection(rt.store.name)
+            await rt.connection.run(col.modify, metadata=collection_meta)
+            await rt.connection.run(
+                functools.partial(
+                    col.add,
+                    ids=[r[0] for r in rows],
+                    documents=[r[1] for r in rows],
+                    metadatas=[r[2] for r in rows],
+                    embeddings=[r[3] for r in rows],
+                )
+            )
+        finally:
+            await rt.close()
+
+    async def state() -> tuple[dict[str, Any], dict[str, Any]]:
+        rt = direct()
+        try:
+            return await snapshot(rt, rt.store.name), await rt.store.get_metadata()
+        finally:
+            await rt.close()
+
+    run_async(seed())
+    chroma_proxy.hold_write("update", skip=1)  # the first page lands, the second is held
+    killed = project.spawn_ambot("run")
+    try:
+        await until(chroma_proxy.write_held.is_set, "the second page of the rewrite")
+    finally:
+        os.killpg(killed.pid, signal.SIGKILL)
+        await asyncio.to_thread(killed.wait)
+        chroma_proxy.drop_held_write()
+
+    snap, meta = run_async(state())
+    assert len(snap) == len(rows)
+    halfway = [i for i, (_, m) in snap.items() if m and "updated_at" in m]
+    assert len(halfway) == 200  # one page rewritten, then the kill
+    assert meta.get(META_FORMAT) != META_FORMAT_CURRENT
+    backups = sorted(project.backup_dir.glob("embed_backup_*.json"))
+    assert len(backups) == 1 and meta["published_adoption_backup"] == backups[0].name
+
+    bot = RunningBot(project, l3=False, **on_proxy)
+    bot.start()
+    try:
+        assert f"继续上次中断的接管：还有 {len(rows) - 200} 条" in bot.log()
+        assert f"已接管已发布插件写入的 {len(rows) - 200} 条记忆" in bot.log()
+    finally:
+        bot.stop()
+
+    snap, meta = run_async(state())
+    assert sorted(snap) == sorted(r[0] for r in rows)  # every memory, exactly once
+    for memory_id, text, original, _ in rows:
+        assert snap[memory_id] == (text, adopted_metadata(original))
+    assert meta[META_FORMAT] == META_FORMAT_CURRENT
+    assert sorted(project.backup_dir.glob("embed_backup_*.json")) == backups  # no second backup
