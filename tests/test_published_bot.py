@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import shutil
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator
@@ -34,7 +33,7 @@ import pytest
 import websockets
 
 from tests.botproject import BotProject, ambot_ok, make_runtime, snapshot
-from tests.console_bot import PASSWORD, USER, RunningBot, api_data, run_async
+from tests.console_bot import PASSWORD, USER, RunningBot, api_data, run_async, stored_memories
 from tests.events import BOT_ID
 from tests.published_data import (
     CAT,
@@ -54,8 +53,8 @@ from tests.published_data import (
 )
 from tests.servers import ChatServer, ChromaProxy, ChromaServer, Reply
 from tests.test_walkthrough import (
-    EXAMPLES,
     OneBotClient,
+    copy_example_chat,
     group_mention,
     private_message,
     until,
@@ -70,13 +69,7 @@ def switched_project(root: Path, chat_url: str, **env: Any) -> BotProject:
     """The fixture copied into a bot project with this plugin, as an operator switches."""
     project = BotProject(root)
     copy_fixture(root)
-    chat = root / "config" / "chat"
-    (chat / "models").mkdir(parents=True)
-    shutil.copy(EXAMPLES / "config.toml", chat / "config.toml")
-    for preset in (EXAMPLES / "models").glob("*.json"):
-        data = json.loads(preset.read_text(encoding="utf-8"))
-        data["base_url"] = chat_url
-        (chat / "models" / preset.name).write_text(json.dumps(data), encoding="utf-8")
+    copy_example_chat(root, chat_url)
     # Stand-ins for the published plugin's prompt files (its texts are not in the repository).
     prompt = root / "config" / "amrita_plugin_memory" / "prompt"
     prompt.mkdir(parents=True)
@@ -176,19 +169,6 @@ def in_group(text: str, user: int = OWNER) -> dict[str, Any]:
     )
 
 
-def stored(project: BotProject) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The live and archived memories ``{id: (text, metadata)}`` (the bot stopped)."""
-
-    async def read() -> tuple[dict[str, Any], dict[str, Any]]:
-        rt = project.runtime()
-        try:
-            return await snapshot(rt, rt.store.name), await snapshot(rt, rt.store.archive.name)
-        finally:
-            await rt.close()
-
-    return run_async(read())
-
-
 def texts(rows: dict[str, Any]) -> list[str]:
     return sorted(doc for doc, _ in rows.values())
 
@@ -242,7 +222,7 @@ async def test_a_published_bot_switches_over_and_keeps_everything(
     finally:
         bot.stop()
 
-    live, archived = stored(project)
+    live, archived = stored_memories(project)
     assert texts(live) == [CAT_NOW]
     assert texts(archived) == sorted([CAT, CLUB, TRIP])  # a version, two deletes
     backups = sorted((project.data_dir / "backups").glob("embed_backup_*.json"))

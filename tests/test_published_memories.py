@@ -173,12 +173,9 @@ async def test_published_memories_are_adopted_once_after_a_backup(rt: Any) -> No
     assert meta[AD.META_ADOPTION_BACKUP] == result.adoption.backup
 
     # Read as this plugin's own: tags, dates, origin.
-    (cat,) = [r for r in await rt.store.list("QQPlatform_Private_10001") if r.content == CAT]
-    assert (
-        cat.tags == ["宠物", "猫"]
-        and cat.origin == "private"
-        and cat.created_at.startswith("2026-")
-    )
+    cat = R.MemoryRecord.from_chroma("cat", CAT, rows[CAT])
+    assert cat.tags == ["宠物", "猫"] and cat.origin == "private"
+    assert cat.created_at == cat.updated_at == rows[CAT]["created_at"]
 
     # Every later start: one metadata read, nothing rewritten, no second backup.
     again = E.run_startup_check(rt.maintenance, interactive=False)
@@ -266,3 +263,52 @@ async def test_another_models_published_fingerprint_is_a_mismatch_and_goes_with_
     assert meta[PM.META_FORMAT] == PM.META_FORMAT_CURRENT  # the adoption's marks survive
     rows = by_text(await snapshot(rt, rt.store.name))
     assert set(rows) == {CAT, TRIP, PEANUT, CLUB} and all("updated_at" in m for m in rows.values())
+
+
+async def test_their_dates_rank_like_ours_before_and_after_the_adoption(tmp_path: Path) -> None:
+    """A question naming a day prefers what the published plugin wrote that day, whether
+    its rows are still in its form or already in this plugin's (a real model, as in
+    ``tests/test_time_ranking.py``)."""
+    from tests.test_time_ranking import COOKING, NOW, _top
+
+    rt = make_runtime(
+        tmp_path,
+        embedding_proctol="local",
+        embedding_model_name="auto",
+        embed_mismatch_policy="never",
+    )
+    rt.embedder.timeout = 60.0
+    rt.store.clock = lambda: NOW.isoformat(timespec="seconds")
+    try:
+        uid = 50101
+        texts = [text for _, text in COOKING]
+        col = await rt.connection.get_collection(rt.store.name)
+        await rt.connection.run(
+            functools.partial(
+                col.add,
+                ids=[f"{n:032x}" for n in range(len(COOKING))],
+                documents=texts,
+                embeddings=await rt.embedder.embed(texts),
+                metadatas=[
+                    {  # as the published plugin's write_memory stores a memory
+                        "scope": "user",
+                        "user_id": f"QQPlatform_Private_{uid}",
+                        "tags": "日常",
+                        "importance": "medium",
+                        "created_at": when.replace(microsecond=250000).isoformat(),
+                    }
+                    for when, _ in COOKING
+                ],
+            )
+        )
+        rt.store.invalidate()
+        for stage in ("published form", "adopted"):
+            assert (await _top(rt, uid, "3月5号我做了什么菜？"))[0] == COOKING[3][1], stage
+            assert (await _top(rt, uid, "3月3号那天晚上我做了什么菜？"))[0] == COOKING[1][1], stage
+            first = await _top(rt, uid, "我们第一次聊天的时候，我跟你说了什么？")
+            assert first[0] == COOKING[0][1], stage
+            if stage == "published form":
+                result = E.run_startup_check(rt.maintenance, interactive=False)
+                assert result.adoption is not None and result.adoption.adopted == len(COOKING)
+    finally:
+        await rt.close()

@@ -143,7 +143,13 @@ def write_walkthrough_project(root: Path, chat_base_url: str) -> tuple[BotProjec
     project = BotProject(root)
     port = free_port()
     (root / ".env").write_text(walkthrough_env(port), encoding="utf-8")
-    # Step 5: the example files, copied; only the preset's address is the local server.
+    copy_example_chat(root, chat_base_url)
+    return project, f"ws://127.0.0.1:{port}/onebot/v11/ws"
+
+
+def copy_example_chat(root: Path, chat_base_url: str) -> None:
+    """Step 5: the example chat config and preset copied; only the preset's address is the
+    local chat server."""
     chat_dir = root / "config" / "chat"
     (chat_dir / "models").mkdir(parents=True)
     shutil.copy(EXAMPLES / "config.toml", chat_dir / "config.toml")
@@ -151,7 +157,6 @@ def write_walkthrough_project(root: Path, chat_base_url: str) -> tuple[BotProjec
         data = json.loads(preset.read_text(encoding="utf-8"))
         data["base_url"] = chat_base_url
         (chat_dir / "models" / preset.name).write_text(json.dumps(data), encoding="utf-8")
-    return project, f"ws://127.0.0.1:{port}/onebot/v11/ws"
 
 
 @contextlib.asynccontextmanager

@@ -42,6 +42,7 @@ from typing import Any
 
 import websockets
 
+from tests.botproject import PYPROJECT
 from tests.events import BOT_ID
 from tests.servers import ChatServer, EmbeddingServer, Reply, free_port
 from tests.test_walkthrough import OneBotClient, group_mention, private_message, until
@@ -52,20 +53,6 @@ OWNER = 10001  # the operator (superuser) and the L3 loop's target user
 MEMBER = 10002
 GROUP = 20001
 EMBED_MODEL = "nomic-embed-text:latest"  # 384 dimensions on the test server
-
-PYPROJECT = """\
-[project]
-name = "published-plugin-bot"
-version = "0.1.0"
-requires-python = ">=3.11"
-
-[tool.nonebot]
-plugin_dirs = []
-builtin_plugins = []
-
-[tool.amrita]
-plugins = ["amrita_plugin_memory"]
-"""
 
 # The published plugin's own configuration file (its keys): the loop on, for OWNER.
 PLUGIN_CONFIG = f"""\

@@ -4,15 +4,11 @@ Both packages claim revisions ``21f55abc2b90`` (``amrita_plugin_memory_user_memo
 ``6004d221a7de`` (``amrita_plugin_memory_subconscious_state``), so alembic takes a database
 written by the published plugin for one of ours. The columns tell them apart:
 
-=====================================  ==============================  ==================================
-table                                  this plugin                     the published plugin (0.4.0–0.8.1)
-=====================================  ==============================  ==================================
-``amrita_plugin_memory_user_memo``     user_id, content, updated_at    the same + ``version`` (an edit
-                                                                       counter) and a foreign key to
-                                                                       ``amrita_user_metadata.user_id``
-``amrita_plugin_memory_subconscious_   uid, data (JSON), updated_at    uid, payload (TEXT), updated_at
-state``
-=====================================  ==============================  ==================================
+* ``amrita_plugin_memory_user_memo``: here ``user_id``, ``content``, ``updated_at``; the
+  published plugin (0.4.0–0.8.1) adds ``version`` (an edit counter) and a foreign key to
+  ``amrita_user_metadata.user_id``;
+* ``amrita_plugin_memory_subconscious_state``: here ``uid``, ``data`` (JSON),
+  ``updated_at``; the published plugin has ``payload`` (text) instead of ``data``.
 
 :func:`table_shapes` reads the shapes (and drops what an interrupted batch migration of
 SQLite left behind); anything else is :class:`ForeignSchema`, raised before a migration
