@@ -61,6 +61,7 @@ from tests.test_walkthrough import (
 )
 
 CAT_NOW = "用户的猫叫年糕，是只三岁的橘猫"
+SENT = "周五晚上八点有读书会，别忘了带书。"  # what the published loop sent the owner
 DB = ("data", "nonebot_plugin_orm", "db.sqlite3")
 EXTRACTION = "[memory-extraction]"
 
@@ -186,8 +187,8 @@ async def test_a_published_bot_switches_over_and_keeps_everything(
     assert (
         "已接管已发布插件的备忘录表 amrita_plugin_memory_user_memo：2 条备忘录原样保留" in upgrade
     )
-    assert "保留运行次数 1、摘要 1 条、知识建议 1 条" in upgrade
-    assert "丢弃 1 条 pending_messages" in upgrade
+    assert "保留运行次数 1、摘要 1 条、待转达消息 1 条、知识建议 1 条" in upgrade
+    assert "丢弃调度状态 penalty, last_run_ts, idle_planner" in upgrade
     assert "没有检测到新的升级操作" in ambot_ok(project.command("orm", "check"))
 
     bot = RunningBot(project, l3=False)  # the published config (L3 on, knowledge on) as it is
@@ -251,8 +252,10 @@ async def check_private_chat(chat: Chat) -> None:
     assert mine.keys() == {CAT, TRIP}
     assert mine[CAT]["tags"] == ["宠物", "猫"] and mine[CAT]["importance"] == "high"
     assert mine[CAT]["created_at"].startswith("2026-12-03T09:42")  # the published plugin's date
-    # The personal memo is in the prompt of every private turn.
+    # The personal memo is in the prompt of every private turn; the message the published
+    # loop sent was waiting for this first turn, as it would have under the published plugin.
     assert any(MEMO in p for p in chat.system_prompts())
+    assert any("SUBCONSCIOUS_NOTES" in p and SENT in p for p in chat.system_prompts())
 
     found = await chat.tool(
         private("我的猫叫什么"), "read_memory", query="我的猫叫什么名字", scope="user"

@@ -208,7 +208,9 @@ async def test_a_published_database_is_adopted_row_for_row(engine: Any) -> None:
         data = json.loads(data) if isinstance(data, str) else data
         assert (uid, str(stamp)[:19]) == ("amrita_memory", WHEN_UTC)
         assert data == LS.convert_loop_state(published_payload())[0]
-        assert data["total_runs"] == 1 and data["pending_messages"] == []
+        assert data["total_runs"] == 1
+        (pending,) = data["pending_messages"]  # what its loop sent, for the next turn
+        assert pending["intent"] == "周五晚上八点有读书会，别忘了带书。" and pending["id"]
         assert [a["summary"] for a in data["last_abstracts"]] == [
             "新建了年糕的饮食知识，整理了用户画像"
         ]
@@ -315,9 +317,8 @@ async def test_every_revision_of_this_plugin_still_upgrades(engine: Any, tmp_pat
 def test_loop_state_conversion_keeps_what_means_the_same() -> None:
     data, notes = LS.convert_loop_state(published_payload())
     assert data["total_runs"] == 1
-    assert data["pending_messages"] == []
-    (note_pending, note_scheduler) = notes
-    assert "pending_messages" in note_pending and "发给了用户" in note_pending
+    assert [p["intent"] for p in data["pending_messages"]] == ["周五晚上八点有读书会，别忘了带书。"]
+    (note_scheduler,) = notes
     assert "penalty" in note_scheduler and "idle_planner" in note_scheduler
 
     raw = {
@@ -338,6 +339,8 @@ def test_loop_state_conversion_keeps_what_means_the_same() -> None:
             "junk",
         ],
         "mystery": 1,
+        "pending_messages": [{"content": f"第 {n} 条", "timestamp": ""} for n in range(12)]
+        + [{"content": ""}, "junk"],
     }
     data, notes = LS.convert_loop_state(json.dumps(raw))
     assert [a["summary"] for a in data["last_abstracts"]] == ["第一轮", "第二轮"]
@@ -346,6 +349,9 @@ def test_loop_state_conversion_keeps_what_means_the_same() -> None:
     (kept,) = data["knowledge_suggestions"]
     assert kept["kid"] == "ab12cd34" and kept["action"] == "update" and kept["id"]
     assert any("mystery" in n for n in notes) and any("2 条无法识别" in n for n in notes)
+    assert [p["intent"] for p in data["pending_messages"]] == [f"第 {n} 条" for n in range(2, 12)]
+    assert len({p["id"] for p in data["pending_messages"]}) == 10
+    assert any("丢弃 4 条 pending_messages" in n for n in notes)
 
     for bad in ("not json", "[1, 2]", None):
         data, notes = LS.convert_loop_state(bad)

@@ -80,6 +80,7 @@ def _adopt_state(bind: sa.Connection) -> None:
         bind.execute(state.update().where(state.c.uid == uid).values(data=data))
         kept = (
             f"运行次数 {data['total_runs']}、摘要 {len(data['last_abstracts'])} 条、"
+            f"待转达消息 {len(data['pending_messages'])} 条、"
             f"知识建议 {len(data['knowledge_suggestions'])} 条"
         )
         logger.info(f"[Subconscious] 已转换已发布插件的循环状态 {uid}：保留{kept}")

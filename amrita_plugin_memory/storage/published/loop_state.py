@@ -8,10 +8,11 @@ scheduler (``penalty``, ``last_run_ts``, ``last_run_time``, ``idle_planner``).
 
 What means the same here is converted: the run count, the abstracts (each cycle's summary;
 the last ``subconscious_iter_stop`` summary becomes the newest), the queued knowledge
-suggestions. What cannot mean the same is dropped and named in the notes, which the
-migration logs: its ``pending_messages`` were already sent to the user (this plugin's
-are messages still to be delivered), and its scheduler state has no counterpart (this
-loop plans its runs otherwise).
+suggestions, and the pending messages: the published loop queues what it tried to send
+the user (sent or not, it cannot tell) and shows it to the chat model in the user's next
+turn, which is what this loop's pending messages are (the newest :data:`PENDING_KEEP`).
+What cannot mean the same is dropped and named in the notes, which the migration logs:
+its scheduler state (this loop plans its runs otherwise) and keys it does not know.
 """
 
 from __future__ import annotations
@@ -19,13 +20,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["convert_loop_state"]
+__all__ = ["PENDING_KEEP", "convert_loop_state"]
 
 _CONVERTED = frozenset(
-    {"total_runs", "last_abstracts", "last_iter_summary", "knowledge_suggestions", "last_run_time"}
+    {
+        "total_runs",
+        "last_abstracts",
+        "last_iter_summary",
+        "knowledge_suggestions",
+        "last_run_time",
+        "pending_messages",
+    }
 )
 _SCHEDULER = ("penalty", "last_run_ts", "idle_planner")
 _ACTIONS = ("create", "update", "delete")
+PENDING_KEEP = 10
+"""The loop's bound on waiting messages (``subconscious.consts.PENDING_MAX``)."""
 
 
 def _text(value: Any) -> str:
@@ -46,6 +56,15 @@ def _abstracts(doc: dict[str, Any], total_runs: int) -> list[dict[str, Any]]:
     if entries:
         entries[-1]["cycle"] = total_runs  # the newest is the last run's
     return entries
+
+
+def _pending(raw: Any) -> list[dict[str, Any]]:
+    out = [
+        {"id": f"published{n + 1:04d}", "time": _text(item.get("timestamp")), "intent": text}
+        for n, item in enumerate(raw if isinstance(raw, list) else [])
+        if isinstance(item, dict) and (text := _text(item.get("content")))
+    ]
+    return out[-PENDING_KEEP:]
 
 
 def _suggestions(raw: Any) -> list[dict[str, Any]]:
@@ -90,20 +109,19 @@ def convert_loop_state(payload: Any) -> tuple[dict[str, Any], list[str]]:
     data: dict[str, Any] = {
         "total_runs": total_runs,
         "last_abstracts": _abstracts(doc, total_runs),
-        "pending_messages": [],
+        "pending_messages": _pending(doc.get("pending_messages")),
         "knowledge_suggestions": _suggestions(doc.get("knowledge_suggestions")),
     }
     pending = doc.get("pending_messages")
-    if isinstance(pending, list) and pending:
+    lost = (len(pending) if isinstance(pending, list) else 0) - len(data["pending_messages"])
+    if lost > 0:
         notes.append(
-            f"丢弃 {len(pending)} 条 pending_messages：已发布插件已把它们发给了用户，"
-            "本插件的待转达消息是尚未发出的，转过来会再发一遍"
+            f"丢弃 {lost} 条 pending_messages（空的、无法识别的，或超出 {PENDING_KEEP} 条的较早消息）"
         )
     scheduler = [k for k in _SCHEDULER if k in doc]
     if scheduler:
         notes.append(f"丢弃调度状态 {', '.join(scheduler)}：本插件的循环另行安排运行时间")
     unknown = sorted(k for k in doc if k not in _CONVERTED and k not in _SCHEDULER)
-    unknown = [k for k in unknown if k != "pending_messages"]
     if unknown:
         notes.append(f"丢弃未知的键 {', '.join(unknown)}")
     raw_suggestions = doc.get("knowledge_suggestions")
