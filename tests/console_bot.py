@@ -35,6 +35,7 @@ __all__ = [
     "run_async",
     "seeded_bot",
     "start_seeded",
+    "stored_memories",
 ]
 
 T = TypeVar("T")
@@ -218,11 +219,8 @@ def seeded_bot(
     return start_seeded(project, fill, l3=l3)
 
 
-def assert_nothing_lost(
-    project: BotProject, items: Sequence[tuple[str, str | None, Any]]
-) -> dict[str, tuple[str | None, dict[str, Any] | None]]:
-    """Every text of ``items`` is still in the project's store, live or archived (the
-    bot stopped; losses are counted); the live memories ``{id: (text, metadata)}``."""
+def stored_memories(project: BotProject) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The project's live and archived memories ``{id: (text, metadata)}`` (the bot stopped)."""
 
     async def read() -> tuple[dict[str, Any], dict[str, Any]]:
         rt = project.runtime()
@@ -231,7 +229,15 @@ def assert_nothing_lost(
         finally:
             await rt.close()
 
-    live, archived = run_async(read())
+    return run_async(read())
+
+
+def assert_nothing_lost(
+    project: BotProject, items: Sequence[tuple[str, str | None, Any]]
+) -> dict[str, tuple[str | None, dict[str, Any] | None]]:
+    """Every text of ``items`` is still in the project's store, live or archived (the
+    bot stopped; losses are counted); the live memories ``{id: (text, metadata)}``."""
+    live, archived = stored_memories(project)
     texts = {doc for doc, _ in live.values()} | {doc for doc, _ in archived.values()}
     lost = [i for i, doc, _ in items if doc not in texts]
     STATS.items_lost += len(lost)

@@ -42,7 +42,7 @@ DEADLINE = 120.0  # hang guard only, never a measurement
 _message_ids = itertools.count(1)
 
 
-def private_message(text: str) -> dict[str, Any]:
+def private_message(text: str, user_id: int = OPERATOR) -> dict[str, Any]:
     """A OneBot V11 private message event as an implementation (NapCat…) pushes it."""
     return {
         "time": int(time.time()),
@@ -51,12 +51,34 @@ def private_message(text: str) -> dict[str, Any]:
         "message_type": "private",
         "sub_type": "friend",
         "message_id": next(_message_ids),
-        "user_id": OPERATOR,
+        "user_id": user_id,
         "message": [{"type": "text", "data": {"text": text}}],
         "raw_message": text,
         "font": 0,
-        "sender": {"user_id": OPERATOR, "nickname": "operator"},
+        "sender": {
+            "user_id": user_id,
+            "nickname": "operator" if user_id == OPERATOR else f"user{user_id}",
+        },
     }
+
+
+def group_mention(
+    text: str, *, user_id: int, group_id: int, role: str = "member"
+) -> dict[str, Any]:
+    """A OneBot V11 group message that @-mentions the bot (a chat turn in a group)."""
+    event = private_message(text, user_id)
+    event.update(
+        message_type="group",
+        sub_type="normal",
+        group_id=group_id,
+        message=[
+            {"type": "at", "data": {"qq": str(BOT_ID)}},
+            {"type": "text", "data": {"text": " " + text}},
+        ],
+        raw_message=f"[CQ:at,qq={BOT_ID}] {text}",
+        sender={"user_id": user_id, "nickname": f"user{user_id}", "role": role},
+    )
+    return event
 
 
 class OneBotClient:
@@ -121,7 +143,13 @@ def write_walkthrough_project(root: Path, chat_base_url: str) -> tuple[BotProjec
     project = BotProject(root)
     port = free_port()
     (root / ".env").write_text(walkthrough_env(port), encoding="utf-8")
-    # Step 5: the example files, copied; only the preset's address is the local server.
+    copy_example_chat(root, chat_base_url)
+    return project, f"ws://127.0.0.1:{port}/onebot/v11/ws"
+
+
+def copy_example_chat(root: Path, chat_base_url: str) -> None:
+    """Step 5: the example chat config and preset copied; only the preset's address is the
+    local chat server."""
     chat_dir = root / "config" / "chat"
     (chat_dir / "models").mkdir(parents=True)
     shutil.copy(EXAMPLES / "config.toml", chat_dir / "config.toml")
@@ -129,7 +157,6 @@ def write_walkthrough_project(root: Path, chat_base_url: str) -> tuple[BotProjec
         data = json.loads(preset.read_text(encoding="utf-8"))
         data["base_url"] = chat_base_url
         (chat_dir / "models" / preset.name).write_text(json.dumps(data), encoding="utf-8")
-    return project, f"ws://127.0.0.1:{port}/onebot/v11/ws"
 
 
 @contextlib.asynccontextmanager

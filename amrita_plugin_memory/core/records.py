@@ -27,6 +27,7 @@ __all__ = [
     "group_of_origin",
     "origin_of_chat",
     "origin_of_group",
+    "split_tag_text",
     "utc_now",
     "where_partition",
 ]
@@ -271,7 +272,19 @@ def encode_tags(tags: Iterable[str]) -> str:
     return json.dumps(list(tags), ensure_ascii=False)
 
 
+def split_tag_text(text: str) -> list[str]:
+    """Tags written as one plain string (``"宠物,猫"``, ``"a， b"``): split, stripped, once each."""
+    tags: list[str] = []
+    for tag in text.replace("，", ",").split(","):
+        tag = tag.strip()
+        if tag and tag not in tags:
+            tags.append(tag)
+    return tags
+
+
 def decode_tags(value: Any) -> list[str]:
+    """Stored tags as a list: this plugin's JSON list, or the plain string the published
+    ``amrita-plugin-memory`` stored (any text that is not a JSON list, even ``"2024"``)."""
     if isinstance(value, list):
         return [str(v) for v in value]
     if not isinstance(value, str) or not value:
@@ -279,8 +292,8 @@ def decode_tags(value: Any) -> list[str]:
     try:
         parsed = json.loads(value)
     except ValueError:
-        return [t.strip() for t in value.split(",") if t.strip()]
-    return [str(v) for v in parsed] if isinstance(parsed, list) else []
+        return split_tag_text(value)
+    return [str(v) for v in parsed] if isinstance(parsed, list) else split_tag_text(value)
 
 
 def where_partition(

@@ -19,6 +19,14 @@ collection, so it also works with a remote ChromaDB.
 Once a fingerprint is stored, ``auto`` keeps meaning the model recorded in it
 (:func:`pin_auto_model`): pulling another embedding model into the service
 later must not silently change the vector space.
+
+The published ``amrita-plugin-memory`` records the same three parts under other keys
+(:data:`PUBLISHED_FINGERPRINT_KEYS`, the URL as written, never prefixes). Where this
+plugin's keys are missing they are read (:attr:`FingerprintInfo.published`): the same
+model on the same service needs no re-embedding when a bot switches over. They are kept
+only while they still describe the stored vectors (a switch back trusts them): every
+re-embedding drops them (``maintenance.user_meta``), and so does :func:`write_fingerprint`
+of another model.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from .local_model import LOCAL_BASE_URL
 
 __all__ = [
     "FINGERPRINT_KEYS",
+    "PUBLISHED_FINGERPRINT_KEYS",
     "FingerprintInfo",
     "compute_fingerprint",
     "current_fingerprint",
@@ -55,6 +64,13 @@ META_MODEL = "embedding_model"
 META_BASE_URL = "embedding_base_url"
 META_TEXT_FORMAT = "embedding_text_format"
 FINGERPRINT_KEYS = (META_FINGERPRINT, META_PROTOCOL, META_MODEL, META_BASE_URL, META_TEXT_FORMAT)
+PUBLISHED_FINGERPRINT_KEYS = (
+    "embed_fingerprint",
+    "embed_protocol",
+    "embed_model",
+    "embed_base_url",
+)
+"""The published plugin's keys for the same parts (digest, protocol, model, URL as written)."""
 
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -114,6 +130,8 @@ class FingerprintInfo:
     model: str = ""
     base_url: str = ""
     text_format: str = ""
+    published: bool = False
+    """Read from the published plugin's keys (:data:`PUBLISHED_FINGERPRINT_KEYS`)."""
 
     @classmethod
     def of(cls, protocol: str, model: str, base_url: str, text_format: str = "") -> FingerprintInfo:
@@ -122,9 +140,10 @@ class FingerprintInfo:
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any]) -> FingerprintInfo | None:
+        """This plugin's fingerprint in collection metadata, else the published plugin's."""
         digest = meta.get(META_FINGERPRINT)
         if not isinstance(digest, str) or not digest:
-            return None
+            return cls.from_published(meta)
         return cls(
             digest,
             str(meta.get(META_PROTOCOL, "")),
@@ -132,6 +151,14 @@ class FingerprintInfo:
             str(meta.get(META_BASE_URL, "")),
             str(meta.get(META_TEXT_FORMAT, "")),
         )
+
+    @classmethod
+    def from_published(cls, meta: Mapping[str, Any]) -> FingerprintInfo | None:
+        """The fingerprint the published plugin recorded (raw text, no prefixes), if any."""
+        digest, protocol, model, url = (meta.get(k) for k in PUBLISHED_FINGERPRINT_KEYS)
+        if not isinstance(digest, str) or not digest:
+            return None
+        return cls(digest, str(protocol or ""), str(model or ""), str(url or ""), published=True)
 
     def as_meta(self) -> dict[str, str]:
         return {
@@ -185,10 +212,13 @@ class FingerprintInfo:
         )
 
     def describe(self) -> str:
+        by = "（已发布的 amrita-plugin-memory 记录）" if self.published else ""
         if not (self.protocol or self.model or self.base_url):
-            return self.fingerprint[:16]
+            return self.fingerprint[:16] + by
         fmt = f"，文本格式 {self.text_format}" if self.text_format else ""
-        return f"{self.protocol} / {self.model} @ {self.base_url}{fmt}（{self.fingerprint[:16]}）"
+        return (
+            f"{self.protocol} / {self.model} @ {self.base_url}{fmt}（{self.fingerprint[:16]}）{by}"
+        )
 
 
 async def current_fingerprint(embedder: EmbeddingClient, *, probe: bool = False) -> FingerprintInfo:
@@ -238,4 +268,9 @@ async def stored_fingerprint(store: MemoryStore) -> FingerprintInfo | None:
 
 
 async def write_fingerprint(store: MemoryStore, info: FingerprintInfo) -> None:
-    await store.set_meta(info.as_meta())
+    """Record ``info``; the published plugin's keys go unless they describe the same vectors."""
+    published = FingerprintInfo.from_published(await store.get_metadata())
+    stale = published is not None and not (
+        published.fingerprint == info.fingerprint or published.same_service(info)
+    )
+    await store.set_meta(info.as_meta(), drop=PUBLISHED_FINGERPRINT_KEYS if stale else ())

@@ -29,7 +29,7 @@ from ..storage.chroma.remap_markers import (
 from ..storage.memory_store import Item, MemoryStore, iter_pages
 from .client import EmbeddingClient
 from .errors import RemapError
-from .fingerprint import FINGERPRINT_KEYS
+from .fingerprint import FINGERPRINT_KEYS, PUBLISHED_FINGERPRINT_KEYS
 
 if TYPE_CHECKING:
     from chromadb.api.models.Collection import Collection
@@ -91,8 +91,9 @@ def space_of(col: Collection) -> str | None:
 
 
 def user_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
-    """Metadata without fingerprint, remap markers and Chroma's ``hnsw:`` settings."""
-    drop = set(FINGERPRINT_KEYS) | set(MARKER_KEYS)
+    """Metadata without fingerprints (the published plugin's too: re-embedded vectors are
+    not what it recorded), remap markers and Chroma's ``hnsw:`` settings."""
+    drop = set(FINGERPRINT_KEYS) | set(PUBLISHED_FINGERPRINT_KEYS) | set(MARKER_KEYS)
     return {k: v for k, v in meta.items() if k not in drop and not k.startswith("hnsw:")}
 
 

@@ -14,6 +14,7 @@ from nonebot.log import logger
 from ..core.errors import DataDirLocked, EmbeddingError, VectorStoreError
 from ..infra.terminal import ask_yes_no, stdin_is_tty
 from ..upkeep.rekey import KeyMigrationReport, migrate_partition_keys
+from .adoption import AdoptionReport, adopt_published_memories
 from .client import EmbeddingConfigError
 from .errors import BackupError, RemapError
 from .fingerprint import (
@@ -62,6 +63,8 @@ class StartupResult:
     current: FingerprintInfo | None = None
     migration: KeyMigrationReport | None = None
     remap: RemapReport | None = None
+    adoption: AdoptionReport | None = None
+    """Memories of the published plugin made this plugin's (``None``: not run this time)."""
 
 
 def _mismatch_text(stored: FingerprintInfo | None, current: FingerprintInfo, count: int) -> str:
@@ -131,12 +134,18 @@ def record_fingerprint_at_first_embedding(maint: Maintenance) -> None:
 async def _migrate_url_form(
     maint: Maintenance, stored: FingerprintInfo, current: FingerprintInfo
 ) -> None:
-    """Rewrite a fingerprint made from another spelling of the same URL (no re-embedding)."""
+    """Record this plugin's fingerprint for vectors of the same model and service (no
+    re-embedding): stored under another spelling of the URL, or by the published plugin."""
     await write_fingerprint(maint.store, current)
     knowledge = await open_collection(maint.connection, maint.covered[0].name)
     if knowledge is not None and any(k in meta_of(knowledge) for k in FINGERPRINT_KEYS):
         meta = meta_of(knowledge)
         await replace_meta(maint.connection, knowledge, {**user_meta(meta), **current.as_meta()})
+    if stored.published:
+        logger.info(
+            f"[Memory] 沿用嵌入指纹 {stored.describe()}（同一服务、同一模型，无需重新嵌入）"
+        )
+        return
     logger.info(
         f"[Memory] 嵌入指纹中的服务地址 {stored.base_url} 已迁移为规范形式 {current.base_url}"
         "（同一服务、同一模型，无需重新嵌入）"
@@ -149,15 +158,23 @@ async def run_startup_check_async(
     """The startup check (spec flowchart) on the caller's event loop.
 
     Order: finish/drop an interrupted remap (a prerequisite of touching the
-    collections at all), key migration (idempotent, O(1) once current), then
-    the fingerprint comparison and ``EMBED_MISMATCH_POLICY``.
+    collections at all), key migration (idempotent, O(1) once current), the
+    adoption of the published plugin's memories (:mod:`.adoption`, O(1) once
+    done), then the fingerprint comparison and ``EMBED_MISMATCH_POLICY``.
     """
     env = maint.env
+    adoption: AdoptionReport | None = None
     try:
         await recover_interrupted_remap(maint)
         migration = await migrate_partition_keys(maint.store)
         if migration.rewritten:
             logger.info(f"[Memory] 已迁移 {migration.rewritten} 条记忆的分区键到当前格式")
+        try:
+            adoption = await adopt_published_memories(maint)
+        except BackupError as exc:  # nothing rewritten; read as they are, retried next start
+            logger.error(
+                f"[Memory] 无法在接管已发布插件的记忆前备份，本次不转换（下次启动重试）：{exc}"
+            )
         stored = await stored_fingerprint(maint.store)
         knowledge = await open_collection(maint.connection, maint.covered[0].name)
         count = await maint.store.count()
@@ -184,7 +201,9 @@ async def run_startup_check_async(
             "但在 .env 中设置 EMBEDDING_MODEL_NAME 并重启 Bot 之前，记忆工具都会报错"
         )
         logger.warning(msg)
-        return StartupResult(True, "misconfigured", msg, stored=stored, migration=migration)
+        return StartupResult(
+            True, "misconfigured", msg, stored=stored, migration=migration, adoption=adoption
+        )
     except EmbeddingError as exc:
         later = "下次启动重新检查"
         if count == 0:
@@ -195,20 +214,24 @@ async def run_startup_check_async(
             f"插件照常加载，记忆工具在嵌入服务可用前会报错；{later}"
         )
         logger.warning(msg)
-        return StartupResult(True, "unavailable", msg, stored=stored, migration=migration)
+        return StartupResult(
+            True, "unavailable", msg, stored=stored, migration=migration, adoption=adoption
+        )
 
     if count == 0:
         if stored is None or stored.fingerprint != current.fingerprint:
             await write_fingerprint(maint.store, current)
         msg = f"[Memory] 记忆库为空，已记录嵌入指纹：{current.describe()}"
         logger.debug(msg)
-        return StartupResult(True, "fresh", msg, stored, current, migration)
-    if stored is not None and stored.fingerprint != current.fingerprint:
-        if stored.same_service(current):
+        return StartupResult(True, "fresh", msg, stored, current, migration, adoption=adoption)
+    if stored is not None and (stored.published or stored.fingerprint != current.fingerprint):
+        if stored.fingerprint == current.fingerprint or stored.same_service(current):
             await _migrate_url_form(maint, stored, current)
             stored = current
     if stored is not None and stored.fingerprint == current.fingerprint:
-        return StartupResult(True, "match", "[Memory] 嵌入指纹一致", stored, current, migration)
+        return StartupResult(
+            True, "match", "[Memory] 嵌入指纹一致", stored, current, migration, adoption=adoption
+        )
 
     mismatch = _mismatch_text(stored, current, count)
     policy = env.embed_mismatch_policy
@@ -221,7 +244,7 @@ async def run_startup_check_async(
             "（模型实际未变时用 `ambot memory reset-fingerprint`）"
         )
         logger.error(msg)
-        return StartupResult(False, "refused", msg, stored, current, migration)
+        return StartupResult(False, "refused", msg, stored, current, migration, adoption=adoption)
     if policy == "ask":
         question = (
             f"[Memory] {mismatch}。\n"
@@ -235,7 +258,7 @@ async def run_startup_check_async(
             "运行 `ambot memory reindex` 重映射，或 `ambot memory reset-fingerprint` 确认模型未变"
         )
         logger.warning(msg)
-        return StartupResult(True, "kept", msg, stored, current, migration)
+        return StartupResult(True, "kept", msg, stored, current, migration, adoption=adoption)
 
     logger.warning(f"[Memory] {mismatch}，开始重映射…")
     try:
@@ -247,9 +270,11 @@ async def run_startup_check_async(
             "`ambot memory reindex`"
         )
         logger.error(msg)
-        return StartupResult(True, "remap_failed", msg, stored, current, migration)
+        return StartupResult(
+            True, "remap_failed", msg, stored, current, migration, adoption=adoption
+        )
     msg = f"[Memory] 重映射完成：{report.total} 条，备份 {report.backup}"
-    return StartupResult(True, "remapped", msg, stored, current, migration, report)
+    return StartupResult(True, "remapped", msg, stored, current, migration, report, adoption)
 
 
 def _run_in_private_loop(factory: Callable[[], Awaitable[T]]) -> T:

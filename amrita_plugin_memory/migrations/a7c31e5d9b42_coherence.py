@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from amrita_plugin_memory.storage.models import migrates_on
+from amrita_plugin_memory.storage.published.tables import require_known_tables
 
 revision: str = "a7c31e5d9b42"
 down_revision: str | Sequence[str] | None = "5d2f8a61c0b7"
@@ -25,6 +26,7 @@ _INFO = {"bind_key": "amrita_plugin_memory"}
 def upgrade(name: str = "") -> None:
     if not migrates_on(name):
         return
+    require_known_tables(op.get_bind())  # a database of neither plugin: refused untouched
     op.create_table(
         "amrita_plugin_memory_partition_change",
         sa.Column("seq", sa.Integer(), autoincrement=True, nullable=False),

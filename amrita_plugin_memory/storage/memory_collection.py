@@ -10,6 +10,7 @@ while a remap replaces the collection) in a worker thread.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Collection as Keys
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -104,12 +105,27 @@ class MemoryCollection:
     async def get_meta(self, key: str) -> Any:
         return (await self.get_metadata()).get(key)
 
-    async def set_meta(self, values: Mapping[str, Any]) -> None:
-        """Merge ``values`` into the collection metadata (Chroma replaces it whole)."""
+    async def set_meta(self, values: Mapping[str, Any], *, drop: Keys[str] = ()) -> None:
+        """Merge ``values`` into the collection metadata, without the keys ``drop``
+        (Chroma replaces it whole)."""
         merged = await self.get_metadata()
         merged.update(values)
-        merged = {k: v for k, v in merged.items() if not k.startswith("hnsw:")}
+        merged = {k: v for k, v in merged.items() if not k.startswith("hnsw:") and k not in drop}
         await self._run(lambda c: c.modify(metadata=merged))
+
+    async def rewrite_metadata(self, metadatas: Mapping[str, Mapping[str, Any]]) -> None:
+        """Replace the stored metadata of rows ``{id: metadata}`` as given (maintenance of
+        the stored form only: documents, vectors and ids are untouched); caches dropped."""
+        ids = list(metadatas)
+        if not ids:
+            return
+        rows = [dict(metadatas[i]) for i in ids]
+        try:
+            await self._write(lambda c: c.update(ids=ids, metadatas=rows))  # type: ignore[arg-type]
+        finally:
+            self.counts.clear()
+            self.recent.clear()
+            self.index.clear()
 
     # -- raw reads ------------------------------------------------------------------
 

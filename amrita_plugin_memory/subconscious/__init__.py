@@ -17,6 +17,7 @@ from nonebot import logger
 
 from ..core.config import SubconsciousConfig
 from ..services import MemoryRuntime
+from .published_files import set_aside_published_templates
 from .runner import SubconsciousRunner
 from .types import CycleResult
 
@@ -26,7 +27,8 @@ __all__ = ["CycleResult", "SubconsciousRunner", "create_runner"]
 def create_runner(
     runtime: MemoryRuntime, config: SubconsciousConfig | None = None, **kwargs: object
 ) -> SubconsciousRunner:
-    """Build a runner and create its missing prompt templates; registers nothing.
+    """Build a runner and create its missing prompt templates (the published plugin's are
+    set aside first: ``published_files``); registers nothing.
 
     ``config`` defaults to the runtime's ``[subconscious]`` section; ``kwargs``
     go to :class:`SubconsciousRunner` (``scheduler``, ``state_uid``, ``job_id``,
@@ -34,6 +36,7 @@ def create_runner(
     only after :meth:`SURFACE.bind(runner) <..adapters.knowledge_surface.SurfaceKnowledgeTools.bind>`.
     """
     runner = SubconsciousRunner(runtime, config, **kwargs)  # type: ignore[arg-type]
+    set_aside_published_templates(runner.templates, runner.profile.path.parent / "backups")
     for path in runner.templates.ensure():
         logger.info(f"[Subconscious] 已创建默认提示词模板 {path}")
     return runner

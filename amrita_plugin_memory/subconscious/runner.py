@@ -49,10 +49,11 @@ from .backend import SubconsciousBackend, build_cycle_tools
 from .consts import JOB_ID_PREFIX, SHUTDOWN_GRACE_SECONDS, STATE_UID
 from .cycle_end import end_cycle, record_cycle
 from .fence import CycleFence
-from .knowledge_base import KnowledgeBaseManager, ValidationReport, check_knowledge_base
+from .knowledge_base import KnowledgeBaseManager, ValidationReport
 from .messaging import Messenger
 from .profile_store import ProfileStore
 from .prompts import compression_hint, format_abstracts, format_last_run, render_cycle_input
+from .published_files import check_adopted_knowledge
 from .scheduling import RunPlanner, cycle_lease
 from .state import LoopState, PendingMessages, StateStore
 from .templates import PromptError, PromptTemplates, format_time, local_now
@@ -290,8 +291,9 @@ class SubconsciousRunner:
         logger.info("[Subconscious] Idle — waiting for user chat to trigger first run")
 
     async def validate_knowledge(self) -> ValidationReport | None:
-        """Repair drift between knowledge files, index and vectors; never raises."""
-        return await check_knowledge_base(self.knowledge) if self.knowledge else None
+        """Import the published plugin's knowledge base, then repair drift; never raises."""
+        kb = self.knowledge
+        return await check_adopted_knowledge(kb, self.loop_state) if kb else None
 
     async def shutdown(self) -> None:
         """Driver shutdown: cancel the planned run and stop a running cycle."""

@@ -11,8 +11,11 @@ addressed to the collection's id exactly as Chroma answers during a drop,
 until :meth:`ChromaProxy.release_drop` lets the ``DELETE`` through.
 :meth:`ChromaProxy.answer_as_dropped` gives that answer for a collection id
 without a ``DELETE`` (a reply that left Chroma during a drop and arrives after
-the swap). Everything else is forwarded unchanged, so the plugin talks to a
-real Chroma server.
+the swap). :meth:`ChromaProxy.hold_write` holds the n-th ``POST`` whose path ends in a
+given verb (``/update``: a process in the middle of rewriting a collection page by page)
+and, once released, answers it with an error without ever forwarding it (a request of a
+process killed meanwhile never lands). Everything else is forwarded unchanged, so the
+plugin talks to a real Chroma server.
 """
 
 from __future__ import annotations
@@ -71,8 +74,27 @@ class ChromaProxy(ThreadedAppServer):
         self.drop_answers = 0
         """Requests answered with Chroma's mid-drop error."""
         self._session: aiohttp.ClientSession | None = None
+        self._write_verb: str | None = None
+        self._write_skip = 0
+        self._write_release = threading.Event()
+        self.write_held = threading.Event()
+        """Set when the armed write arrived and is being held (:meth:`hold_write`)."""
 
     # ------------------------------------------------------------------ controls
+    def hold_write(self, verb: str, *, skip: int = 0) -> None:
+        """Let ``skip`` ``POST …/<verb>`` requests through, then hold the next one until
+        :meth:`drop_held_write`, which fails it without forwarding."""
+        with self._guard:
+            self._write_verb, self._write_skip = verb, skip
+        self._write_release.clear()
+        self.write_held.clear()
+
+    def drop_held_write(self) -> None:
+        """Answer the held write with HTTP 503; it never reaches Chroma."""
+        with self._guard:
+            self._write_verb = None
+        self._write_release.set()
+
     def hold_drop(self, name: str) -> None:
         """Hold the next ``DELETE`` of collection ``name`` until :meth:`release_drop`."""
         with self._guard:
@@ -108,6 +130,7 @@ class ChromaProxy(ThreadedAppServer):
 
     async def _shutdown(self) -> None:
         self._release.set()  # a held DELETE must not keep the server up
+        self._write_release.set()
         await super()._shutdown()
         if self._session is not None:
             await self._session.close()
@@ -123,7 +146,23 @@ class ChromaProxy(ThreadedAppServer):
             return web.json_response(DROP_ERROR, status=DROP_STATUS)
         if request.method == "DELETE" and key is not None and key == armed:
             return await self._held_delete(request)
+        if request.method == "POST" and self._takes_write(request.path):
+            self.write_held.set()
+            while not await asyncio.to_thread(self._write_release.wait, _WAIT_STEP):
+                pass
+            return web.json_response({"error": "held by the test proxy"}, status=503)
         return await self._forward(request)
+
+    def _takes_write(self, path: str) -> bool:
+        with self._guard:
+            verb = self._write_verb
+            if verb is None or not path.rstrip("/").endswith("/" + verb):
+                return False
+            if self._write_skip:
+                self._write_skip -= 1
+                return False
+            self._write_verb = None  # one request only
+            return True
 
     async def _held_delete(self, request: web.Request) -> web.StreamResponse:
         assert self._session is not None
