@@ -376,6 +376,57 @@ async def test_void_points_are_shared_and_only_move_forward() -> None:
     await fences.check(fences.ticket(user, at=1001.0), kind="active")  # said afterwards
 
 
+async def test_a_forgotten_members_earlier_messages_are_never_stored_or_read_back(
+    tmp_path: Path,
+) -> None:
+    """Group windows honour the shared tombstones: a write leaves out what a member said
+    before their forget, and a read of the stored rows skips such a row (another process
+    may have written it in the instant the forget deleted the member's rows)."""
+    from amrita_plugin_memory.storage.groups.window_store import GroupWindowStore
+    from amrita_plugin_memory.storage.keys import user_key
+    from amrita_plugin_memory.storage.shared.sessions import orm_session
+    from amrita_plugin_memory.storage.users.tombstones import ForgottenUsers
+
+    gid, member, other = "40041", "30041", "30042"
+    forgotten = ForgottenUsers.in_dir(tmp_path, orm_session)
+    config = C.ConfigFile().group_context.model_copy(update={"context_persist_every": 100})
+    windows = GroupWindowStore(config, forgotten)
+    before = time.time() - 5
+    windows.append(gid, member, "甲", "我住在西湖边", is_bot=False, at=before)
+    windows.append(gid, other, "乙", "今天下雨", is_bot=False, at=before)
+    await forgotten.add(member, user_key(member), datetime.now(UTC))  # in another process
+    windows.append(gid, member, "甲", "我回来了", is_bot=False, at=time.time() + 1)
+    assert await windows.flush(gid)
+    stored = sorted(r.text for r in await rows(M.GroupMessage, group_id=gid))
+    assert stored == ["今天下雨", "我回来了"]
+
+    # A row written late by another process, from before the forget: never read back.
+    from nonebot_plugin_orm import get_session
+
+    async with get_session() as session:
+        old = datetime.fromtimestamp(before, UTC).replace(tzinfo=None)
+        session.add(M.GroupMessage(group_id=gid, user_id=member, nickname="甲", is_bot=False,
+                                   text="晚到的旧消息", created_at=old))  # fmt: skip
+        await session.commit()
+    fresh = GroupWindowStore(config, forgotten)
+    assert [e.text for e in await fresh.recent(gid, 10)] == ["今天下雨", "我回来了"]
+
+
+async def test_a_persona_merge_never_overwrites_an_opt_out() -> None:
+    """The merge writes only while learning is on, in one statement: an opt-out stored by
+    another process after the merge read the row stays (nothing is written)."""
+    from amrita_plugin_memory.storage.groups.persona_store import Persona
+
+    here, there = stores().personas, stores().personas
+    uid = "30043"
+    assert await here.merge(uid, [("爱好", "喝茶")], now=time.time(), max_chars=500)
+    await there.set_learning(uid, False)  # another process: off (and the persona deleted)
+    written = await here._write_learning(Persona(uid, [], False))  # a merge that read before
+    assert written is False
+    (row,) = await rows(M.MemberPersona, user_id=uid)
+    assert row.learning_off is True and row.fields == []
+
+
 async def test_user_export_and_forget(tmp_path: Path) -> None:
     from amrita_plugin_memory.storage.consent_store import ConsentStore
     from amrita_plugin_memory.storage.keys import user_key
