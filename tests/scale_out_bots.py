@@ -23,7 +23,7 @@ import re
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ __all__ = [
     "collection_count",
     "partition_of",
     "poll_until",
+    "running",
     "stored_documents",
 ]
 
@@ -304,6 +305,26 @@ class ChatTurns:
                 return result
         refusals = [r for r in self.tool_results() if r.get("ok") is False]
         raise AssertionError(f"no stored write of {fact!r} (refusals: {refusals})")
+
+
+@contextlib.contextmanager
+def running(*bots: ScaleBot) -> Iterator[None]:
+    """The schema upgraded once from the first bot's project (as the docs say), then every
+    bot started; all stopped at the end (the chat server's script and rule cleared)."""
+    upgrade = bots[0].project.command("orm", "upgrade")
+    assert upgrade.returncode == 0, upgrade.stdout + upgrade.stderr
+    started: list[ScaleBot] = []
+    try:
+        for bot in bots:
+            bot.start()
+            started.append(bot)
+        yield
+    finally:
+        for bot in started:
+            bot.stop()
+        from tests.conftest import CHAT
+
+        CHAT.clear()
 
 
 async def poll_until(condition: Callable[[], bool], guard: float, what: str) -> None:

@@ -40,6 +40,7 @@ from tests.scale_out_bots import (
     SharedMemory,
     partition_of,
     poll_until,
+    running,
     stored_documents,
 )
 from tests.servers import ChromaServer, Reply
@@ -168,18 +169,8 @@ def bots(
         ScaleBot(root / name, shared, CHAT, memory_limit=50, sections=SECTIONS)
         for name in ("a", "b")
     )
-    upgrade = a.project.command("orm", "upgrade")
-    assert upgrade.returncode == 0, upgrade.stdout + upgrade.stderr
-    started: list[ScaleBot] = []
-    try:
-        for bot in (a, b):
-            bot.start()
-            started.append(bot)
+    with running(a, b):
         yield a, b, shared
-    finally:
-        for bot in started:
-            bot.stop()
-        CHAT.clear()
 
 
 @pytest.fixture

@@ -194,14 +194,8 @@ class LoopStateRow:
         if not (inserts or deletes or rewrites) and runs <= _runs(before.get(RUNS)):
             return
         async with get_session() as session:
-            for kind, item_id in deletes:
-                await session.execute(delete(LoopItem).where(*self._item(kind, item_id)))
-            for kind, item_id, data in rewrites:
-                await session.execute(
-                    update(LoopItem).where(*self._item(kind, item_id)).values(data=data)
-                )
+            await self._change_rows(session, deletes, rewrites, runs)
             session.add_all(inserts)
-            await self._count_runs(session, runs)
             try:
                 await session.commit()
             except IntegrityError:  # another process stored an item of that id: keep theirs
@@ -210,6 +204,22 @@ class LoopStateRow:
 
     def _item(self, kind: str, item_id: str) -> tuple[Any, ...]:
         return (LoopItem.loop == self.uid, LoopItem.kind == kind, LoopItem.item_id == item_id)
+
+    async def _change_rows(
+        self,
+        session: Any,
+        deletes: list[tuple[str, str]],
+        rewrites: list[tuple[str, str, dict[str, Any]]],
+        runs: int,
+    ) -> None:
+        """The deletes, rewrites and ``total_runs`` of one change, in ``session``."""
+        for kind, item_id in deletes:
+            await session.execute(delete(LoopItem).where(*self._item(kind, item_id)))
+        for kind, item_id, data in rewrites:
+            await session.execute(
+                update(LoopItem).where(*self._item(kind, item_id)).values(data=data)
+            )
+        await self._count_runs(session, runs)
 
     async def _count_runs(self, session: Any, runs: int) -> None:
         """``total_runs`` moved forward only (two processes' counts never go back)."""
@@ -229,13 +239,7 @@ class LoopStateRow:
         runs: int,
     ) -> None:
         async with get_session() as session:
-            for kind, item_id in deletes:
-                await session.execute(delete(LoopItem).where(*self._item(kind, item_id)))
-            for kind, item_id, data in rewrites:
-                await session.execute(
-                    update(LoopItem).where(*self._item(kind, item_id)).values(data=data)
-                )
-            await self._count_runs(session, runs)
+            await self._change_rows(session, deletes, rewrites, runs)
             await session.commit()
         for row in inserts:
             try:
