@@ -100,7 +100,9 @@ def _setup() -> MemoryRuntime | None:
     user_data.forget_hooks.append(active.forget)  # unprocessed messages go, work in flight stops
     users = UserCommands(user_data, rt.config.export_dir)
     register_commands(
-        MemoryCommands(rt.tools, GroupCommands(awareness.stores, rt.memo), users, auto=active),
+        MemoryCommands(
+            rt.tools, GroupCommands(awareness.stores, rt.memo, rt.fences), users, auto=active
+        ),
         lambda: rt.scopes,
     )
     setup_archive(rt)  # the periodic sweep into the archive ([archive] enabled)

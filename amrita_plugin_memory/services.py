@@ -24,7 +24,7 @@ from .storage.memory_store import MEMORY_COLLECTION, MemoryStore, RetrievalSetti
 from .storage.scope import ScopeRules
 from .storage.shared.coherence import Coherence
 from .storage.shared.sessions import orm_session
-from .storage.users.fences import UserFences
+from .storage.users.fences import UserFences, VoidPoints
 from .storage.users.loop_profile import ProfileFile
 from .storage.users.loop_state_row import LoopStateAccess, LoopStateRow
 from .storage.users.tombstones import ForgottenUsers
@@ -59,8 +59,9 @@ class MemoryRuntime:
             self.store.share(Coherence.remote(config.env, self.store.name))
         self.forgotten = ForgottenUsers.in_dir(config.data_dir, orm_session if shared else None)
         self.store.forgotten = self.forgotten  # checked by every restore path
-        self.fences = UserFences(UserEpochs(), self.forgotten)
-        """Background work for a user (extractions) is voided by their forget or opt-out."""
+        self.fences = UserFences(UserEpochs(), self.forgotten, VoidPoints(orm_session))
+        """Background work for a user (extractions) is voided by their forget or opt-out:
+        in this process, and through the shared tombstones and opt-outs in every other."""
         # EMBEDDING_MODEL_NAME=auto keeps the model of the stored fingerprint.
         pin_auto_model(self.embedder, self.store)
         self.memo = MemoService(config.file.memo_max_chars)
@@ -98,16 +99,16 @@ class MemoryRuntime:
     ) -> UserData:
         """A user's export and forget over this runtime's stores and ``groups``.
 
-        ``loop`` is the running L3 loop's state (it must be changed through the
-        loop, which saves its document whole); without one the stored row is
-        edited, and the configured target user is the one messages wait for.
+        ``loop`` is the running L3 loop's state (changed through the loop, which
+        keeps its view of the rows); without one the stored rows are edited, and the
+        configured target user is the one messages wait for.
         The loop's profile is the file in the data dir and the opt-outs of active
         memory are read from their table; the plugin entry hands the running
         loop's and active memory's own objects over (``adapters.subconscious.bind_user_data``).
         """
         if loop is None:
-            loop = LoopStateRow()
             loop_target = self.config.file.subconscious.target_user_id.strip() or None
+            loop = LoopStateRow(target=loop_target)
         data = UserData(
             self.store,
             self.memo,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -18,8 +19,11 @@ MARKER = "[persona-extraction]"
 
 
 class Clock:
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
+    """Wall-clock seconds moved on by hand: it starts at the real time, because a message's
+    time is compared with the real times of forgets and opt-outs (the shared void points)."""
+
+    def __init__(self, now: float | None = None) -> None:
+        self.now = time.time() if now is None else now
 
     def __call__(self) -> float:
         return self.now

@@ -23,7 +23,7 @@ import re
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ __all__ = [
     "collection_count",
     "partition_of",
     "poll_until",
+    "running",
     "stored_documents",
 ]
 
@@ -104,15 +105,22 @@ class ScaleBot:
     """One ``ambot run`` on the shared memory (start with :meth:`start`, stop with :meth:`stop`)."""
 
     def __init__(
-        self, root: Path, shared: SharedMemory, chat: ChatServer, *, memory_limit: int
+        self,
+        root: Path,
+        shared: SharedMemory,
+        chat: ChatServer,
+        *,
+        memory_limit: int,
+        sections: str = "[active_memory]\nenabled = false\n",
     ) -> None:
+        """``sections``: the plugin configuration's tables (besides ``[archive]``, off)."""
         self.project = BotProject(root)
         chat_config(root, chat.base_url)
         plugin = root / "config" / "amrita_plugin_memory" / "config.toml"
         plugin.parent.mkdir(parents=True, exist_ok=True)
         plugin.write_text(
-            f"per_session_memory_limit = {memory_limit}\n\n"
-            "[active_memory]\nenabled = false\n\n[archive]\nenabled = false\n",
+            f"per_session_memory_limit = {memory_limit}\n\n{sections}\n"
+            "[archive]\nenabled = false\n",
             encoding="utf-8",
         )
         self.project.write_env(**shared.env())
@@ -209,6 +217,33 @@ class OneBotLink:
         await self.ws.send(json.dumps(event))
         await poll_until(lambda: len(self.replies()) > before, DEADLINE, f"a reply to {text!r}")
 
+    async def say_in_group(self, user_id: int, group_id: int, text: str, *, to_me: bool) -> None:
+        """A group message of ``user_id`` (``to_me``: at the bot, which then answers, and
+        this returns once it has; otherwise it returns at once)."""
+        before = len(self.recorder.texts("group"))
+        segments: list[dict[str, Any]] = [{"type": "text", "data": {"text": text}}]
+        if to_me:
+            segments.insert(0, {"type": "at", "data": {"qq": str(BOT_ID)}})
+        event = {
+            "time": int(time.time()),
+            "self_id": BOT_ID,
+            "post_type": "message",
+            "message_type": "group",
+            "sub_type": "normal",
+            "message_id": next(_message_ids),
+            "group_id": group_id,
+            "user_id": user_id,
+            "message": segments,
+            "raw_message": text,
+            "font": 0,
+            "sender": {"user_id": user_id, "nickname": f"user{user_id}", "role": "member"},
+        }
+        await self.ws.send(json.dumps(event))
+        if to_me:
+            await poll_until(
+                lambda: len(self.recorder.texts("group")) > before, DEADLINE, f"a reply to {text!r}"
+            )
+
 
 def _text_of(message: dict[str, Any]) -> str:
     content = message.get("content")
@@ -270,6 +305,26 @@ class ChatTurns:
                 return result
         refusals = [r for r in self.tool_results() if r.get("ok") is False]
         raise AssertionError(f"no stored write of {fact!r} (refusals: {refusals})")
+
+
+@contextlib.contextmanager
+def running(*bots: ScaleBot) -> Iterator[None]:
+    """The schema upgraded once from the first bot's project (as the docs say), then every
+    bot started; all stopped at the end (the chat server's script and rule cleared)."""
+    upgrade = bots[0].project.command("orm", "upgrade")
+    assert upgrade.returncode == 0, upgrade.stdout + upgrade.stderr
+    started: list[ScaleBot] = []
+    try:
+        for bot in bots:
+            bot.start()
+            started.append(bot)
+        yield
+    finally:
+        for bot in started:
+            bot.stop()
+        from tests.conftest import CHAT
+
+        CHAT.clear()
 
 
 async def poll_until(condition: Callable[[], bool], guard: float, what: str) -> None:

@@ -189,6 +189,56 @@ async def test_a_memory_stays_with_the_chat_it_was_said_in(
         assert contents(read) == expected and listed["total"] == 3
 
 
+async def test_a_rewrite_from_a_private_chat_leaves_the_group(chat_server: ChatServer) -> None:
+    """``update_memory`` applies active memory's origin rule (``origin_after_rewrite``): a
+    memory written in a group and rewritten in a private chat (or by the L3 loop, whose
+    scope is the target's private chat) is private from then on, so the private text is
+    never listed or recalled in that group. A change of tags or importance alone keeps it
+    where it was."""
+    from amrita_plugin_memory.storage.keys import target_from_ids
+    from amrita_plugin_memory.storage.scope import Scope
+
+    uid, group_a = 4501011, 45011
+    rt = runtime()
+    (in_a,) = await turn(
+        chat_server, group_event(uid, group_a, "我喜欢篮球"), write("群聊：用户喜欢篮球")
+    )
+    said_in_a = in_a["memory"]["id"]
+    (tagged,) = await turn(
+        chat_server,
+        private_event(uid, "那条改成重要"),
+        Reply.tool_call("update_memory", {"id": said_in_a, "importance": "high", "scope": "user"}),
+    )
+    assert tagged["ok"]
+    kept = await rt.store.get(partition(uid), said_in_a)
+    assert kept is not None and kept.origin == f"group:{group_a}"  # no new text: stays
+
+    secret = "私聊：用户喜欢篮球，膝盖做过手术"
+    rewrite = {"id": said_in_a, "content": secret, "scope": "user"}
+    (updated,) = await turn(
+        chat_server, private_event(uid, "更新一下"), Reply.tool_call("update_memory", rewrite)
+    )
+    assert updated["ok"] and updated["memory"]["content"] == secret
+    stored = await rt.store.get(partition(uid), said_in_a)
+    assert stored is not None and stored.origin == "private"
+    read, listed = await turn(chat_server, group_event(uid, group_a, "我喜欢什么？"), READ, LIST)
+    assert read["ok"] and read["memories"] == [] and listed["total"] == 0
+    assert "膝盖" not in json.dumps([read, listed], ensure_ascii=False)
+
+    # The L3 loop's update tool goes through the same logic with the loop's scope.
+    (again,) = await turn(
+        chat_server, group_event(uid, group_a, "我喜欢足球"), write("群聊：用户喜欢足球")
+    )
+    loop_scope = Scope.of_loop(target_from_ids(str(uid)))
+    args = {"id": again["memory"]["id"], "content": "L3：用户喜欢足球，也在吃降压药"}
+    result = await rt.tools.update_memory(loop_scope, {**args, "scope": "user"})
+    assert result["ok"]
+    moved = await rt.store.get(partition(uid), again["memory"]["id"])
+    assert moved is not None and moved.origin == "private"
+    read, listed = await turn(chat_server, group_event(uid, group_a, "我喜欢什么？"), READ, LIST)
+    assert read["memories"] == [] and listed["total"] == 0
+
+
 async def test_memory_commands_in_another_group_answer_privately(chat_server: ChatServer) -> None:
     uid, group_a, group_b = 4501003, 45004, 45005
     from amrita_plugin_memory.storage.keys import target_from_ids

@@ -243,30 +243,188 @@ async def test_self_memory_ids_and_deletes() -> None:
     assert [e.content for e in await stores().self_memory.list()] == ["我住在服务器里"]
 
 
-async def test_loop_state_row_and_the_loops_store() -> None:
+async def test_loop_state_row_and_the_loops_store(tmp_path: Path) -> None:
+    """The loop's state is one row per item: a change writes only what it changed, so a
+    copy held in memory never writes back what another process erased, and an item
+    whose work began before its user's forget is buried by the next read."""
+    from amrita_plugin_memory.storage.keys import user_key
+    from amrita_plugin_memory.storage.shared.sessions import orm_session
     from amrita_plugin_memory.storage.users.loop_state_row import LoopStateRow
-    from amrita_plugin_memory.subconscious.state import StateStore
+    from amrita_plugin_memory.storage.users.tombstones import ForgottenUsers
+    from amrita_plugin_memory.subconscious.state import LoopState, StateStore
 
     UID = "orm_engines_loop"  # a row of its own (the session's loop keeps its own)
+    target, suggester = LONGEST_QQ, "30078"
 
     assert dict(await LoopStateRow(UID).read()) == {}
-    document: Any = {  # the loop's document is free-form JSON in the table
+    document: Any = {
         "total_runs": 3,
-        "abstracts": ["第一轮：整理了饮食偏好"],
-        "nested": {"k": [1, None]},
+        "last_abstracts": [
+            {
+                "time": "2026-01-02T03:04:05+08:00",
+                "cycle": 3,
+                "outcome": "success",
+                "summary": "第一轮：整理了饮食偏好",
+            },
+        ],
+        "pending_messages": [{"id": "p" * 64, "time": "", "intent": "提醒按时吃药"}],
+        "knowledge_suggestions": [
+            {
+                "id": "s1",
+                "time": "",
+                "action": "create",
+                "title": "茶",
+                "reason": "",
+                "source": user_key(suggester),
+                "user_id": suggester,
+                "nested": {"k": [1, None]},
+            },
+        ],
     }
-    await StateStore(UID).save(document)
-    assert await StateStore(UID).load() == document
+    await StateStore(UID, target=target).save(document)
+    stored = await StateStore(UID).load()
+    assert stored["total_runs"] == 3
+    assert stored["pending_messages"] == document["pending_messages"]
+    assert stored["knowledge_suggestions"] == document["knowledge_suggestions"]
+    (abstract,) = stored["last_abstracts"]
+    assert abstract.pop("id") and abstract == document["last_abstracts"][0]
+    items = {(r.kind, r.user_id) for r in await rows(M.LoopItem, loop=UID)}
+    assert items == {("abstract", target), ("pending", target), ("suggestion", suggester)}
     (row,) = await rows(M.SubconsciousState, uid=UID)
+    assert row.data == {"total_runs": 3}
     near_now(row.updated_at)
 
-    def bump(data: dict[str, Any]) -> int:
-        data["total_runs"] += 1
-        return data["total_runs"]
+    # A loop holding the state in memory; another process removes the waiting message.
+    loop = LoopState(StateStore(UID, target=target), max_abstracts=5)
+    assert [p["intent"] for p in (await loop.load())["pending_messages"]] == ["提醒按时吃药"]
+    await LoopStateRow(UID).edit(lambda d: d["pending_messages"].clear())
 
-    assert await LoopStateRow(UID).edit(bump) == 4
+    def add_abstract(state: Any) -> None:
+        state["total_runs"] = 4
+        state["last_abstracts"].append(
+            {"time": "", "cycle": 4, "outcome": "success", "summary": "第四轮"}
+        )
+
+    await loop.mutate(add_abstract)
+    after = await LoopStateRow(UID).read()
+    assert after["pending_messages"] == []  # not written back by the loop's change
+    assert [a["summary"] for a in after["last_abstracts"]] == ["第一轮：整理了饮食偏好", "第四轮"]
+    assert after["total_runs"] == 4
+    await LoopStateRow(UID).edit(lambda d: d.update(total_runs=2))  # counts only go forward
     assert (await LoopStateRow(UID).read())["total_runs"] == 4
-    assert await StateStore(UID).load() == {**document, "total_runs": 4}
+
+    # The target is forgotten (a shared tombstone); a cycle that began before it adds a note.
+    began = time.time()
+    forgotten = ForgottenUsers.in_dir(tmp_path, orm_session)
+    await forgotten.add(target, user_key(target), datetime.now(UTC))
+    note: Any = {"id": "late", "time": "", "intent": "问问病好了没有"}
+    await loop.mutate(lambda s: s["pending_messages"].append(note), since=began)
+    assert [p["id"] for p in (await LoopStateRow(UID).read())["pending_messages"]] == ["late"]
+    state = await loop.load()  # the loop's read buries it (and every item from before)
+    assert state["pending_messages"] == [] and state["last_abstracts"] == []
+    assert [s["id"] for s in state["knowledge_suggestions"]] == ["s1"]  # someone else's
+    assert {r.kind for r in await rows(M.LoopItem, loop=UID)} == {"suggestion"}
+    # Work begun after the forget is kept.
+    fresh: Any = {**note, "id": "new"}
+    await loop.mutate(lambda s: s["pending_messages"].append(fresh))
+    assert [p["id"] for p in (await loop.load())["pending_messages"]] == ["new"]
+
+
+async def test_labels_are_unique_within_a_group_across_processes() -> None:
+    """Two directories (two processes' caches) on one database: a label given in one is
+    never given again by the other, whose cache does not know it (the unique index)."""
+    from sqlalchemy.exc import IntegrityError
+
+    gid = LONGEST_GROUP
+    here, there = stores().directory, stores().directory
+    assert await here.labels(gid, ["10009"]) == {"10009": "用户_0009"}
+    assert await there.labels(gid, ["10009"]) == {"10009": "用户_0009"}  # both cached
+    assert await here.labels(gid, ["20001234"]) == {"20001234": "用户_1234"}
+    # The other's cache has never seen 用户_1234; a member with the same last digits:
+    assert await there.labels(gid, ["30001234"]) == {"30001234": "用户_01234"}
+    labels = [r.label for r in await rows(M.GroupMemberLabel, group_id=gid)]
+    assert sorted(labels) == ["用户_0009", "用户_01234", "用户_1234"]
+    # The database itself refuses a second holder of a label.
+    from nonebot_plugin_orm import get_session
+
+    with pytest.raises(IntegrityError):
+        async with get_session() as session:
+            session.add(M.GroupMemberLabel(group_id=gid, user_id="40001234", label="用户_1234"))
+            await session.commit()
+
+
+async def test_void_points_are_shared_and_only_move_forward() -> None:
+    from amrita_plugin_memory.infra.fences import UserEpochs
+    from amrita_plugin_memory.storage.shared.sessions import orm_session
+    from amrita_plugin_memory.storage.users.fences import UserFences, VoidPoints
+
+    user = LONGEST_QQ
+    voids = VoidPoints(orm_session)
+    await voids.record(user, "active", 1000.5)
+    await voids.record(user, "active", 900.0)  # older: ignored
+    await voids.record(user, "persona", 2000.0)
+    assert await VoidPoints(orm_session).of([user, "1"], "active") == {user: 1000.5}
+    fences = UserFences(UserEpochs(), None, VoidPoints(orm_session))
+    assert await fences.void_points([user], "persona") == {user: 2000.0}
+    assert await fences.void_points([user]) == {}  # no forget: only an opt-out's kind counts
+    ticket = fences.ticket(user, at=1000.0)
+    await fences.check(ticket)  # no kind asked: allowed
+    from amrita_plugin_memory.core.errors import WriteFenced
+
+    with pytest.raises(WriteFenced):
+        await fences.check(ticket, kind="active")
+    await fences.check(fences.ticket(user, at=1001.0), kind="active")  # said afterwards
+
+
+async def test_a_forgotten_members_earlier_messages_are_never_stored_or_read_back(
+    tmp_path: Path,
+) -> None:
+    """Group windows honour the shared tombstones: a write leaves out what a member said
+    before their forget, and a read of the stored rows skips such a row (another process
+    may have written it in the instant the forget deleted the member's rows)."""
+    from amrita_plugin_memory.storage.groups.window_store import GroupWindowStore
+    from amrita_plugin_memory.storage.keys import user_key
+    from amrita_plugin_memory.storage.shared.sessions import orm_session
+    from amrita_plugin_memory.storage.users.tombstones import ForgottenUsers
+
+    gid, member, other = "40041", "30041", "30042"
+    forgotten = ForgottenUsers.in_dir(tmp_path, orm_session)
+    config = C.ConfigFile().group_context.model_copy(update={"context_persist_every": 100})
+    windows = GroupWindowStore(config, forgotten)
+    before = time.time() - 5
+    windows.append(gid, member, "甲", "我住在西湖边", is_bot=False, at=before)
+    windows.append(gid, other, "乙", "今天下雨", is_bot=False, at=before)
+    await forgotten.add(member, user_key(member), datetime.now(UTC))  # in another process
+    windows.append(gid, member, "甲", "我回来了", is_bot=False, at=time.time() + 1)
+    assert await windows.flush(gid)
+    stored = sorted(r.text for r in await rows(M.GroupMessage, group_id=gid))
+    assert stored == ["今天下雨", "我回来了"]
+
+    # A row written late by another process, from before the forget: never read back.
+    from nonebot_plugin_orm import get_session
+
+    async with get_session() as session:
+        old = datetime.fromtimestamp(before, UTC).replace(tzinfo=None)
+        session.add(M.GroupMessage(group_id=gid, user_id=member, nickname="甲", is_bot=False,
+                                   text="晚到的旧消息", created_at=old))  # fmt: skip
+        await session.commit()
+    fresh = GroupWindowStore(config, forgotten)
+    assert [e.text for e in await fresh.recent(gid, 10)] == ["今天下雨", "我回来了"]
+
+
+async def test_a_persona_merge_never_overwrites_an_opt_out() -> None:
+    """The merge writes only while learning is on, in one statement: an opt-out stored by
+    another process after the merge read the row stays (nothing is written)."""
+    from amrita_plugin_memory.storage.groups.persona_store import Persona
+
+    here, there = stores().personas, stores().personas
+    uid = "30043"
+    assert await here.merge(uid, [("爱好", "喝茶")], now=time.time(), max_chars=500)
+    await there.set_learning(uid, False)  # another process: off (and the persona deleted)
+    written = await here._write_learning(Persona(uid, [], False))  # a merge that read before
+    assert written is False
+    (row,) = await rows(M.MemberPersona, user_id=uid)
+    assert row.learning_off is True and row.fields == []
 
 
 async def test_user_export_and_forget(tmp_path: Path) -> None:

@@ -208,6 +208,34 @@ def test_invisible_characters_do_not_hide_a_tag(evil: str) -> None:
     assert_unbreakable(B.render_memo_block(f"前{evil}后", is_group=True), "MEMO")
 
 
+def test_neutralising_is_linear_in_long_runs_of_spaces_and_invisible_characters() -> None:
+    """``<`` followed by thousands of spaces or zero-width spaces (a member's message, a
+    memo) once cost seconds of event-loop CPU per block: two runs side by side in the
+    pattern made every split be tried. Measured in this thread's CPU time (another
+    process's load does not count): the old pattern needs over 20 s here."""
+    import time
+
+    from amrita_plugin_memory.core.text import strip_reasoning
+
+    runs = [" " * 3000, "\u200b" * 3000, " \u200b\u00ad" * 1000, "\n\t" * 1500]
+    hostile = "".join(f"<{run}x" for run in runs * 2)
+    forged = [f"<{run}MEMORIES>" for run in runs] + [f"<{run}/{run}MEMO>" for run in runs]
+    group_lines = "\n".join("<" + "\u200b" * 700 + "早上好" for _ in range(25))
+    started = time.thread_time()
+    shown = B.neutralize(hostile)
+    forged_shown = [B.neutralize(f) for f in forged]
+    block = B.render_block("GROUP_CONTEXT", group_lines)
+    reasoned = strip_reasoning("<" + " " * 6000 + "答案")
+    spent = time.thread_time() - started
+    assert spent < 2.0, f"{spent:.2f} s of CPU for {len(hostile) + len(group_lines)} characters"
+    assert shown == hostile  # no tag there: left as it was
+    for evil, safe in zip(forged, forged_shown, strict=True):
+        assert "<" not in safe and safe.replace("\uff1c", "<") == evil  # still neutralised
+        assert_unbreakable(B.render_memo_block(f"前{evil}后", is_group=False), "MEMO")
+    assert block.count("<") == 2 + 25 and "早上好" in block  # the block's own tags + text
+    assert reasoned.endswith("答案")
+
+
 def test_invisible_characters_alone_change_nothing() -> None:
     for text in (
         "a\u200bb",

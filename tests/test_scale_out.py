@@ -41,6 +41,7 @@ from tests.scale_out_bots import (
     collection_count,
     partition_of,
     poll_until,
+    running,
     stored_documents,
 )
 from tests.servers import ChromaServer
@@ -93,20 +94,9 @@ def bots(
     root = tmp_path_factory.mktemp("scale-out")
     a = ScaleBot(root / "a", shared, CHAT, memory_limit=LIMIT)
     b = ScaleBot(root / "b", shared, CHAT, memory_limit=LIMIT)
-    # As the docs say: the schema upgraded once, from one project, before the bots start.
-    upgrade = a.project.command("orm", "upgrade")
-    assert upgrade.returncode == 0, upgrade.stdout + upgrade.stderr
-    started: list[ScaleBot] = []
-    try:
-        for bot in (a, b):
-            bot.start()
-            started.append(bot)
+    with running(a, b):  # as the docs say: the schema upgraded once, before the bots start
         _check_shared_tables(plugin_database)
         yield a, b, shared
-    finally:
-        for bot in started:
-            bot.stop()
-        CHAT.clear()
 
 
 def test_one_orm_upgrade_makes_the_plugin_tables_in_the_shared_database(

@@ -227,22 +227,35 @@ async def test_state_saved_and_reloaded_across_a_restart(
 
 
 async def test_garbage_state_row_degrades_to_defaults(make_runner: Callable[..., Any]) -> None:
-    from amrita_plugin_memory.subconscious.state import StateStore
+    from nonebot_plugin_orm import get_session
+
+    from amrita_plugin_memory.storage.models import LoopItem, SubconsciousState, db_now
 
     state_uid = f"test-{uuid.uuid4().hex[:12]}"
-    store = StateStore(state_uid)
-    await store.save(
-        {  # type: ignore[typeddict-item]
-            "total_runs": "many",
-            "last_abstracts": [{"summary": ""}, "x", {"summary": "保留", "cycle": 2}],
-            "pending_messages": [{"intent": "无 id"}, {"id": "a1", "intent": "提醒带伞"}],
-        }
-    )
+    garbage = [
+        ("abstract", "a0", {"summary": ""}),
+        ("abstract", "a1", {"summary": "保留", "cycle": 2}),
+        ("abstract", "a2", {"summary": "坏的轮次", "cycle": "x", "outcome": "?"}),
+        ("pending", "p0", {"text": "没有 intent"}),
+        ("pending", "p1", {"intent": "提醒带伞"}),
+        ("suggestion", "s0", {"action": "burn", "title": "未知动作"}),
+        ("elsewhere", "e0", {"intent": "未知的种类"}),
+    ]
+    async with get_session() as session:
+        session.add(
+            SubconsciousState(uid=state_uid, data={"total_runs": "many"}, updated_at=db_now())
+        )
+        session.add_all(
+            LoopItem(loop=state_uid, kind=kind, item_id=i, user_id="", since_us=0, data=data)
+            for kind, i, data in garbage
+        )
+        await session.commit()
     runner = make_runner(state_uid=state_uid)
     state = await runner.load_state()
     assert state["total_runs"] == 0
-    assert [a["summary"] for a in state["last_abstracts"]] == ["保留"]
-    assert [p["id"] for p in state["pending_messages"]] == ["a1"]
+    assert [a["summary"] for a in state["last_abstracts"]] == ["保留", "坏的轮次"]
+    assert state["last_abstracts"][1]["cycle"] == 0
+    assert [p["id"] for p in state["pending_messages"]] == ["p1"]
     assert state["knowledge_suggestions"] == []
 
 

@@ -20,14 +20,19 @@ fifty users at once) costs a known amount:
   dropped. A runner may also *defer* a batch (the model is known to be
   failing): its turns wait untouched and the key is tried again later.
 
-Each batch carries the :class:`~..infra.fences.Ticket` of its user, taken
-when its turns left the queue: a forget or an opt-out voids it, and then its
-turns are never queued again, whatever the runner answers.
+Every turn records when it was said (:attr:`Turn.at`). A batch carries the
+:class:`~..infra.fences.Ticket` of its user at the time of its oldest turn, not
+of the moment it left the queue: a forget or an opt-out after that, in this
+process or any other, voids it, and then its turns are never queued again,
+whatever the runner answers. A runner that finds the batch's first turns said
+before such a point says so (:attr:`BatchResult.voided`): they are dropped
+unsent, whatever else happens to the batch.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
@@ -63,6 +68,9 @@ class Turn:
     """Already part of a failed extraction once."""
     bot_id: str = ""
     """The bot that answered (a notice to the user goes through it)."""
+    at: float = field(default_factory=time.time)
+    """When it was said (wall-clock seconds): a forget or an opt-out at or after this,
+    in any process, voids it."""
 
 
 @dataclass(slots=True)
@@ -70,7 +78,8 @@ class Batch:
     key: BatchKey
     turns: list[Turn] = field(default_factory=list)
     ticket: Ticket | None = None
-    """The user's epoch when the turns were taken (``None``: never voided, tests)."""
+    """The user's epoch when the turns were taken and the time of the oldest turn
+    (``None``: never voided, tests)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,13 +89,16 @@ class BatchResult:
     ``sent``: how many turns (from the front) the request carried; the others
     wait for the next batch as they were. ``deferred``: nothing was tried (the
     model is failing); every turn waits and the key is tried again in
-    ``retry_in`` seconds.
+    ``retry_in`` seconds. ``voided``: how many turns from the front were said
+    before a forget or an opt-out of the user; they are dropped in every case
+    (counted in ``sent`` when the request went out).
     """
 
     ok: bool
     sent: int
     deferred: bool = False
     retry_in: float = 0.0
+    voided: int = 0
 
 
 Runner = Callable[[Batch], Awaitable[BatchResult]]
@@ -229,7 +241,10 @@ class BatchQueue:
 
     def _start(self, key: BatchKey, pending: _Pending) -> None:
         pending.deferred = False
-        batch = Batch(key, pending.turns[: self.max_turns], self.epochs.ticket(key.user_id))
+        turns = pending.turns[: self.max_turns]
+        ticket = self.epochs.ticket(key.user_id)
+        ticket = Ticket(ticket.user_id, ticket.epoch, min(t.at for t in turns))
+        batch = Batch(key, turns, ticket)
         pending.turns = pending.turns[self.max_turns :]
         pending.running = True
         self.stats.batches += 1
@@ -266,17 +281,21 @@ class BatchQueue:
         if pending is None:
             pending = self._pending[key] = _Pending()
         pending.running = False
-        sent = max(0, min(result.sent, len(batch.turns)))
-        unsent = batch.turns[sent:]
+        voided = max(0, min(result.voided, len(batch.turns)))
+        if voided:
+            self._drop(voided, "用户在这些消息之后遗忘了数据或关闭了自动记忆")
+        turns = batch.turns[voided:]
+        sent = max(0, min(result.sent - voided, len(turns)))
+        unsent = turns[sent:]
         if result.deferred:
-            pending.turns = batch.turns + pending.turns
+            pending.turns = turns + pending.turns
             self._trim(pending)
             pending.deferred = True
             self._arm(key, pending, delay=max(1.0, result.retry_in))
             return
         again: list[Turn] = []
         if not result.ok:
-            again = [replace(t, retried=True) for t in batch.turns[:sent] if not t.retried]
+            again = [replace(t, retried=True) for t in turns[:sent] if not t.retried]
             self._drop(sent - len(again), "第二次提取仍失败，已放弃")
         pending.turns = again + unsent + pending.turns
         self._trim(pending)
@@ -309,6 +328,23 @@ class BatchQueue:
                 pending.turns = []
             else:
                 del self._pending[key]
+        return dropped
+
+    def drop_said_before(self, user_id: str, at: float) -> int:
+        """Drop the waiting turns of ``user_id`` said at or before ``at`` (a forget through
+        another process: what it voids leaves this process's memory); how many."""
+        dropped = 0
+        for key in [k for k in self._pending if k.user_id == user_id]:
+            pending = self._pending[key]
+            keep = [t for t in pending.turns if t.at > at]
+            dropped += len(pending.turns) - len(keep)
+            pending.turns = keep
+            if not keep and not pending.running:
+                if pending.timer is not None:
+                    pending.timer.cancel()
+                self._ready.pop(key, None)
+                del self._pending[key]
+        self._drop(dropped, "用户已在另一个进程遗忘数据")
         return dropped
 
     async def flush(self) -> None:

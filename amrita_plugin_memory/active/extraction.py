@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from ..core.errors import MemoryLimitReached, WriteFenced
 from ..core.protocols import Fence
-from ..core.records import ORIGIN_PRIVATE, SOURCE_AUTO, MemoryRecord
+from ..core.records import SOURCE_AUTO, MemoryRecord, origin_after_rewrite
 from ..core.text import cut, single_line
 from ..prompting.labels import neutralize_brackets, neutralize_labels
 from ..prompting.memory_ops import MemoryOp, OpLimits, ParsedOps, parse_memory_ops, reference
@@ -239,10 +239,7 @@ class MemoryExtractor:
             else:
                 outcome.ignored.append(f"{op.ref}: gone before archive")
             return
-        # A private chat's text in a memory written in a group would be read in groups.
-        origin = ORIGIN_PRIVATE if scope.origin == ORIGIN_PRIVATE else None
-        if origin == target.origin:
-            origin = None
+        origin = origin_after_rewrite(target.origin, scope.origin)
         changed = await self.store.update(
             await scope.require("update", "user"),
             target.id,

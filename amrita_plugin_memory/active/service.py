@@ -8,18 +8,25 @@
 Everything reads the live configuration (:meth:`configure`), so switching
 ``[active_memory]`` on or off needs no new hooks.
 
-The user stays in control of work in flight: every batch carries its user's
-ticket (:mod:`..infra.fences`), and every write of its extraction re-checks
-it, the tombstones and the user's consent under the partition's lock right
-before applying (:class:`~..storage.users.fences.UserFences`). A chat model
+The user stays in control of work in flight: a forget or an opt-out is a
+point in time that every process honours for everything said before it. A
+batch first drops its turns said at or before the user's last forget or
+``/memory auto off`` anywhere (their text reaches no model); its ticket has
+the time of its oldest remaining turn (:mod:`..infra.fences`), and every write
+of its extraction re-checks it, the tombstones, the shared opt-outs and the
+user's consent under the partition's lock right before applying
+(:class:`~..storage.users.fences.UserFences`). A forget through another process
+also drops the user's waiting turns from this one as soon as its change-feed row
+arrives (:meth:`ActiveMemory.share`). A chat model
 that keeps failing opens a circuit breaker: batches wait (bounded) instead of
 retrying in a storm.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nonebot import logger
@@ -31,9 +38,10 @@ from ..infra.breaker import CircuitBreaker
 from ..infra.fences import UserEpochs
 from ..services import MemoryRuntime
 from ..storage.consent_store import ConsentStore
-from ..storage.keys import ChatTarget
+from ..storage.keys import ChatTarget, user_of_key
 from ..storage.memory_store import MemoryStore
 from ..storage.scope import ScopeRules
+from ..storage.shared.coherence import Coherence, forgotten_of
 from ..storage.users.fences import UserFences
 from .batches import Batch, BatchKey, BatchQueue, BatchResult, Turn
 from .extraction import ExtractionOutcome, MemoryExtractor, describe
@@ -74,6 +82,10 @@ async def _never_notify(bot_id: str, user_id: str, text: str) -> bool:
     return False
 
 
+def _nothing() -> None:
+    """A failed poll: waiting turns are data, not a cache (the batch screens them)."""
+
+
 class ActiveMemory:
     """Learning (batched extraction) and recall, wired to one configuration."""
 
@@ -95,6 +107,7 @@ class ActiveMemory:
         self.model_breaker = CircuitBreaker(threshold=3, cooldown=30.0, max_cooldown=600.0)
         """Open after 3 failed extraction requests in a row: batches wait, 30 s … 10 min."""
         self._notice_tried: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self.config = config
         self.rules = ScopeRules.from_config(config)
         """What a turn's :class:`~..storage.scope.Scope` (recall, extraction) is decided with."""
@@ -104,7 +117,10 @@ class ActiveMemory:
 
     @classmethod
     def build(cls, runtime: MemoryRuntime) -> ActiveMemory:
-        return cls(runtime.config.file, runtime.store, runtime.consent, fences=runtime.fences)
+        active = cls(runtime.config.file, runtime.store, runtime.consent, fences=runtime.fences)
+        if runtime.store.coherence.active:
+            active.share(runtime.store.coherence)
+        return active
 
     def _queue_args(self) -> dict[str, Any]:
         am = self.config.active_memory
@@ -178,23 +194,45 @@ class ActiveMemory:
         key = BatchKey(target.user_id, target.user, origin)
         return self.queue.add(key, Turn(message, reply, bot_id=bot_id))
 
+    async def _screen(self, batch: Batch) -> int:
+        """How many of the batch's first turns were said at or before the user's last
+        forget or opt-out of active memory, in any process (dropped unsent)."""
+        user_id = batch.key.user_id
+        point = (await self.fences.void_points([user_id], "active")).get(user_id)
+        if point is None:
+            return 0
+        return next((i for i, t in enumerate(batch.turns) if t.at > point), len(batch.turns))
+
     async def _extract(self, batch: Batch) -> BatchResult:
         outcome = ExtractionOutcome(batch.key, turns=len(batch.turns))
-        sent = len(batch.turns)
         user_id = batch.key.user_id
-        ticket = batch.ticket or self.fences.ticket(user_id)
+        voided = 0
+        sent = len(batch.turns)
         try:
+            voided = await self._screen(batch)
+            turns = batch.turns[voided:]
+            if not turns:
+                return BatchResult(ok=True, sent=sent, voided=voided)
             if not await self.consent.allows(user_id):
-                return BatchResult(ok=True, sent=sent)  # opted out meanwhile: learn nothing
+                # opted out meanwhile: learn nothing
+                return BatchResult(ok=True, sent=sent, voided=voided)
+            ticket = self.fences.ticket(user_id, at=min(t.at for t in turns))
+            if batch.ticket is not None:  # the epoch the turns were taken in
+                ticket = replace(ticket, epoch=batch.ticket.epoch)
             if not self.model_breaker.allow():
                 self.stats.deferred += 1
                 return BatchResult(
-                    ok=False, sent=0, deferred=True, retry_in=self.model_breaker.retry_in()
+                    ok=False,
+                    sent=0,
+                    deferred=True,
+                    retry_in=self.model_breaker.retry_in(),
+                    voided=voided,
                 )
-            messages, related, sent = await self.extractor.prepare(
-                batch.key, batch.turns, budget=self.settings.max_request_chars
+            messages, related, taken = await self.extractor.prepare(
+                batch.key, turns, budget=self.settings.max_request_chars
             )
-            outcome.sent = sent
+            sent = voided + taken
+            outcome.sent = taken
             outcome.request_chars = sum(len(m["content"]) for m in messages)
             self.stats.requests += 1
             self.stats.request_chars += outcome.request_chars
@@ -205,7 +243,7 @@ class ActiveMemory:
                 self.model_breaker.failure()
                 outcome.error = exc.__class__.__name__
                 logger.warning(f"[Memory] 主动记忆提取请求失败：{exc.__class__.__name__}: {exc}")
-                return BatchResult(ok=False, sent=sent)
+                return BatchResult(ok=False, sent=sent, voided=voided)
             self.model_breaker.success()
             await add_usage(usage, what="主动记忆提取")
             parsed = await self.extractor.apply(
@@ -213,7 +251,7 @@ class ActiveMemory:
                 answer,
                 related,
                 outcome,
-                fence=self.fences.fence(ticket, self.consent.allows_now),
+                fence=self.fences.fence(ticket, self.consent.allows_now, "active"),
             )
             for reason in outcome.ignored:
                 logger.debug(f"[Memory] 主动记忆提取忽略：{reason}")
@@ -222,23 +260,23 @@ class ActiveMemory:
                 logger.info(
                     f"[Memory] 主动记忆：用户 {user_id} 已遗忘数据或关闭自动记忆，本批不再写入"
                 )
-                return BatchResult(ok=True, sent=sent)
+                return BatchResult(ok=True, sent=sent, voided=voided)
             if parsed.malformed:
                 outcome.error = "malformed"
                 logger.warning("[Memory] 主动记忆提取的回答不是约定的 JSON，本批未写入，稍后重试")
-                return BatchResult(ok=False, sent=sent)
+                return BatchResult(ok=False, sent=sent, voided=voided)
             if outcome.added or outcome.updated or outcome.archived:
                 logger.info(
                     f"[Memory] 主动记忆 partition={batch.key.partition}：{describe(outcome)}"
                 )
             if outcome.added or outcome.updated:
-                bots = [t.bot_id for t in batch.turns[:sent] if t.bot_id]
+                bots = [t.bot_id for t in turns[:taken] if t.bot_id]
                 await self._notice(user_id, bots[-1] if bots else "")
-            return BatchResult(ok=True, sent=sent)
+            return BatchResult(ok=True, sent=sent, voided=voided)
         except Exception as exc:
             outcome.error = exc.__class__.__name__
             logger.warning(f"[Memory] 主动记忆提取失败：{exc.__class__.__name__}: {exc}")
-            return BatchResult(ok=False, sent=sent)
+            return BatchResult(ok=False, sent=sent, voided=voided)
         finally:
             if outcome.error:
                 self.stats.failures += 1
@@ -278,10 +316,36 @@ class ActiveMemory:
         voids an extraction in flight (it writes nothing more)."""
         if not allowed:
             self.queue.forget(user_id)
+            # The point in time every process honours, even after /memory auto on.
+            await self.fences.void(user_id, "active")
         changed = await self.consent.set_allowed(user_id, allowed)
         if not allowed:
             self.queue.forget(user_id)  # a turn queued while the row was written
         return changed
+
+    def share(self, coherence: Coherence) -> None:
+        """Follow forgets through other processes (remote mode): the user's waiting turns
+        said before it leave this process's memory when its feed row arrives (a batch
+        would drop them anyway before building its request)."""
+        coherence.follow_with(self._forgotten_elsewhere, _nothing)
+
+    def _forgotten_elsewhere(self, row: str) -> None:
+        partition = forgotten_of(row)
+        user_id = user_of_key(partition) if partition is not None else None
+        if user_id is None:
+            return
+        task = asyncio.get_running_loop().create_task(self._drop_forgotten(user_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _drop_forgotten(self, user_id: str) -> None:
+        try:
+            point = (await self.fences.void_points([user_id])).get(user_id)
+        except Exception as exc:  # the tombstones cannot be read: the batch screens again
+            logger.warning(f"[Memory] 读取遗忘记录失败：{exc.__class__.__name__}: {exc}")
+            return
+        if point is not None:
+            self.queue.drop_said_before(user_id, point)
 
     async def forget(self, user_id: str) -> None:
         """A forget of ``user_id`` (a ``UserData`` forget hook): drop and void their work,
@@ -301,4 +365,6 @@ class ActiveMemory:
 
     async def close(self) -> None:
         """Stop extractions (driver shutdown); unprocessed messages are not learned."""
+        for task in list(self._tasks):
+            task.cancel()
         await self.queue.close()

@@ -86,7 +86,11 @@ class SubconsciousHooks:
         train = event.get_context_messages().train
         if not isinstance(train.content, str):
             return  # nowhere to put the block: leave the messages for a later turn
-        messages = self.runner.pending.claim(event.chat_object)
+        try:
+            messages = await self.runner.pending.claim(event.chat_object)
+        except Exception as exc:  # the chat must not fail because of our bookkeeping
+            logger.warning(f"[Subconscious] 读取待转达消息失败：{exc.__class__.__name__}: {exc}")
+            return
         if not messages:
             return
         train.content = insert_block(train.content, render_notes_block(messages))

@@ -25,6 +25,7 @@ __all__ = [
     "decode_tags",
     "encode_tags",
     "group_of_origin",
+    "origin_after_rewrite",
     "origin_of_chat",
     "origin_of_group",
     "split_tag_text",
@@ -68,6 +69,19 @@ def group_of_origin(origin: str) -> str | None:
     """The group id of a ``group:<gid>`` origin; ``None`` for ``private`` (or anything else)."""
     if origin.startswith(_GROUP_PREFIX) and origin != _GROUP_PREFIX:
         return origin[len(_GROUP_PREFIX) :]
+    return None
+
+
+def origin_after_rewrite(memory_origin: str, written_in: str) -> str | None:
+    """The origin a memory takes when its text is rewritten from the chat of ``written_in``
+    (``None``: it keeps its own).
+
+    A private chat's text makes a memory written in a group private: kept as
+    it was, the memory would carry the private text into that group's reads
+    and recall. The one rule for every rewrite (active memory's extraction,
+    ``update_memory`` in a chat and in the L3 loop)."""
+    if written_in == ORIGIN_PRIVATE and memory_origin != ORIGIN_PRIVATE:
+        return ORIGIN_PRIVATE
     return None
 
 

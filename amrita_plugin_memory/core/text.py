@@ -51,7 +51,8 @@ _FAILED_WORK_FACTOR = 4
 """``{`` / ``[`` that start no JSON value are tried while the characters read by those
 failed attempts stay within this many times the answer's length (a bound on the work)."""
 
-_REASONING_TAG = re.compile(r"<\s*(/?)\s*think(?:ing)?\s*>", re.IGNORECASE)
+# Possessive runs of spaces: "<" + thousands of spaces cost every split of the run.
+_REASONING_TAG = re.compile(r"<\s*+(/?)\s*+think(?:ing)?\s*+>", re.IGNORECASE)
 _JSON_START = re.compile(r"[\[{]")
 _BRACKET = re.compile(r"[\[\]{}]")
 _DECODER = json.JSONDecoder()

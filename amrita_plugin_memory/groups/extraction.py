@@ -10,6 +10,12 @@ in this group within ``update_interval_seconds``; at most
 ``max_users_per_turn``. The answer is parsed by
 :func:`~..prompting.persona.parse_updates`; whatever it rejects is logged at
 debug level (never the text) and changes nothing.
+
+A forget or a ``/memory persona off`` is a point in time every process
+honours: the analysed window leaves out what each member said at or before
+their last one (the shared tombstones and opt-outs, read when the extraction
+starts, :meth:`~..storage.users.fences.UserFences.void_points`), and each
+member's write is fenced from the time of their oldest message analysed.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from nonebot import logger
 
 from ..core.config import ConfigFile
 from ..core.errors import WriteFenced
+from ..infra.fences import Ticket
 from ..prompting.group_blocks import render_group_context, render_personas
 from ..prompting.group_window import WindowEntry
 from ..prompting.labels import SAFE_COLON
@@ -158,7 +165,7 @@ class PersonaExtractor:
         ticket_of = self.fences.snapshot() if self.fences is not None else None
         gc = self.config.group_context
         count = min(gc.recent_context_messages, gc.context_message_count)
-        entries = await self.stores.windows.recent(group_id, count)
+        entries = await self._unvoided(await self.stores.windows.recent(group_id, count))
         targets = await self._targets(group_id, speaker_id, entries)
         if not targets:
             return result
@@ -191,7 +198,11 @@ class PersonaExtractor:
         for user_id, updates in by_user.items():
             fence = None
             if self.fences is not None and ticket_of is not None:
-                fence = self.fences.fence(ticket_of(user_id))
+                said = [e.at for e in entries if e.user_id == user_id and not e.is_bot]
+                ticket = ticket_of(user_id)
+                if said:  # void from their oldest message analysed, in any process
+                    ticket = Ticket(user_id, ticket.epoch, min(said))
+                fence = self.fences.fence(ticket, kind="persona")
             try:
                 merged = await self.stores.personas.merge(
                     user_id, updates, now=now, max_chars=self.config.persona.total_max_chars,
@@ -205,6 +216,15 @@ class PersonaExtractor:
         if result.updated:
             logger.info(f"[Memory] 画像提取（群 {group_id}）更新了 {len(result.updated)} 位成员")
         return result
+
+    async def _unvoided(self, entries: list[WindowEntry]) -> list[WindowEntry]:
+        """``entries`` without what each member said at or before their last forget or
+        ``/memory persona off`` in any process (never sent to the model)."""
+        if self.fences is None:
+            return entries
+        members = {e.user_id for e in entries if not e.is_bot}
+        points = await self.fences.void_points(members, "persona")
+        return [e for e in entries if e.is_bot or e.at > points.get(e.user_id, -1.0)]
 
     async def _known(self, user_ids: list[str]) -> dict[str, list[PersonaField]]:
         personas = await self.stores.personas.get_many(user_ids)

@@ -63,7 +63,8 @@ class GroupAwareness:
         fences: UserFences | None = None,
         coherence: Coherence | None = None,
     ) -> GroupAwareness:
-        return cls(config, GroupStores.build(config, coherence), fences=fences)
+        forgotten = fences.forgotten if fences is not None else None
+        return cls(config, GroupStores.build(config, coherence, forgotten), fences=fences)
 
     def configure(self, config: ConfigFile) -> None:
         """Use another configuration from now on (stored data stays)."""

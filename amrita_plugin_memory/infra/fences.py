@@ -9,7 +9,9 @@ by every forget and opt-out (:meth:`UserEpochs.bump`); work takes a
 (under the partition's lock): a ticket of an older epoch is void.
 
 Epochs live in this process; other processes learn of a forget from its
-tombstone, which the checks read too (``ActiveMemory``'s fence).
+tombstone and of an opt-out from its shared record, which the checks read too
+(``storage/users/fences``): there a ticket's time is when the user said what the
+work reads, so a forget anywhere voids everything said before it.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ __all__ = ["Ticket", "UserEpochs"]
 
 @dataclass(frozen=True, slots=True)
 class Ticket:
-    """Work taken for ``user_id`` at ``epoch`` (and wall-clock ``taken_at``, for tombstones)."""
+    """Work for ``user_id`` taken at ``epoch``, on input said at wall-clock ``taken_at``
+    (seconds; compared with the shared tombstones and opt-outs)."""
 
     user_id: str
     epoch: int

@@ -110,8 +110,12 @@ INVISIBLE = (
 """Characters that show nothing, as the body of a regex character class: a tag
 with them inside still reads as the tag to a model."""
 
-_GAP = f"[{INVISIBLE}]*"
-_SPACE = rf"[\s{INVISIBLE}]*"
+# Possessive (``*+``): a run of spaces or invisible characters is taken whole and never
+# given back. Nothing that may follow one (a "/", a name's letter, an ASCII name character)
+# is in it, so giving back could never let a match succeed, and two runs side by side
+# (``<`` + thousands of spaces: every split tried) made the search quadratic in the run.
+_GAP = f"[{INVISIBLE}]*+"
+_SPACE = rf"[\s{INVISIBLE}]*+"
 
 
 def _tag_pattern(tags: Iterable[str]) -> re.Pattern[str]:

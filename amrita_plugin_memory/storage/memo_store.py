@@ -33,6 +33,7 @@ from nonebot_plugin_orm import get_session
 from sqlalchemy import Engine, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from ..core.protocols import Fence
 from ..infra.locks import PartitionLocks
 from .keys import normalize_key
 from .models import UserMemo, db_now
@@ -109,13 +110,18 @@ class MemoService:
         self._cache.written(uni_id, content)
         await self.coherence.announce([uni_id])
 
-    async def update(self, uni_id: str, content: str) -> MemoWriteResult:
+    async def update(
+        self, uni_id: str, content: str, *, fence: Fence | None = None
+    ) -> MemoWriteResult:
         """Replace the memo of ``uni_id``; refuse (write nothing) above the limit.
 
         Writes of one uni_id are serialised, so concurrent writers leave exactly
-        one of their texts, never a mix.
+        one of their texts, never a mix. ``fence`` is awaited under the lock first
+        (background work voided meanwhile raises and writes nothing).
         """
         async with self._locks.hold(uni_id):
+            if fence is not None:
+                await fence()
             current = await self.get(uni_id)
             attempted = len(content)
             if attempted > self.max_chars:

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from nonebot_plugin_orm import Model, plugin_config
-from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Index, Integer, String, Text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -18,11 +18,13 @@ __all__ = [
     "GroupMemberLabel",
     "GroupMessage",
     "GroupSetting",
+    "LoopItem",
     "MemberPersona",
     "PartitionChange",
     "SharedLease",
     "SubconsciousState",
     "UserMemo",
+    "UserVoid",
     "db_now",
     "migrates_on",
     "missing_table",
@@ -72,7 +74,7 @@ class UserMemo(Model):
 
 
 class SubconsciousState(Model):
-    """L3 loop state (``total_runs``, abstracts, pending messages, suggestions)."""
+    """L3 loop state: ``{"total_runs": n}`` (its items are rows of :class:`LoopItem`)."""
 
     __tablename__ = "amrita_plugin_memory_subconscious_state"
 
@@ -106,9 +108,14 @@ class GroupSetting(Model):
 
 
 class GroupMemberLabel(Model):
-    """The anonymous label (``用户_1234``) of a member in one group, fixed once given."""
+    """The anonymous label (``用户_1234``) of a member in one group, fixed once given; one
+    label names one member of a group (a unique index: bots on one database never give
+    two members the same label, ``storage/groups/directory``)."""
 
     __tablename__ = "amrita_plugin_memory_group_label"
+    __table_args__ = (
+        Index("ix_amrita_plugin_memory_group_label_unique", "group_id", "label", unique=True),
+    )
 
     group_id: Mapped[str] = mapped_column(String(32), primary_key=True)
     user_id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -192,3 +199,42 @@ class ForgottenUser(Model):
     partition: Mapped[str] = mapped_column(String(255), default="")
     at_us: Mapped[int] = mapped_column(BigInteger)
     """When the user was last forgotten: microseconds since the epoch (UTC)."""
+
+
+class LoopItem(Model):
+    """One item of an L3 loop's state (``storage/users/loop_state_row``): a message waiting
+    for the target user, a cycle's abstract or a knowledge suggestion. One row each, so a
+    process changes only the items it changed and never writes back one another erased."""
+
+    __tablename__ = "amrita_plugin_memory_loop_item"
+    __table_args__ = (
+        Index("ix_amrita_plugin_memory_loop_item_unique", "loop", "kind", "item_id", unique=True),
+        {"sqlite_autoincrement": True},
+    )
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    """The items' order (oldest first)."""
+    loop: Mapped[str] = mapped_column(String(64))
+    """The loop's state uid (:class:`SubconsciousState`)."""
+    kind: Mapped[str] = mapped_column(String(16))
+    """``pending``, ``abstract`` or ``suggestion``."""
+    item_id: Mapped[str] = mapped_column(String(64))
+    user_id: Mapped[str] = mapped_column(String(64), default="")
+    """Whose it is (``""``: the loop's target user, items converted from the old document)."""
+    since_us: Mapped[int] = mapped_column(BigInteger, default=0)
+    """When the work that made it began (a cycle's start), microseconds since the epoch:
+    a forget of its user at or after this time buries it."""
+    data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class UserVoid(Model):
+    """When a user last switched some learning off (``kind``: ``active``, ``/memory auto off``;
+    ``persona``, ``/memory persona off``): background work on what they said before is void
+    in every process (``storage/users/fences``), even after they switch it on again."""
+
+    __tablename__ = "amrita_plugin_memory_user_void"
+
+    user_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)
+    at_us: Mapped[int] = mapped_column(BigInteger)
+    """Microseconds since the epoch (UTC); only ever moved forward."""

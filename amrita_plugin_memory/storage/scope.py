@@ -14,6 +14,9 @@ reader and writer then asks it, so the privacy decisions exist here only:
 * :meth:`Scope.require`: may this caller write / update / delete there; a
   refusal is a :class:`~..core.errors.ScopeRefused` whose Chinese text goes back
   to the model or the user.
+
+Background work for a user (an L3 cycle) also carries its :attr:`Scope.fence`:
+every write made with the scope awaits it inside the store's write section.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Literal
 
 from ..core.config import ConfigFile
 from ..core.errors import ScopeRefused
+from ..core.protocols import Fence
 from ..core.records import (
     ORIGIN_PRIVATE,
     GroupPrivacy,
@@ -74,12 +78,15 @@ class Scope:
     privacy: GroupPrivacy = field(default_factory=GroupPrivacy)
     group_editors: GroupEditors = "member"
     can_manage_group: Callable[[], Awaitable[bool]] = field(default=_never, compare=False)
+    fence: Fence | None = field(default=None, compare=False)
+    """Awaited inside the write section before every write made with this scope (the L3
+    loop: a forget of its target user in any process voids the cycle's writes)."""
 
     @classmethod
-    def of_loop(cls, target: ChatTarget) -> Scope:
+    def of_loop(cls, target: ChatTarget, fence: Fence | None = None) -> Scope:
         """The L3 loop: its target user's private scope, no group rights."""
         private = ChatTarget(target.user_id, target.user, None, None)
-        return cls(private, ORIGIN_PRIVATE)
+        return cls(private, ORIGIN_PRIVATE, fence=fence)
 
     @classmethod
     def of_operator(cls, partition: str) -> Scope:

@@ -54,6 +54,6 @@ async def record_cycle(
         state["last_abstracts"] = [*state["last_abstracts"], entry][-max_abstracts:]
 
     try:
-        await ctx.mutate_state(change)
+        await ctx.mutate_state(change, since=cycle.started_at)
     except Exception as exc:
         logger.error(f"[Subconscious] 保存循环状态失败：{exc.__class__.__name__}: {exc}")

@@ -16,6 +16,15 @@ and closes this fence until the forget ends:
 * no cycle starts while a forget is in progress, and a fenced cycle keeps no
   abstract (:meth:`CycleFence.open_for`).
 
+That much holds in this process. A forget through another process (another
+bot on the same store) is seen through the shared tombstones
+(``storage/users/tombstones``): every tool call, every write of a memory or
+memo (the loop's scope carries :meth:`CycleFence.check` as its fence, run
+inside the store's write section), a message about to be sent and the
+cycle's abstract first ask whether the target user was forgotten at or after
+the cycle began (:meth:`CycleFence.may_act`), and what the cycle adds to the
+loop's state is buried by that forget anyway (``storage/users/loop_state_row``).
+
 Why a fence and not a cancelled task: a cancelled tool call may already have
 handed its write to Chroma (a worker thread that runs on) or to the profile's
 file, and it would land after the removal; Core's agent also catches what its
@@ -28,11 +37,18 @@ forget stop with :class:`~..upkeep.users.user_data.ForgetBlocked` (run it again)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from datetime import datetime
 
+from nonebot import logger
+
+from ..core.errors import WriteFenced
 from ..upkeep.users.user_data import ForgetBlocked
 from .types import Cycle
+
+ForgottenAt = Callable[[], Awaitable[datetime | None]]
+"""When the target user was last forgotten, in any process (``None``: never)."""
 
 __all__ = ["FORGET_WAIT_SECONDS", "CycleFence"]
 
@@ -44,7 +60,16 @@ model call each, bounded by their own timeouts)."""
 class CycleFence:
     """The loop's forget epoch, the forgets in progress and the tool calls in flight."""
 
-    def __init__(self, *, wait_seconds: float = FORGET_WAIT_SECONDS) -> None:
+    def __init__(
+        self,
+        *,
+        wait_seconds: float = FORGET_WAIT_SECONDS,
+        forgotten_at: ForgottenAt | None = None,
+        target: str = "",
+    ) -> None:
+        self.forgotten_at = forgotten_at
+        """The shared tombstone of the target user (``None``: this process only)."""
+        self.target = target
         self.epoch = 0
         """Moved on by every forget of the target user; a cycle keeps the one it began in."""
         self.forgets = 0
@@ -60,10 +85,31 @@ class CycleFence:
             return False
         return cycle is None or cycle.epoch == self.epoch
 
+    async def may_act(self, cycle: Cycle | None) -> bool:
+        """:meth:`open_for`, and no process forgot the target user since ``cycle`` began.
+
+        A tombstone that cannot be read counts as a forget (refused, logged)."""
+        if not self.open_for(cycle):
+            return False
+        if cycle is None or self.forgotten_at is None:
+            return True
+        try:
+            at = await self.forgotten_at()
+        except Exception as exc:
+            logger.warning(f"[Subconscious] 读取遗忘记录失败，本次操作未执行：{exc}")
+            return False
+        return at is None or at.timestamp() < cycle.started_at
+
+    async def check(self, cycle: Cycle | None) -> None:
+        """:meth:`may_act` as a store's fence: raises :class:`WriteFenced` when not."""
+        if not await self.may_act(cycle):
+            raise WriteFenced(self.target, "L3 循环的目标用户已被遗忘")
+
     @asynccontextmanager
     async def tool_call(self, cycle: Cycle | None) -> AsyncIterator[bool]:
         """One tool call: yields whether it may run, and counts it while it does."""
-        if not self.open_for(cycle):
+        # open_for again after the await: a forget here may have closed the fence meanwhile.
+        if not await self.may_act(cycle) or not self.open_for(cycle):
             yield False
             return
         self._calls += 1

@@ -6,12 +6,11 @@ nothing is half written. Shutdown does the same, then ``terminate()``s. A
 forget of the target user also fences the cycle: it writes nothing more
 (:mod:`.fence`, :meth:`SubconsciousRunner.forgetting`).
 
-**One cycle.** LOAD_STATE (the ``SubconsciousState`` row) → JINJA2_RENDER
-(the main template with the spec's variables) → LIMIT_HISTORY (the target's
-recent chat, bounded; :mod:`.workflow`) → BUILD_MESSAGE → REACT_BLOCK (Core's
-ReAct strategy on the isolated tool set). Afterwards the run's total usage
-is added once to Amrita's global statistics and the state is saved, and every
-tool group with an ``on_cycle_end`` hook learns the outcome.
+**One cycle.** LOAD_STATE (the state's rows) → JINJA2_RENDER (the main
+template) → LIMIT_HISTORY (the target's recent chat, bounded; :mod:`.workflow`)
+→ BUILD_MESSAGE → REACT_BLOCK (Core's ReAct strategy on the isolated tool set).
+Afterwards the usage is added once to Amrita's statistics, the abstract is
+saved and every tool group with an ``on_cycle_end`` hook learns the outcome.
 
 It composes :class:`~.scheduling.RunPlanner`, :class:`~.state.LoopState`,
 :class:`~.state.PendingMessages`, :class:`~.templates.PromptTemplates`,
@@ -108,18 +107,16 @@ class SubconsciousRunner:
             raise ValueError("SubconsciousRunner needs a target_user_id")
         self.target: ChatTarget = target_from_ids(self.target_user_id)
         self.templates = PromptTemplates(config_dir or runtime.config.config_dir, self.config)
-        self.state_store = StateStore(state_uid)
+        self.state_store = StateStore(state_uid, target=self.target_user_id)
         self.loop_state = LoopState(self.state_store, max_abstracts=self.config.max_abstracts)
         self.pending = PendingMessages(self.loop_state, self.target_user_id)
         self.job_id = job_id or f"{JOB_ID_PREFIX}:{self.target_user_id}"
         self.planner = RunPlanner(self.config, self.job_id, self.run_cycle, scheduler=scheduler)
-        self.data = AmritaData(
-            self.config,
-            self.target.user,
-            forgotten_at=lambda: runtime.forgotten.forgotten_at(self.target_user_id),
-        )
-        self.fence = CycleFence()
-        """Closed by a forget of the target user (:meth:`forgetting`)."""
+        forgotten_at = lambda: runtime.forgotten.forgotten_at(self.target_user_id)  # noqa: E731
+        self.data = AmritaData(self.config, self.target.user, forgotten_at=forgotten_at)
+        self.fence = CycleFence(forgotten_at=forgotten_at, target=self.target_user_id)
+        """Closed by a forget of the target user here (:meth:`forgetting`), or there (the
+        shared tombstones, :meth:`may_act`)."""
         self.messenger = Messenger(self.templates, self.data, self.target_user_id)
         self.active = True
         """False after :meth:`shutdown`: hooks and planned runs become no-ops."""
@@ -155,7 +152,8 @@ class SubconsciousRunner:
 
     def _add_default_groups(self) -> None:
         rt = self.runtime
-        scope = Scope.of_loop(self.target)  # the target's private scope, no group rights
+        # The target's private scope, no group rights; its writes are fenced by a forget.
+        scope = Scope.of_loop(self.target, fence=lambda: self.fence.check(self.current_cycle))
         self.add_tool_group(MemoryToolset(self, rt.tools, rt.store, scope).group())
         self.add_tool_group(MemoToolset(self, rt.tools, rt.memo, scope).group())
         self.add_tool_group(ReviewToolset(self.data).group())
@@ -187,16 +185,21 @@ class SubconsciousRunner:
     # -- LoopContext -------------------------------------------------------------------
 
     @property
-    def state(self) -> StateData:
+    def state(self) -> StateData:  # a view: LOAD_STATE and every change refresh it
         return self.loop_state.data
 
     async def load_state(self) -> StateData:
-        """LOAD_STATE: read the ``SubconsciousState`` row into :attr:`state`."""
-        return await self.loop_state.load()
+        return await self.loop_state.load()  # LOAD_STATE: the stored rows into `state`
 
-    async def mutate_state(self, change: Callable[[StateData], T]) -> T:
-        """Apply ``change`` to :attr:`state` and persist it (see :meth:`.LoopState.mutate`)."""
-        return await self.loop_state.mutate(change)
+    async def mutate_state(
+        self, change: Callable[[StateData], T], *, since: float | None = None
+    ) -> T:
+        """Apply ``change`` to :attr:`state` and persist it (:meth:`.LoopState.mutate`)."""
+        return await self.loop_state.mutate(change, since=since)
+
+    async def may_act(self) -> bool:
+        """No forget of the target user since the cycle began (:meth:`.CycleFence.may_act`)."""
+        return await self.fence.may_act(self.current_cycle)
 
     def render_guide(self, key: str) -> str:
         """Render a guide template (``prompt_knowledge_file`` / ``prompt_profile_file``) for
@@ -247,12 +250,10 @@ class SubconsciousRunner:
 
     @asynccontextmanager
     async def forgetting(self, user_id: str) -> AsyncIterator[None]:
-        """A forget of ``user_id`` runs inside this (``UserData.forget_fences``).
-
-        For the target user: the planned cycle is cancelled, the running one
-        stops and writes nothing more, and none starts until the forget ends
-        (:mod:`.fence`); the summaries of their archived sessions are dropped.
-        """
+        """A forget of ``user_id`` runs inside this (``UserData.forget_fences``). For the
+        target user: the planned cycle is cancelled, the running one stops and writes
+        nothing more, none starts until the forget ends (:mod:`.fence`); the summaries
+        of their archived sessions are dropped."""
         if user_id.strip() != self.target_user_id:
             yield
             return
@@ -475,7 +476,7 @@ class SubconsciousRunner:
                 cycle.stop_summary
                 or f"未调用 subconscious_iter_stop 而结束；{cycle.describe_actions()}"
             )
-        if self.fence.open_for(cycle):  # a forgotten user's cycle keeps no abstract
+        if await self.fence.may_act(cycle):  # a forgotten user's cycle keeps no abstract
             await record_cycle(
                 self, cycle, outcome, summary, max_abstracts=self.config.max_abstracts
             )

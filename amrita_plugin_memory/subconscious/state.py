@@ -1,4 +1,10 @@
-"""The loop's persisted state (one ``SubconsciousState`` row) and its pending messages."""
+"""The loop's state in memory, read from and written to its rows, and its pending messages.
+
+The stored state is one row per item (``storage/users/loop_state_row``): every
+change reads the rows as they are now, applies the change and writes only what
+it changed, so this process never writes back what another erased (a forget
+through another bot) and the in-memory copy is only a view for prompts.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +15,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from nonebot import logger
-from nonebot_plugin_orm import get_session
 
-from ..storage.models import SubconsciousState, db_now
+from ..storage.users.loop_state_row import LoopStateRow
 from .consts import PENDING_MAX, STATE_UID
 from .templates import local_now
 from .types import PendingMessage, StateData, empty_state, normalize_state
@@ -21,35 +26,36 @@ __all__ = ["LoopState", "PendingMessages", "StateStore"]
 T = TypeVar("T")
 
 
-class StateStore:
-    """Reads and writes the loop's row in the ``SubconsciousState`` table."""
+class StateStore(LoopStateRow):
+    """The loop's stored state (:class:`~..storage.users.loop_state_row.LoopStateRow`),
+    with the document's whole-state view the tests and tools read."""
 
-    def __init__(self, uid: str = STATE_UID) -> None:
-        self.uid = uid
+    def __init__(self, uid: str = STATE_UID, *, target: str | None = None) -> None:
+        super().__init__(uid, target=target)
 
     async def load(self) -> Any:
-        """The stored JSON document, or ``None`` when there is no row yet."""
-        async with get_session() as session:
-            row = await session.get(SubconsciousState, self.uid)
-            return copy.deepcopy(row.data) if row is not None else None
+        """The stored JSON document, or ``None`` when nothing is stored yet."""
+        return await self.read() or None
 
-    async def save(self, data: StateData) -> None:
+    async def save(self, data: StateData | dict[str, Any]) -> None:
+        """Make the stored state ``data`` (seeding and imports: it removes every item not
+        in ``data``; the loop itself changes items through :meth:`LoopState.mutate`)."""
         document = copy.deepcopy(dict(data))
-        async with get_session() as session:
-            row = await session.get(SubconsciousState, self.uid)
-            if row is None:
-                session.add(SubconsciousState(uid=self.uid, data=document, updated_at=db_now()))
-            else:
-                row.data = document  # a new object, so the JSON column is marked dirty
-                row.updated_at = db_now()
-            await session.commit()
+
+        def replace(stored: dict[str, Any]) -> None:
+            stored.clear()
+            stored.update(document)
+
+        await self.edit(replace)
 
 
 class LoopState:
-    """The state document in memory, loaded from and saved to a :class:`StateStore`.
+    """The state document in memory, a view of the rows of a :class:`StateStore`.
 
-    :meth:`mutate` is the one way to change it, so concurrent writers (tool
-    calls, chat hooks, the end of a cycle) never lose each other's updates.
+    :meth:`mutate` is the one way to change it: serialised with every other
+    change of this process, applied to the rows as they are now and written
+    item by item (never the whole document), so concurrent writers, here or in
+    another process, never lose each other's updates.
     """
 
     def __init__(self, store: StateStore, *, max_abstracts: int) -> None:
@@ -57,44 +63,53 @@ class LoopState:
         self.max_abstracts = max_abstracts
         self.data: StateData = empty_state()
         self.lock = asyncio.Lock()
-        self._loaded = False
-
-    async def _read(self) -> None:
-        raw = await self.store.load()
-        self.data = normalize_state(raw, max_abstracts=self.max_abstracts)
-        self._loaded = True
 
     async def load(self) -> StateData:
-        """Read the stored row into :attr:`data`."""
+        """Read the stored rows into :attr:`data` (the items of users forgotten since the
+        work that made them began are deleted first)."""
         async with self.lock:
-            await self._read()
+            raw = await self.store.read(bury=True)
+            self.data = normalize_state(raw, max_abstracts=self.max_abstracts)
             return self.data
 
-    async def mutate(self, change: Callable[[StateData], T]) -> T:
-        """Apply ``change`` to :attr:`data` and persist it, serialised with every other change.
-
-        The state is saved whatever ``change`` returns; ``change`` must not
-        await (it runs under the lock). The stored row is read first if it was
-        never loaded, so an early write cannot wipe it.
-        """
+    async def _change(
+        self, change: Callable[[StateData], T], *, since: float | None, bury: bool
+    ) -> T:
         async with self.lock:
-            if not self._loaded:
-                await self._read()
-            result = change(self.data)
-            await self.store.save(self.data)
+            out: list[StateData] = []
+
+            def apply(document: dict[str, Any]) -> T:
+                state = normalize_state(document, max_abstracts=self.max_abstracts)
+                result = change(state)
+                document.clear()
+                document.update(state)  # the normalised, changed state is what is written
+                out.append(state)
+                return result
+
+            result = await self.store.edit(apply, since=since, bury=bury)
+            self.data = out[0]
             return result
 
+    async def mutate(self, change: Callable[[StateData], T], *, since: float | None = None) -> T:
+        """Apply ``change`` to the state as stored now and write what it changed.
+
+        ``change`` must not await (it runs under the lock). ``since`` is when the
+        work behind the change began (a cycle's start; now by default): what it
+        adds is buried by a forget of its user from then on.
+        """
+        return await self._change(change, since=since, bury=True)
+
     async def read(self) -> dict[str, Any]:
-        """A copy of the document (``storage.users.loop_state_row.LoopStateAccess``)."""
+        """A copy of the stored document (``storage.users.loop_state_row.LoopStateAccess``)."""
         async with self.lock:
-            if not self._loaded:
-                await self._read()
-            return copy.deepcopy(dict(self.data))
+            return copy.deepcopy(await self.store.read())
 
     async def edit(self, change: Callable[[dict[str, Any]], T]) -> T:
         """:meth:`mutate` on the document as a plain dict (``LoopStateAccess``: a user's
-        forget removes their items through the loop, which would otherwise save them back)."""
-        return await self.mutate(lambda data: change(cast(dict[str, Any], data)))
+        export and forget see every stored item, none buried before it counts them)."""
+        return await self._change(
+            lambda data: change(cast(dict[str, Any], data)), since=None, bury=False
+        )
 
 
 class PendingMessages:
@@ -117,8 +132,13 @@ class PendingMessages:
     def items(self) -> list[PendingMessage]:
         return self._state.data["pending_messages"]
 
-    async def add(self, intent: str, *, text: str | None = None) -> PendingMessage | None:
-        """Queue a message; ``None`` when the queue is full or holds the same intent."""
+    async def add(
+        self, intent: str, *, text: str | None = None, since: float | None = None
+    ) -> PendingMessage | None:
+        """Queue a message; ``None`` when the queue is full or holds the same intent.
+
+        ``since``: when the cycle that wants it said began (a forget of the user
+        from then on buries it, in every process)."""
 
         def change(state: StateData) -> PendingMessage | None:
             items = state["pending_messages"]
@@ -134,7 +154,7 @@ class PendingMessages:
             items.append(message)
             return message
 
-        message = await self._state.mutate(change)
+        message = await self._state.mutate(change, since=since)
         if message is not None:
             logger.info(f"[Subconscious] Queued a message for user={self.target_user_id}")
         return message
@@ -144,8 +164,10 @@ class PendingMessages:
             if chat.is_done():
                 del self._claims[key]
 
-    def claim(self, chat: Any) -> list[PendingMessage]:
-        """The messages ``chat`` (an Amrita ChatObject) should deliver."""
+    async def claim(self, chat: Any) -> list[PendingMessage]:
+        """The messages ``chat`` (an Amrita ChatObject) should deliver, as stored now:
+        another process may have delivered them, or a forget removed them."""
+        await self._state.load()
         self._release_stale()
         key = str(chat.stream_id)
         if key in self._claims:

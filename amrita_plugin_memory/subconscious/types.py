@@ -8,6 +8,7 @@ so a bad row degrades to defaults instead of breaking the loop.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,6 +42,8 @@ SUGGESTION_ACTIONS: tuple[SuggestionAction, ...] = ("create", "update", "delete"
 class AbstractEntry(TypedDict):
     """What one cycle did, shown to the next cycles (``{{ last_abstracts }}``)."""
 
+    id: NotRequired[str]
+    """The entry's stored row (given when it is first stored)."""
     time: str
     """Local ISO time the cycle ended."""
     cycle: int
@@ -112,12 +115,16 @@ def _abstract(raw: Any) -> AbstractEntry | None:
         return None
     cycle = raw.get("cycle")
     outcome = raw.get("outcome")
-    return {
+    entry: AbstractEntry = {
         "time": _str(raw.get("time")),
         "cycle": cycle if isinstance(cycle, int) and not isinstance(cycle, bool) else 0,
         "outcome": outcome if outcome in _OUTCOMES else "success",
         "summary": summary,
     }
+    entry_id = _str(raw.get("id")).strip()
+    if entry_id:
+        entry["id"] = entry_id
+    return entry
 
 
 def _pending(raw: Any) -> PendingMessage | None:
@@ -194,6 +201,9 @@ class Cycle:
     epoch: int = 0
     """The loop's forget epoch when the cycle began (:class:`~.fence.CycleFence`):
     once a forget of the target user moved it on, the cycle writes nothing."""
+    started_at: float = field(default_factory=time.time)
+    """Wall-clock seconds when the cycle began: a forget of the target user at or after
+    it, in any process (the shared tombstones), fences the cycle too."""
     stop_requested: bool = False
     """``subconscious_iter_stop`` was called: no further model round."""
     stop_summary: str = ""

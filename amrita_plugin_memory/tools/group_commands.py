@@ -18,6 +18,7 @@ from ..prompting.persona import render_persona
 from ..storage.groups.stores import GroupStores
 from ..storage.memo_store import MemoService
 from ..storage.scope import Scope
+from ..storage.users.fences import UserFences
 
 __all__ = ["SELF_ENTRY_MAX_CHARS", "GroupCommands"]
 
@@ -30,9 +31,13 @@ _MANAGERS = "群管理员、群主或超级用户"
 class GroupCommands:
     """The group-awareness commands on the stores of one process."""
 
-    def __init__(self, stores: GroupStores, memo: MemoService) -> None:
+    def __init__(
+        self, stores: GroupStores, memo: MemoService, fences: UserFences | None = None
+    ) -> None:
         self.stores = stores
         self.memo = memo
+        self.fences = fences
+        """Where ``/memory persona off`` is recorded as a point in time for every process."""
 
     # -- self memory (superusers) -----------------------------------------------------
 
@@ -78,6 +83,8 @@ class GroupCommands:
             cleared = await personas.clear(user_id)
             return "已删除你的画像" if cleared else "你还没有画像"
         if action == "off":
+            if self.fences is not None:  # nothing said before it is learned, even after "on"
+                await self.fences.void(user_id, "persona")
             await personas.set_learning(user_id, False)
             return "已停止学习你的画像，并删除了已有画像（恢复：/memory persona on）"
         if action == "on":

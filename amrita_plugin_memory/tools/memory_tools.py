@@ -20,7 +20,7 @@ from amrita_core import FunctionDefinitionSchema
 from nonebot import logger
 
 from ..core.config import ConfigFile
-from ..core.records import IMPORTANCE_LEVELS, SCOPES, OriginFilter
+from ..core.records import IMPORTANCE_LEVELS, SCOPES, origin_after_rewrite
 from ..storage.memo_store import MemoService
 from ..storage.memory_store import EXPLICIT, MemoryStore
 from ..storage.scope import Scope
@@ -178,6 +178,7 @@ class MemoryTools:
                 author=scope.user_id if kind == "group" else "",
                 # The user's own request: an automatic memory gives way (storage/room).
                 displace=EXPLICIT,
+                fence=scope.fence,
             )
             merged = " merged" if written.merged else ""
             logger.info(
@@ -220,24 +221,32 @@ class MemoryTools:
             if content is None and tags is None and importance is None:
                 raise ToolArgError("至少提供 content、tags、importance 之一")
             partition = await scope.require("update", kind)
+            missing = f"记忆 {memory_id} 不存在（或不属于 scope={kind} 的当前分区）"
             origins = scope.origins(kind)
-            if origins.narrows and not await self._readable(
-                partition, memory_id, origins
-            ):  # its answer shows the memory: one this chat may not read is missing here
-                raise ToolArgError(f"记忆 {memory_id} 不存在（或不属于 scope={kind} 的当前分区）")
+            origin: str | None = None
+            if origins.narrows or (content is not None and kind == "user"):
+                current = await self.store.get(partition, memory_id)
+                # Its answer shows the memory: one this chat may not read is missing here.
+                if current is None or not origins.allows(current.origin):
+                    raise ToolArgError(missing)
+                if content is not None and kind == "user":
+                    # A private chat's text must not stay readable in the memory's group.
+                    origin = origin_after_rewrite(current.origin, scope.origin)
             record = await self.store.update(
-                partition, memory_id, content=content, tags=tags, importance=importance
+                partition,
+                memory_id,
+                content=content,
+                tags=tags,
+                importance=importance,
+                origin=origin,
+                fence=scope.fence,
             )
             if record is None:
-                raise ToolArgError(f"记忆 {memory_id} 不存在（或不属于 scope={kind} 的当前分区）")
+                raise ToolArgError(missing)
             logger.info(f"[Memory] update_memory partition={partition} id={memory_id}")
             return results.updated(record)
 
         return await self._guard("update_memory", run)
-
-    async def _readable(self, partition: str, memory_id: str, origins: OriginFilter) -> bool:
-        current = await self.store.get(partition, memory_id)
-        return current is not None and origins.allows(current.origin)
 
     @surface_tool(delete_memory_schema)
     async def delete_memory(self, scope: Scope, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -246,7 +255,7 @@ class MemoryTools:
             kind = parse_enum(args, "scope", SCOPES, "user")
             assert kind
             partition = await scope.require("delete", kind)
-            if not await self.store.delete(partition, memory_id):
+            if not await self.store.delete(partition, memory_id, fence=scope.fence):
                 raise ToolArgError(f"记忆 {memory_id} 不存在（或不属于 scope={kind} 的当前分区）")
             logger.info(f"[Memory] delete_memory partition={partition} id={memory_id}")
             return results.deleted(memory_id)
@@ -280,7 +289,7 @@ class MemoryTools:
                 raise ToolArgError("参数 content 必须是字符串（备忘录的完整新全文）")
             content = content.strip()
             uni_id = await scope.require_memo()
-            result = await self.memo.update(uni_id, content)
+            result = await self.memo.update(uni_id, content, fence=scope.fence)
             if result.ok:
                 logger.info(f"[Memory] update_memo uni_id={uni_id} chars={result.current_chars}")
             return results.memo_written(result)

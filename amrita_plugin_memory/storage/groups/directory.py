@@ -5,6 +5,13 @@ Both are read in every group turn, so both are cached in memory after the
 first read of a group; writes go to SQLite first and then to the cache.
 A label is given once (:func:`~...prompting.labels.make_label` against the labels
 the group already uses) and stored, so a member keeps it across restarts.
+
+Several bots may serve one group from one database: a label is unique within
+its group by a unique index (``GroupMemberLabel``), not by this process's
+cache. A member missing from the cache makes the group's labels be read again
+first, and a new label is inserted alone: when another process took that label
+(or labelled that member) meanwhile, the insert fails, the group's labels are
+read again and the member gets the next free label (or the one given there).
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from collections.abc import Iterable, Sequence
 
 from nonebot_plugin_orm import get_session
 from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
 
 from ...core.config import GroupContextConfig
 from ...infra.locks import PartitionLocks
@@ -20,7 +28,10 @@ from ...prompting.group_window import WindowEntry
 from ...prompting.labels import make_label, named_label
 from ..models import GroupMemberLabel, GroupSetting, db_now
 
-__all__ = ["GroupDirectory"]
+__all__ = ["LABEL_ATTEMPTS", "GroupDirectory"]
+
+LABEL_ATTEMPTS = 8
+"""New labels tried for one member when other processes keep taking them first."""
 
 
 class _Labels:
@@ -79,24 +90,34 @@ class GroupDirectory:
         if known is not None and all(u in known.by_user for u in wanted):
             return {u: known.by_user[u] for u in wanted}
         async with self._locks.hold(f"labels:{group_id}"):
-            known = self._labels.get(group_id)
-            if known is None:
-                known = await self._load(group_id)
-            new = [u for u in wanted if u not in known.by_user]
-            if new:
-                rows = []
-                for user_id in new:
-                    label = make_label(user_id, known.taken)
-                    known.add(user_id, label)
-                    rows.append(GroupMemberLabel(group_id=group_id, user_id=user_id, label=label))
-                try:
-                    async with get_session() as session:
-                        session.add_all(rows)
-                        await session.commit()
-                except Exception:
-                    self._labels.pop(group_id, None)  # re-read next time: never two labels
-                    raise
+            # Another process may have labelled members since this one read the group.
+            known = await self._load(group_id)
+            for user_id in wanted:
+                if user_id not in known.by_user:
+                    known = await self._give(group_id, user_id, known)
             return {u: known.by_user[u] for u in wanted}
+
+    async def _give(self, group_id: str, user_id: str, known: _Labels) -> _Labels:
+        """Store a new label of ``user_id``; the group's labels as they are afterwards."""
+        for _ in range(LABEL_ATTEMPTS):
+            label = make_label(user_id, known.taken)
+            try:
+                async with get_session() as session:
+                    session.add(GroupMemberLabel(group_id=group_id, user_id=user_id, label=label))
+                    await session.commit()
+            except IntegrityError:
+                # Taken (or this member labelled) by another process meanwhile: read again.
+                known = await self._load(group_id)
+                if user_id in known.by_user:
+                    return known
+                continue
+            except Exception:
+                self._labels.pop(group_id, None)  # re-read next time: never two labels
+                raise
+            known.add(user_id, label)
+            return known
+        self._labels.pop(group_id, None)
+        raise RuntimeError(f"群 {group_id} 的成员代号分配冲突过多，稍后重试")
 
     async def member_labels(
         self,

@@ -20,7 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from nonebot_plugin_orm import get_session
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
+from sqlalchemy.exc import IntegrityError
 
 from ...core.protocols import Fence
 from ...infra.locks import PartitionLocks
@@ -146,12 +147,46 @@ class PersonaStore:
         async with self._locks.hold(user_id):
             if fence is not None:
                 await fence()
-            current = await self._fresh(user_id)
-            if current.learning_off:
-                return False
-            fields = merge_fields(current.fields, updates, now=now, max_chars=max_chars)
-            await self._write(Persona(user_id, fields, False))
-            return True
+            for _ in range(3):
+                current = await self._fresh(user_id)
+                if current.learning_off:
+                    return False
+                fields = merge_fields(current.fields, updates, now=now, max_chars=max_chars)
+                written = await self._write_learning(Persona(user_id, fields, False))
+                if written is not None:
+                    return written
+            return False
+
+    async def _write_learning(self, persona: Persona) -> bool | None:
+        """Write ``persona``'s fields only while learning is on, in one statement: another
+        process's ``/memory persona off`` in between is never overwritten. ``False``:
+        learning is off now; ``None``: the row appeared meanwhile (read it again)."""
+        data = fields_to_json(persona.fields)
+        try:
+            async with get_session() as session:
+                result = await session.execute(
+                    update(MemberPersona)
+                    .where(
+                        MemberPersona.user_id == persona.user_id,
+                        MemberPersona.learning_off.is_(False),
+                    )
+                    .values(fields=data, updated_at=db_now())
+                )
+                if not getattr(result, "rowcount", 0):
+                    if await session.get(MemberPersona, persona.user_id) is not None:
+                        return False  # switched off meanwhile (by any process)
+                    session.add(
+                        MemberPersona(
+                            user_id=persona.user_id, fields=data, learning_off=False,
+                            updated_at=db_now(),
+                        )
+                    )  # fmt: skip
+                await session.commit()
+        except IntegrityError:
+            return None
+        self._cache.written(persona.user_id, persona)
+        await self._announce(persona.user_id)
+        return True
 
     async def clear(self, user_id: str) -> bool:
         """Delete the persona's fields (the opt-out stays as it is); ``False`` if it had none."""

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from ...core.config import ConfigFile
 from ..keys import user_of_key
 from ..shared.coherence import Coherence, forgotten_of
+from ..users.tombstones import ForgottenUsers
 from .directory import GroupDirectory
 from .persona_store import PersonaStore
 from .self_store import SelfMemoryStore
@@ -29,11 +30,17 @@ class GroupStores:
     self_memory: SelfMemoryStore
 
     @classmethod
-    def build(cls, config: ConfigFile, coherence: Coherence | None = None) -> GroupStores:
+    def build(
+        cls,
+        config: ConfigFile,
+        coherence: Coherence | None = None,
+        forgotten: ForgottenUsers | None = None,
+    ) -> GroupStores:
         """The stores; ``coherence`` (remote mode) keeps the persona cache coherent with
-        other processes' (``PersonaStore.share``)."""
+        other processes' (``PersonaStore.share``); ``forgotten``: the tombstones the
+        windows honour (no stored message of a member from before their forget)."""
         stores = cls(
-            windows=GroupWindowStore(config.group_context),
+            windows=GroupWindowStore(config.group_context, forgotten),
             directory=GroupDirectory(config.group_context),
             personas=PersonaStore(),
             self_memory=SelfMemoryStore(config.self_memory.max_chars),

@@ -13,6 +13,11 @@ its first flush), cut to ``context_message_count`` and merged before what
 this process saw. :meth:`compact` runs once at start-up and cuts what is
 stored beyond the current limits (rows beyond the count, texts beyond the
 character limits), so lowering a limit takes effect on the stored data too.
+
+A forget is a point in time here too (``forgotten``, the shared tombstones):
+a write never stores a message its member said at or before their forget, and a
+read of the stored rows never brings one back (another process may have
+written it in the instant the forget deleted that member's rows).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from ...core.config import GroupContextConfig
 from ...infra.locks import PartitionLocks
 from ...prompting.group_window import GroupWindow, WindowEntry, cut_text
 from ..models import GroupMessage
+from ..users.tombstones import ForgottenUsers, parse_time
 
 __all__ = ["CompactReport", "GroupWindowStore"]
 
@@ -54,8 +60,10 @@ class CompactReport:
 class GroupWindowStore:
     """Every group's window, kept in memory and flushed to the ``GroupMessage`` table."""
 
-    def __init__(self, config: GroupContextConfig) -> None:
+    def __init__(self, config: GroupContextConfig, forgotten: ForgottenUsers | None = None) -> None:
         self._config = config
+        self.forgotten = forgotten
+        """The tombstones of forgotten users (``None``: none are checked)."""
         self._windows: dict[str, GroupWindow] = {}
         self._locks = PartitionLocks()
         self._flushing: dict[str, asyncio.Task[None]] = {}
@@ -137,10 +145,24 @@ class GroupWindowStore:
         async with get_session() as session:
             rows = list((await session.scalars(stmt)).all())
         rows.reverse()
-        window.merge_persisted(
+        entries = [
             WindowEntry(r.user_id, r.nickname, r.text, r.is_bot, _timestamp(r.created_at))
             for r in rows
-        )
+        ]
+        window.merge_persisted(await self._not_forgotten(entries))
+
+    async def _not_forgotten(self, entries: list[WindowEntry]) -> list[WindowEntry]:
+        """``entries`` without the messages members said at or before their forget."""
+        if self.forgotten is None or not entries:
+            return entries
+        points: dict[str, float] = {}
+        for user_id, entry in (await self.forgotten.entries()).items():
+            at = parse_time(entry["at"])
+            if at is not None:
+                points[user_id] = at.timestamp()
+        if not points:
+            return entries
+        return [e for e in entries if e.is_bot or e.at > points.get(e.user_id, -1.0)]
 
     # -- writes -------------------------------------------------------------------------
 
@@ -156,6 +178,17 @@ class GroupWindowStore:
                 )
                 return False
             entries = window.take_pending()
+            if not entries:
+                return True
+            try:
+                entries = await self._not_forgotten(entries)
+            except Exception as exc:
+                window.restore_pending(entries)
+                logger.warning(
+                    f"[Memory] 读取遗忘记录失败，群 {group_id} 的上下文窗口暂不写入："
+                    f"{exc.__class__.__name__}"
+                )
+                return False
             if not entries:
                 return True
             try:

@@ -1,10 +1,25 @@
-"""What the L3 loop's state keeps about one user, and how to reach it with or without the loop.
+"""The L3 loop's stored state, one row per item, and what it keeps about one user.
 
-The loop (``subconscious.state.LoopState``) holds its state document in memory
-and saves it whole after every change, so while a loop runs in this process
-its document must be changed through it; both it and :class:`LoopStateRow`
-(the stored row, for the command line or a bot without the loop) implement
-:class:`LoopStateAccess`. A user's export and forget (``upkeep/users/user_data``) read
+The state is a JSON document to the loop (``subconscious.types.StateData``):
+``total_runs``, the messages waiting for the target user, the abstracts of the
+last cycles and the knowledge suggestions. It is stored as one row per item
+(:class:`~..models.LoopItem`) beside a ``{"total_runs": n}`` row
+(:class:`~..models.SubconsciousState`), and :meth:`LoopStateRow.edit` writes
+only what its change changed: the items it added, removed or rewrote, and
+``total_runs`` moved forward. So a process whose loop holds an older copy never
+writes back items another process erased (a user's forget through another
+bot), and two processes adding items at once both keep theirs.
+
+Every item records whose it is and when the work that made it began
+(``since``); a read first deletes the items of users forgotten at or after
+that time (the shared tombstones, ``storage/users/tombstones``). An item a
+cycle begun before a forget adds after it (in another process, whose cycle
+had not heard of the forget yet) is therefore never read, delivered or
+exported: it is deleted by the next read.
+
+The loop (``subconscious.state.LoopState``) and :class:`LoopStateRow` (a
+process without the loop: the command line, a second bot) both implement
+:class:`LoopStateAccess`; a user's export and forget (``upkeep/users``) read
 and remove, through it, the messages waiting for the loop's target user, the
 abstracts of the loop's cycles (each says what a cycle did with the target
 user's memories) and the knowledge suggestions a user made.
@@ -14,13 +29,17 @@ from __future__ import annotations
 
 import copy
 import json
+import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from nonebot_plugin_orm import get_session
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.exc import IntegrityError
 
-from ..models import SubconsciousState, db_now
+from ..models import ForgottenUser, LoopItem, SubconsciousState, db_now
 
 __all__ = [
     "LOOP_STATE_UID",
@@ -32,13 +51,17 @@ __all__ = [
 ]
 
 LOOP_STATE_UID = "amrita_memory"
-"""The loop's row in the ``SubconsciousState`` table."""
+"""The loop's row in the ``SubconsciousState`` table (and its items' ``loop``)."""
 
 T = TypeVar("T")
 
 PENDING = "pending_messages"
 SUGGESTIONS = "knowledge_suggestions"
 ABSTRACTS = "last_abstracts"
+RUNS = "total_runs"
+
+KINDS: dict[str, str] = {ABSTRACTS: "abstract", PENDING: "pending", SUGGESTIONS: "suggestion"}
+"""The document's lists and the ``kind`` of their rows."""
 
 
 class LoopStateAccess(Protocol):
@@ -47,36 +70,184 @@ class LoopStateAccess(Protocol):
     async def read(self) -> Mapping[str, Any]: ...
 
     async def edit(self, change: Callable[[dict[str, Any]], T]) -> T:
-        """Apply ``change`` to the document and persist it, serialised with other changes."""
+        """Apply ``change`` to the document and persist what it changed."""
         ...
 
 
+def _us(seconds: float) -> int:
+    return int(seconds * 1_000_000)
+
+
+def _runs(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _keyed(items: Any) -> dict[str, dict[str, Any]]:
+    """The items of one list by id (items without a usable id are not stored items)."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, dict) and isinstance(item.get("id"), str) and item["id"]:
+            out[item["id"]] = item
+    return out
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
 class LoopStateRow:
-    """The stored row itself, for a process in which no loop runs."""
+    """The loop's stored state (see the module docstring), for any process.
 
-    def __init__(self, uid: str = LOOP_STATE_UID) -> None:
+    ``target`` is the loop's target user: the owner of the waiting messages and
+    abstracts it stores, and of those converted from the old single-document row
+    (which name no owner). Without it those items have no owner to bury them.
+    """
+
+    def __init__(self, uid: str = LOOP_STATE_UID, *, target: str | None = None) -> None:
         self.uid = uid
+        self.target = (target or "").strip()
 
-    async def read(self) -> Mapping[str, Any]:
-        async with get_session() as session:
-            row = await session.get(SubconsciousState, self.uid)
-            data = row.data if row is not None else None
-        return copy.deepcopy(data) if isinstance(data, dict) else {}
+    async def _bury(self, session: Any) -> int:
+        """Delete the items of users forgotten at or after the item's work began."""
+        owner = func.coalesce(func.nullif(LoopItem.user_id, ""), self.target)
+        buried = (
+            select(ForgottenUser.user_id)
+            .where(ForgottenUser.user_id == owner, ForgottenUser.at_us >= LoopItem.since_us)
+            .exists()
+        )
+        result = await session.execute(delete(LoopItem).where(LoopItem.loop == self.uid, buried))
+        return int(getattr(result, "rowcount", 0) or 0)
 
-    async def edit(self, change: Callable[[dict[str, Any]], T]) -> T:
-        """Change the row in one transaction; saved only when ``change`` changed something
-        (no row is created for nothing)."""
+    async def read(self, *, bury: bool = False) -> dict[str, Any]:
+        """The document as stored now; ``bury``: the items of users forgotten since their
+        work began are deleted first (the loop's own reads; a user's export and forget
+        see and count everything stored)."""
         async with get_session() as session:
-            row = await session.get(SubconsciousState, self.uid)
-            stored = row.data if row is not None else None
-            data: dict[str, Any] = copy.deepcopy(stored) if isinstance(stored, dict) else {}
-            before = json.dumps(data, sort_keys=True, default=str)
-            result = change(data)
-            if row is not None and json.dumps(data, sort_keys=True, default=str) != before:
-                row.data = data  # a new object, so the JSON column is marked dirty
-                row.updated_at = db_now()
+            if bury and await self._bury(session):
                 await session.commit()
+            state = await session.get(SubconsciousState, self.uid)
+            stmt = select(LoopItem).where(LoopItem.loop == self.uid).order_by(LoopItem.seq)
+            rows = (await session.scalars(stmt)).all()
+        stored = state.data if state is not None and isinstance(state.data, dict) else {}
+        if not stored and not rows:
+            return {}
+        document: dict[str, Any] = {RUNS: _runs(stored.get(RUNS))}
+        by_kind = {kind: key for key, kind in KINDS.items()}
+        for key in KINDS:
+            document[key] = []
+        for row in rows:
+            key = by_kind.get(row.kind)
+            if key is not None and isinstance(row.data, dict):
+                document[key].append({**copy.deepcopy(row.data), "id": row.item_id})
+        return document
+
+    async def edit(
+        self,
+        change: Callable[[dict[str, Any]], T],
+        *,
+        since: float | None = None,
+        bury: bool = False,
+    ) -> T:
+        """Apply ``change`` to the document as stored now and write what it changed.
+
+        Items ``change`` added are stored as owned by the target user (waiting
+        messages, abstracts) or by who made them (a suggestion's ``user_id``),
+        made by work that began at ``since`` (seconds since the epoch; now by
+        default). An item added without an ``id`` gets one (in the document too).
+        ``bury`` as for :meth:`read`.
+        """
+        document = await self.read(bury=bury)
+        before = copy.deepcopy(document)
+        result = change(document)
+        await self._write(before, document, time.time() if since is None else since)
         return result
+
+    async def _write(self, before: dict[str, Any], after: dict[str, Any], since: float) -> None:
+        inserts: list[LoopItem] = []
+        deletes: list[tuple[str, str]] = []
+        rewrites: list[tuple[str, str, dict[str, Any]]] = []
+        for key, kind in KINDS.items():
+            old = _keyed(before.get(key))
+            listed = after.get(key)
+            items: list[Any] = listed if isinstance(listed, list) else []
+            new: dict[str, dict[str, Any]] = {}
+            for item in items:
+                if not isinstance(item, dict):
+                    continue
+                if not isinstance(item.get("id"), str) or not item["id"]:
+                    item["id"] = uuid.uuid4().hex[:12]
+                new[item["id"]] = item
+            deletes += [(kind, item_id) for item_id in old if item_id not in new]
+            for item_id, item in new.items():
+                data = {k: v for k, v in item.items() if k != "id"}
+                if item_id not in old:
+                    owner = str(item.get("user_id") or "") if kind == "suggestion" else self.target
+                    inserts.append(
+                        LoopItem(
+                            loop=self.uid, kind=kind, item_id=item_id, user_id=owner,
+                            since_us=_us(since), data=copy.deepcopy(data),
+                        )
+                    )  # fmt: skip
+                elif _dump(data) != _dump({k: v for k, v in old[item_id].items() if k != "id"}):
+                    rewrites.append((kind, item_id, copy.deepcopy(data)))
+        runs = _runs(after.get(RUNS))
+        if not (inserts or deletes or rewrites) and runs <= _runs(before.get(RUNS)):
+            return
+        async with get_session() as session:
+            await self._change_rows(session, deletes, rewrites, runs)
+            session.add_all(inserts)
+            try:
+                await session.commit()
+            except IntegrityError:  # another process stored an item of that id: keep theirs
+                await session.rollback()
+                await self._write_one_by_one(deletes, rewrites, inserts, runs)
+
+    def _item(self, kind: str, item_id: str) -> tuple[Any, ...]:
+        return (LoopItem.loop == self.uid, LoopItem.kind == kind, LoopItem.item_id == item_id)
+
+    async def _change_rows(
+        self,
+        session: Any,
+        deletes: list[tuple[str, str]],
+        rewrites: list[tuple[str, str, dict[str, Any]]],
+        runs: int,
+    ) -> None:
+        """The deletes, rewrites and ``total_runs`` of one change, in ``session``."""
+        for kind, item_id in deletes:
+            await session.execute(delete(LoopItem).where(*self._item(kind, item_id)))
+        for kind, item_id, data in rewrites:
+            await session.execute(
+                update(LoopItem).where(*self._item(kind, item_id)).values(data=data)
+            )
+        await self._count_runs(session, runs)
+
+    async def _count_runs(self, session: Any, runs: int) -> None:
+        """``total_runs`` moved forward only (two processes' counts never go back)."""
+        state = await session.get(SubconsciousState, self.uid)
+        if state is None:
+            session.add(SubconsciousState(uid=self.uid, data={RUNS: runs}, updated_at=db_now()))
+        elif runs > _runs((state.data or {}).get(RUNS)) or set(state.data or {}) - {RUNS}:
+            stored = _runs((state.data or {}).get(RUNS))
+            state.data = {RUNS: max(runs, stored)}  # a new object: the JSON column is dirty
+            state.updated_at = db_now()
+
+    async def _write_one_by_one(
+        self,
+        deletes: list[tuple[str, str]],
+        rewrites: list[tuple[str, str, dict[str, Any]]],
+        inserts: list[LoopItem],
+        runs: int,
+    ) -> None:
+        async with get_session() as session:
+            await self._change_rows(session, deletes, rewrites, runs)
+            await session.commit()
+        for row in inserts:
+            try:
+                async with get_session() as session:
+                    session.add(row)
+                    await session.commit()
+            except IntegrityError:
+                continue
 
 
 def _suggested_by(item: Any, user_id: str, partition: str) -> bool:

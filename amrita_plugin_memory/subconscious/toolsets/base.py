@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from amrita_core import FunctionDefinitionSchema, ToolContext, ToolData, ToolFunctionSchema
 from nonebot import logger
 
+from ...core.errors import WriteFenced
 from ...tools.args import dump_result, guard_tool_call
 
 __all__ = [
@@ -106,6 +107,8 @@ def tool_data(tool: LoopTool, label: Callable[[], str], gate: Gate | None = None
         args = ctx.data if isinstance(ctx.data, Mapping) else {}
         try:
             result = await call(args, ctx)
+        except WriteFenced:  # the store's fence: the target user was forgotten meanwhile
+            result = dict(FENCED)
         except Exception as exc:
             logger.opt(exception=exc).error(f"[Subconscious] {where} tool {tool.name} crashed")
             result = {"ok": False, "error": f"工具内部错误：{exc.__class__.__name__}: {exc}"}

@@ -16,7 +16,7 @@ from ..consts import PENDING_MAX
 from ..context import LoopContext, count_action
 from ..messaging import MessageComposeError, Messenger
 from ..state import PendingMessages
-from .base import LoopTool, SimpleGroup, guard
+from .base import FENCED, LoopTool, SimpleGroup, guard
 
 __all__ = ["MessageToolset", "message_schemas"]
 
@@ -99,7 +99,7 @@ class MessageToolset:
     async def note_for_user(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         async def run() -> dict[str, Any]:
             intent = parse_text(args, "intent", max_chars=INTENT_CHARS)
-            added = await self.pending.add(intent)
+            added = await self.pending.add(intent, since=self._since())
             if added is None:
                 return tool_error(
                     f"待转达的消息已达上限（{PENDING_MAX} 条）或已有相同内容，本次未记录"
@@ -113,6 +113,11 @@ class MessageToolset:
             }
 
         return await guard("subconscious_note_for_user", run)
+
+    def _since(self) -> float | None:
+        """When the running cycle began: what it notes is buried by a forget since."""
+        cycle = self.ctx.current_cycle
+        return cycle.started_at if cycle is not None else None
 
     async def _memory_context(self, intent: str) -> str:
         try:
@@ -141,11 +146,13 @@ class MessageToolset:
             except MessageComposeError as exc:
                 text, reason = None, str(exc)
             else:
+                if not await self.ctx.may_act():  # forgotten while the message was composed
+                    return dict(FENCED)
                 delivered, reason = await self.messenger.send_private(text)
                 if delivered:
                     count_action(self.ctx, "send")
                     return {"ok": True, "delivered": True, "text": text}
-            added = await self.pending.add(intent, text=text)
+            added = await self.pending.add(intent, text=text, since=self._since())
             if added is not None:
                 count_action(self.ctx, "note")
             return {

@@ -24,7 +24,8 @@ command (``/memory user export|forget``), the admin console and
 * their choice about active memory (``/memory auto off``, :mod:`...storage.consent_store`)
   and persona learning: exported, and kept by a forget (it is their choice).
 
-A forget first records the user's tombstone (:mod:`...storage.users.tombstones`), then stops
+A forget first records the user's tombstone (:mod:`...storage.users.tombstones`) and tells
+the other processes (a change-feed row, again when it ends), then stops
 the background work of other components for the user and keeps it from
 starting again until the forget ends (:attr:`UserData.forget_fences`: the L3
 loop's running cycle and its planned one), then removes each kind, then
@@ -348,12 +349,15 @@ class UserData:
         """
         partition = user_key(user_id)
         await self.forgotten.add(user_id, partition, datetime.now(UTC))
+        # Other processes (remote mode) drop what they hold of the user in memory at once
+        # (group windows, queued turns, labels), not only when the forget has ended.
+        await self.store.coherence.announce([forgotten_row(partition)])
         try:
             async with AsyncExitStack() as fences:
                 for fence in self.forget_fences:
                     await fences.enter_async_context(fence(user_id))
                 counts = await self._remove(user_id, partition)
-            # Other processes (remote mode) drop the user from what they hold in memory.
+            # Again at the end: what another process took in during the forget goes too.
             await self.store.coherence.announce([forgotten_row(partition)])
         finally:
             for hook in self.after_forget:
@@ -381,6 +385,9 @@ class UserData:
         if target and self.profile is not None:
             counts.profile_lines = await self.profile.remove()
         counts.authored = await unmark_author(self.store, user_id)
+        # Once more: a window write another process began before the tombstone may have
+        # landed after the first pass (every read leaves such rows out anyway).
+        counts.group_messages += await self.groups.windows.forget_user(user_id)
         if self.backups is not None:
             counts.backups, counts.backup_rows = await self.backups.scrub(user_id, partition)
         return counts
