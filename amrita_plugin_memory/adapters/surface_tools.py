@@ -19,9 +19,12 @@ __all__ = ["register_surface_tools"]
 
 
 def schema_chars(declared: list[BoundTool]) -> int:
-    """Characters the tools offered now add to a chat request (their schemas as JSON)."""
+    """Characters the tools offered now add to a chat request (each entry of the request's
+    ``tools`` as JSON, as the OpenAI client sends it)."""
+    from amrita_core import ToolFunctionSchema
+
     return sum(
-        len(json.dumps(tool.schema.model_dump(exclude_none=True), ensure_ascii=False))
+        len(json.dumps(ToolFunctionSchema(function=tool.schema).model_dump(), ensure_ascii=False))
         for tool in declared
         if tool.enabled()
     )

@@ -298,7 +298,7 @@ class UsageLedger:
                 .where(UsageDay.day == day, UsageDay.feature.in_(FEATURES))
                 .group_by(UsageDay.user_id)
                 .having(tokens >= cap)
-                .order_by(tokens.desc())
+                .order_by(tokens.desc(), UsageDay.user_id)
                 .limit(limit)
             )
             return [(str(user), int(n)) for user, n in res.all()]
