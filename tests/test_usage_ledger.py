@@ -3,17 +3,13 @@
 Each test gets a fresh database made by the plugin's migrations (the ``orm_db``
 fixture: ``SQLALCHEMY_BINDS`` as a bot has it). The ledger's clock is fixed, so
 a test never depends on the hour it runs at; "the next day" is the clock moved
-on. ``tests/usage_peer.py`` is a second OS process on the same database, adding
-to the same rows at the same time and asking the budget what this process spent.
+on. ``tests/coherence_peer.py`` is a second OS process on the same database, adding
+to the same rows at the same time and asking its budget what this process spent.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -21,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import EMBED, EMBED_MODEL, WORK, captured_logs
+from tests.conftest import captured_logs
 from tests.lazy import lazy_import
+from tests.peer_process import PeerProcess, peer_init
 
 U = lazy_import(
     "amrita_plugin_memory.storage.usage",
@@ -282,102 +279,72 @@ async def test_the_status_usage_has_every_feature_per_day(ledger: Any) -> None:
 # ---------------------------------------------------------------------------
 
 
-class Peer:
-    """``tests/usage_peer.py`` with the plugin's tables bound to ``url``."""
-
-    def __init__(self, url: str, where: Path) -> None:
-        init = {
-            "driver": "~fastapi",
-            "log_level": "WARNING",
-            "localstore_use_cwd": True,
-            "localstore_config_dir": str(WORK / "config"),
-            "localstore_data_dir": str(where / "data"),
-            "localstore_cache_dir": str(where / "cache"),
-            "alembic_startup_check": False,
-            "sqlalchemy_database_url": f"sqlite+aiosqlite:///{where / 'own.sqlite3'}",
-            "sqlalchemy_binds": {"amrita_plugin_memory": url},
-            "embedding_model_url": EMBED.url,
-            "embedding_model_name": EMBED_MODEL,
-            "embedding_proctol": "ollama-embed",
-            "embed_check_on_startup": False,
-            "vector_db_local_server": False,
-        }
-        self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "tests" / "usage_peer.py"), json.dumps(init)],
-            cwd=WORK,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
+def peer(url: str, where: Path) -> PeerProcess:
+    """``tests/coherence_peer.py`` with the plugin's tables bound to ``url`` (as
+    ``SQLALCHEMY_BINDS`` does for a bot), Amrita's in a SQLite file of its own."""
+    return PeerProcess(
+        peer_init(
+            where / "data",
+            where / "cache",
+            sqlalchemy_database_url=f"sqlite+aiosqlite:///{where / 'own.sqlite3'}",
+            sqlalchemy_binds={"amrita_plugin_memory": url},
+            embed_check_on_startup=False,
+            vector_db_local_server=False,
         )
-
-    async def read(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        async with asyncio.timeout(120):  # hang guard (the plugin's import takes seconds)
-            while True:
-                line = await asyncio.to_thread(self.proc.stdout.readline)
-                if not line:
-                    raise AssertionError("the peer process exited")
-                if line.startswith("{"):
-                    return json.loads(line)
-
-    def send(self, **cmd: Any) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"at": NOON.isoformat(), **cmd}) + "\n")
-        self.proc.stdin.flush()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=30)
+    )
 
 
 @pytest.fixture
-def peer_of(tmp_path: Path) -> Iterator[Callable[[str], Peer]]:
-    peers: list[Peer] = []
+def peer_of(tmp_path: Path) -> Iterator[Callable[[str], PeerProcess]]:
+    peers: list[PeerProcess] = []
 
-    def start(url: str) -> Peer:
-        peers.append(Peer(url, tmp_path / f"peer{len(peers)}"))
+    def start(url: str) -> PeerProcess:
+        peers.append(peer(url, tmp_path / f"peer{len(peers)}"))
         return peers[-1]
 
     yield start
-    for peer in peers:
-        peer.stop()
+    for started in peers:
+        started.kill()
 
 
 @pytest.fixture
 async def bound_url(orm_db: str) -> AsyncIterator[str]:
     """The URL the plugin's tables of this test live on (the peer binds to it too)."""
     from nonebot_plugin_orm import get_session
+    from sqlalchemy import Engine
 
     from amrita_plugin_memory.storage.models import UsageDay
 
     async with get_session() as session:
         bind = session.sync_session.get_bind(UsageDay)
+    assert isinstance(bind, Engine)
     yield bind.url.render_as_string(hide_password=False)
 
 
 async def test_two_processes_add_to_the_same_rows_and_lose_nothing(
-    ledger: Any, bound_url: str, peer_of: Callable[[str], Peer]
+    ledger: Any, bound_url: str, peer_of: Callable[[str], PeerProcess]
 ) -> None:
-    peer = peer_of(bound_url)
-    assert (await peer.read()) == {"ready": True}
+    other = peer_of(bound_url)
+    assert (await other.read())["ready"]
     # Both start on a row that does not exist yet: one of the first inserts loses the race.
     command = {"feature": "extraction", "user": "20001", "times": 120, "concurrency": 8}
-    peer.send(op="add", prompt=11, completion=7, **command)
+    other.send(op="usage_add", at=NOON.isoformat(), prompt=11, completion=7, **command)
     mine = [ledger.add("extraction", "20001", spend(11, 7, 3)) for _ in range(120)]
     for start in range(0, len(mine), 8):
         assert all(await asyncio.gather(*mine[start : start + 8]))
-    assert await peer.read() == {"added": 120, "written": True}
+    assert await other.read() == {"added": 120, "written": True}
     today = (await ledger.days(1))[NOON.date().isoformat()]
     assert today["extraction"] == U.Spend(240, 240 * 11, 240 * 7, 120 * 3, 0, 0)
 
     # The peer's budget sees what both processes spent (the ledger is shared).
     spent = 240 * 18
-    peer.send(op="admit", feature="persona", user="20001", day_cap=0, user_cap=spent)
-    assert await peer.read() == {"allowed": False, "cap": "user"}
-    peer.send(op="admit", feature="persona", user="20002", day_cap=0, user_cap=spent)
-    assert await peer.read() == {"allowed": True, "cap": ""}
-    peer.send(op="admit", feature="persona", user="20002", day_cap=spent, user_cap=0)
-    assert await peer.read() == {"allowed": False, "cap": "bot"}
+
+    async def admit(user: str, day_cap: int, user_cap: int) -> dict[str, Any]:
+        caps = {"day_cap": day_cap, "user_cap": user_cap}
+        return await other.ask(
+            op="usage_admit", at=NOON.isoformat(), feature="persona", user=user, **caps
+        )
+
+    assert await admit("20001", 0, spent) == {"allowed": False, "cap": "user"}
+    assert await admit("20002", 0, spent) == {"allowed": True, "cap": ""}
+    assert await admit("20002", spent, 0) == {"allowed": False, "cap": "bot"}

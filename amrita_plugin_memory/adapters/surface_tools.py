@@ -18,16 +18,24 @@ from .events import RulesOf, scope_from_tool_context
 __all__ = ["register_surface_tools"]
 
 
-def schema_chars(declared: list[BoundTool]) -> int:
-    """Characters the tools offered now add to a chat request (each entry of the request's
-    ``tools`` as JSON, as the OpenAI client sends it)."""
+def schema_chars(declared: list[BoundTool]) -> Callable[[], int]:
+    """How many characters the tools offered now add to a chat request: each entry of the
+    request's ``tools`` as JSON, as the OpenAI client sends it (measured once; a switched
+    tool counts while it is offered)."""
     from amrita_core import ToolFunctionSchema
 
-    return sum(
-        len(json.dumps(ToolFunctionSchema(function=tool.schema).model_dump(), ensure_ascii=False))
+    sizes = [
+        (
+            tool,
+            len(
+                json.dumps(
+                    ToolFunctionSchema(function=tool.schema).model_dump(), ensure_ascii=False
+                )
+            ),
+        )
         for tool in declared
-        if tool.enabled()
-    )
+    ]
+    return lambda: sum(size for tool, size in sizes if tool.enabled())
 
 
 def register_surface_tools(
@@ -51,7 +59,7 @@ def register_surface_tools(
 
     declared = declared_tools(tools)
     if usage is not None:
-        usage.tools_chars = lambda: schema_chars(declared)
+        usage.tools_chars = schema_chars(declared)
     for tool in declared:
         if tool.switch is None:
             on_tools(tool.schema, custom_run=True)(make(tool))

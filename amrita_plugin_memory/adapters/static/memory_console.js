@@ -243,8 +243,8 @@ function UsageChart({ feature, label, days, values }) {
   return h(
     "figure",
     { className: "amc-chart", "data-amc": "usage-chart", "data-feature": feature },
-    h("figcaption", null, h("b", null, label), h("span", { className: "amc-muted" },
-      `  近 30 天 ${total} token，今天 ${values[values.length - 1]}`)),
+    h("figcaption", null, h("b", null, label), h("div", { className: "amc-muted" },
+      `近 30 天 ${total} token，今天 ${values[values.length - 1]}`)),
     h(
       "svg",
       { viewBox: `0 0 ${width} ${height}`, preserveAspectRatio: "none", role: "img",
