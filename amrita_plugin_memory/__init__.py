@@ -84,9 +84,9 @@ def _setup() -> MemoryRuntime | None:
     # windows flushed, active-memory batches finished, L3 runner and archive
     # sweeper stopped, token removed).
     get_driver().on_shutdown(rt.close)
-    register_memo_hook(rt.memo)
+    register_memo_hook(rt.memo, rt.usage)
     register_memo_key_migration(rt.memo)  # after nonebot_plugin_orm's init_orm
-    register_surface_tools(rt.tools, lambda: rt.scopes)
+    register_surface_tools(rt.tools, lambda: rt.scopes, rt.usage)
     awareness = setup_group_awareness(rt)  # group window, personas, self memory
     active = setup_active_memory(rt)  # learns after answered turns, recalls into the prompt
     runner = setup_subconscious(rt)

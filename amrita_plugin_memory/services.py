@@ -24,6 +24,7 @@ from .storage.memory_store import MEMORY_COLLECTION, MemoryStore, RetrievalSetti
 from .storage.scope import ScopeRules
 from .storage.shared.coherence import Coherence
 from .storage.shared.sessions import orm_session
+from .storage.usage import BackgroundBudget, UsageLedger
 from .storage.users.fences import UserFences, VoidPoints
 from .storage.users.loop_profile import ProfileFile
 from .storage.users.loop_state_row import LoopStateAccess, LoopStateRow
@@ -64,6 +65,10 @@ class MemoryRuntime:
         in this process, and through the shared tombstones and opt-outs in every other."""
         # EMBEDDING_MODEL_NAME=auto keeps the model of the stored fingerprint.
         pin_auto_model(self.embedder, self.store)
+        self.usage = UsageLedger()
+        """What the plugin's background requests and per-turn blocks cost (shared table)."""
+        self.budget = BackgroundBudget(config.file.budget, self.usage)
+        """``[budget]``: background requests wait for the next day once a cap is reached."""
         self.memo = MemoService(config.file.memo_max_chars)
         self.consent = ConsentStore()
         """Active memory's opt-outs (one cache per process, read by every turn)."""
@@ -131,6 +136,10 @@ class MemoryRuntime:
         not freeze for) and stays closed: a call arriving later fails instead
         of starting a new child server.
         """
+        try:
+            await self.usage.close()  # the chat turns' block counters since the last flush
+        except Exception as exc:
+            logger.warning(f"[Memory] 写入用量记录失败：{exc.__class__.__name__}: {exc}")
         await self.store.coherence.close()
         await self.embedder.close()
         await asyncio.to_thread(self.connection.close, final=True)

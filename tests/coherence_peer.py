@@ -11,7 +11,13 @@ stdin line with one JSON line on stdout:
 * ``{"op": "allows", "user": …, "poll": bool}`` → ``{"allows": bool}`` (active memory's
   opt-out cache, ``runtime.consent``);
 * ``{"op": "hold_sweep", "ttl": …}`` → ``{"held": bool}``, then keeps the sweep's lease
-  (renewed) until the process is killed.
+  (renewed) until the process is killed;
+* ``{"op": "usage_add", "at": <iso datetime>, "feature": …, "user": …, "times": n,
+  "concurrency": k, "prompt": p, "completion": c}`` → ``{"added": n, "written": bool}``:
+  ``n`` requests of ``p``/``c`` tokens added through the runtime's usage ledger (``k`` at a
+  time), its clock fixed at ``at``;
+* ``{"op": "usage_admit", "at": …, "feature": …, "user": …, "day_cap": …, "user_cap": …}``
+  → ``{"allowed": bool, "cap": …}``: what the runtime's budget answers with those caps.
 """
 
 from __future__ import annotations
@@ -25,6 +31,31 @@ from typing import Any
 def _reply(value: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(value) + "\n")
     sys.stdout.flush()
+
+
+async def _usage(rt: Any, cmd: dict[str, Any]) -> dict[str, Any]:
+    from datetime import datetime
+
+    from amrita_plugin_memory.core.config import BudgetConfig
+    from amrita_plugin_memory.storage.usage import Spend
+
+    at = datetime.fromisoformat(cmd["at"])
+    rt.usage.clock = lambda: at
+    if cmd["op"] == "usage_admit":
+        caps = {"background_tokens_per_day": cmd["day_cap"]}
+        caps["background_tokens_per_user_per_day"] = cmd["user_cap"]
+        rt.budget.configure(BudgetConfig(**caps))
+        admission = await rt.budget.admit(cmd["feature"], cmd["user"])
+        return {"allowed": admission.allowed, "cap": admission.cap}
+    spend = Spend(requests=1, prompt_tokens=cmd["prompt"], completion_tokens=cmd["completion"])
+    left = cmd["times"]
+    while left:
+        batch = min(left, cmd["concurrency"])
+        await asyncio.gather(
+            *(rt.usage.add(cmd["feature"], cmd["user"], spend) for _ in range(batch))
+        )
+        left -= batch
+    return {"added": cmd["times"], "written": await rt.usage.flush()}
 
 
 async def _serve(rt: Any) -> None:
@@ -48,6 +79,8 @@ async def _serve(rt: Any) -> None:
                 )
             else:
                 _reply({"allows": await rt.consent.allows(cmd["user"])})
+        elif cmd["op"] in ("usage_add", "usage_admit"):
+            _reply(await _usage(rt, cmd))
         elif cmd["op"] == "hold_sweep":
             from amrita_plugin_memory.upkeep.archive.sweep import sweep_lease
 

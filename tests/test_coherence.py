@@ -13,11 +13,6 @@ Staleness is checked without sleeping: a read's feed clock is moved past
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import signal
-import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
@@ -26,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import EMBED, EMBED_MODEL, WORK, env_for
+from tests.conftest import WORK, env_for
+from tests.peer_process import PeerProcess, peer_init
 
-ROOT = Path(__file__).resolve().parent.parent
 P = "QQPlatform_Private_30001"
 
 
@@ -228,59 +223,22 @@ async def test_two_processes_never_sweep_at_once(pair: list[Any]) -> None:
 # ---------------------------------------------------------------------------
 
 
-class Peer:
+class Peer(PeerProcess):
     """``tests/coherence_peer.py`` on the remote database ``database``."""
 
     def __init__(self, chroma: Any, database: str) -> None:
-        init = {
-            "driver": "~fastapi",
-            "log_level": "WARNING",
-            "localstore_use_cwd": True,
-            "localstore_config_dir": str(WORK / "config"),
-            "localstore_data_dir": str(WORK / "peer-data"),
-            "localstore_cache_dir": str(WORK / "peer-cache"),
-            "alembic_startup_check": False,
-            "sqlalchemy_database_url": f"sqlite+aiosqlite:///{WORK / 'db.sqlite3'}",
-            "embedding_model_url": EMBED.url,
-            "embedding_model_name": EMBED_MODEL,
-            "embedding_proctol": "ollama-embed",
-            "embed_mismatch_policy": "never",
-            "vector_db_type": "remote",
-            "vector_db_server": chroma.host,
-            "vector_db_port": chroma.port,
-            "vector_db_database": database,
-        }
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "tests" / "coherence_peer.py"), json.dumps(init)],
-            cwd=WORK,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
+        super().__init__(
+            peer_init(
+                WORK / "peer-data",
+                WORK / "peer-cache",
+                sqlalchemy_database_url=f"sqlite+aiosqlite:///{WORK / 'db.sqlite3'}",
+                embed_mismatch_policy="never",
+                vector_db_type="remote",
+                vector_db_server=chroma.host,
+                vector_db_port=chroma.port,
+                vector_db_database=database,
+            )
         )
-
-    async def read(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        async with asyncio.timeout(120):  # hang guard (the plugin's import takes seconds)
-            while True:
-                line = await asyncio.to_thread(self.proc.stdout.readline)
-                if not line:
-                    raise AssertionError("the peer process exited")
-                if line.startswith("{"):
-                    return json.loads(line)
-
-    async def ask(self, **cmd: Any) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-        return await self.read()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=30)
 
 
 @pytest.fixture

@@ -184,6 +184,13 @@ def test_keys_of_retired_rules_only_warn(tmp_path: Path) -> None:
             "[subconscious]\nknowledge_collection_name = 'a b'\n",
             "subconscious.knowledge_collection_name",
         ),
+        ("[budget]\nbackground_tokens_per_day = -1\n", "budget.background_tokens_per_day"),
+        ("[budget]\nbackground_tokens_per_day = true\n", "budget.background_tokens_per_day"),
+        ("[budget]\nbackground_tokens_per_day = 1.5\n", "budget.background_tokens_per_day"),
+        (
+            "[budget]\nbackground_tokens_per_user_per_day = '300000'\n",
+            "budget.background_tokens_per_user_per_day",
+        ),
     ],
 )
 def test_bad_file_value_names_the_key(tmp_path: Path, body: str, key: str) -> None:

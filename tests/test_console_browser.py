@@ -1,7 +1,8 @@
 """The 记忆管理 page in a real browser (Debian's Chromium, driven by Playwright).
 
 A real bot process serves the WebUI; the test logs in through the WebUI's
-login form, opens the page from the sidebar, pages and searches the memory
+login form, opens the page from the sidebar, checks the overview's 30-day usage
+charts (drawn by the page as inline SVG from rows of the bot's usage ledger), pages and searches the memory
 table, edits a memory, deletes one (through the confirmation dialog) and runs
 a re-embedding with its live progress bar, taking screenshots on the way
 (``AMRITA_MEMORY_SCREENSHOTS=<dir>`` keeps them; the ones in ``docs/`` were
@@ -13,8 +14,11 @@ by ``.ci/run`` with apt) and is skipped, saying so, only when it is missing.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
 from collections.abc import Iterator
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +99,7 @@ def bot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningBot]:
     run_async(prepare())
     running = RunningBot(project)
     running.start()
+    seed_usage(project.root / "data" / "nonebot_plugin_orm" / "db.sqlite3")
     with httpx.Client(base_url=running.url, timeout=30) as client:
         login(client)
         client.put(
@@ -103,6 +108,32 @@ def bot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningBot]:
         client.put("/api/memory/profile/summary", json={"content": "程序员，喜欢脆苹果"})
     yield running
     running.stop()
+
+
+USAGE_TODAY = date.today()
+
+
+def _day(back: int) -> str:
+    return (USAGE_TODAY - timedelta(days=back)).isoformat()
+
+
+def seed_usage(db: Path) -> None:
+    """Rows of the usage ledger as the bot's background work writes them (its table, made
+    at its start-up): a few days of each feature, one user past the default share
+    (300,000 tokens a day), and what the blocks added to ten turns today."""
+    rows = [
+        (_day(0), "extraction", "10001", 12, 1500, 300, 200, 0, 0),
+        (_day(0), "extraction", "10009", 40, 280_000, 20_001, 0, 0, 0),
+        (_day(1), "extraction", "10002", 5, 600, 150, 0, 0, 0),
+        (_day(3), "persona", "10001", 2, 800, 100, 0, 0, 0),
+        (_day(5), "subconscious", "10001", 6, 5000, 800, 0, 1, 0),
+        (_day(0), "chat", "", 10, 0, 0, 0, 0, 0),
+        (_day(0), "block:tools", "", 10, 0, 0, 0, 0, 32_920),
+        (_day(0), "block:memories", "", 4, 0, 0, 0, 0, 1_700),
+    ]
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.executemany("INSERT INTO amrita_plugin_memory_usage VALUES (?,?,?,?,?,?,?,?,?)", rows)
+        conn.commit()
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +163,39 @@ def test_console_page_in_chromium(bot: RunningBot, shots: Path) -> None:
             expect(overview).to_be_visible()
             expect(page.locator("[data-amc=memory-total]")).to_have_text("49")
             expect(overview).to_contain_text("一致")
+
+            # Background usage: one 30-day chart per feature, drawn by the page (inline SVG).
+            usage = page.locator("[data-amc=usage]")
+            for feature, day, tokens in (
+                ("extraction", _day(0), 301_801),
+                ("extraction", _day(1), 750),
+                ("persona", _day(3), 900),
+                ("subconscious", _day(5), 5800),
+            ):
+                chart = usage.locator(f"[data-amc=usage-chart][data-feature={feature}]")
+                expect(chart.locator("rect")).to_have_count(30)
+                bar = chart.locator(f"rect[data-day='{day}']")
+                expect(bar).to_have_attribute("data-tokens", str(tokens))
+                box = bar.bounding_box()
+                assert box is not None and box["height"] > 0 and box["width"] > 0, (feature, box)
+            extraction = usage.locator("[data-amc=usage-chart][data-feature=extraction]")
+            tallest = extraction.locator(f"rect[data-day='{_day(0)}']").bounding_box()
+            small = extraction.locator(f"rect[data-day='{_day(1)}']").bounding_box()
+            assert tallest is not None and small is not None and tallest["height"] > small["height"]
+            expect(extraction.locator(f"rect[data-day='{_day(2)}']")).to_have_attribute(
+                "height", "0"
+            )
+            expect(usage.locator("tr[data-usage=subconscious]")).to_contain_text("1 次为估算")
+            if date.today() == USAGE_TODAY:  # the bot's "today" is the day the rows were seeded
+                expect(usage.locator("tr[data-usage=extraction]")).to_contain_text(
+                    "52 次，输入 281500（缓存命中 200），输出 20301"
+                )
+                expect(page.locator("[data-amc=budget-state]")).to_contain_text(
+                    "今天已达每人上限：10009（300001）"
+                )
+                expect(usage).to_contain_text(
+                    "工具定义 3292 字，<MEMORIES> 170 字（近 30 天 10 轮的平均）"
+                )
             page.screenshot(path=str(shots / "console-overview.png"), full_page=True)
 
             # The memory table: newest first, paged.

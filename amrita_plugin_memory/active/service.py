@@ -19,7 +19,9 @@ user's consent under the partition's lock right before applying
 also drops the user's waiting turns from this one as soon as its change-feed row
 arrives (:meth:`ActiveMemory.share`). A chat model
 that keeps failing opens a circuit breaker: batches wait (bounded) instead of
-retrying in a storm.
+retrying in a storm. Every request is counted in the usage ledger, and once
+a ``[budget]`` cap is reached the user's batches wait, untouched and bounded
+as always, for the next local day (:class:`~..storage.usage.BackgroundBudget`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from ..storage.keys import ChatTarget, user_of_key
 from ..storage.memory_store import MemoryStore
 from ..storage.scope import ScopeRules
 from ..storage.shared.coherence import Coherence, forgotten_of
+from ..storage.usage import BackgroundBudget, spend_of
 from ..storage.users.fences import UserFences
 from .batches import Batch, BatchKey, BatchQueue, BatchResult, Turn
 from .extraction import ExtractionOutcome, MemoryExtractor, describe
@@ -72,6 +75,8 @@ class ActiveStats:
     failures: int = 0
     deferred: int = 0
     """Batches held back while the chat model was failing (circuit breaker open)."""
+    over_budget: int = 0
+    """Batches held back until the next day by a ``[budget]`` cap."""
     fenced: int = 0
     """Extractions whose user was forgotten or opted out before they wrote everything."""
     notices: int = 0
@@ -97,8 +102,11 @@ class ActiveMemory:
         *,
         complete: Completion = complete_isolated,
         fences: UserFences | None = None,
+        budget: BackgroundBudget | None = None,
     ) -> None:
         self.store = store
+        self.budget = budget
+        """The daily caps and the usage ledger (``None``: nothing counted nor capped)."""
         self.consent = consent
         self.complete = complete
         self.fences = fences or UserFences(UserEpochs(), store.forgotten)
@@ -117,7 +125,13 @@ class ActiveMemory:
 
     @classmethod
     def build(cls, runtime: MemoryRuntime) -> ActiveMemory:
-        active = cls(runtime.config.file, runtime.store, runtime.consent, fences=runtime.fences)
+        active = cls(
+            runtime.config.file,
+            runtime.store,
+            runtime.consent,
+            fences=runtime.fences,
+            budget=runtime.budget,
+        )
         if runtime.store.coherence.active:
             active.share(runtime.store.coherence)
         return active
@@ -228,6 +242,14 @@ class ActiveMemory:
                     retry_in=self.model_breaker.retry_in(),
                     voided=voided,
                 )
+            if self.budget is not None:
+                admission = await self.budget.admit("extraction", user_id)
+                if not admission.allowed:  # its turns wait (bounded) for the next day
+                    self.stats.over_budget += 1
+                    wait = admission.wait_seconds(self.budget.ledger.clock())
+                    return BatchResult(
+                        ok=False, sent=0, deferred=True, retry_in=wait, voided=voided
+                    )
             messages, related, taken = await self.extractor.prepare(
                 batch.key, turns, budget=self.settings.max_request_chars
             )
@@ -246,6 +268,10 @@ class ActiveMemory:
                 return BatchResult(ok=False, sent=sent, voided=voided)
             self.model_breaker.success()
             await add_usage(usage, what="主动记忆提取")
+            if self.budget is not None:
+                sent_texts = [m["content"] for m in messages]
+                spend = spend_of(usage, sent=sent_texts, answer=answer)
+                await self.budget.spent("extraction", user_id, spend)
             parsed = await self.extractor.apply(
                 batch.key,
                 answer,

@@ -20,6 +20,7 @@ from nonebot import logger
 from ..active import ActiveMemory
 from ..prompting.blocks import insert_block
 from ..services import MemoryRuntime
+from ..storage.usage import UsageLedger
 from .events import amrita_event, target_from_event
 from .hooks import HookSet
 
@@ -46,8 +47,10 @@ def _message_text(event: Any) -> str:
 class ActiveHooks:
     """The chat hooks of active memory; ``active`` may be swapped (tests)."""
 
-    def __init__(self, active: ActiveMemory) -> None:
+    def __init__(self, active: ActiveMemory, *, usage: UsageLedger | None = None) -> None:
         self.active = active
+        self.usage = usage
+        """Counts what ``<MEMORIES>`` adds to turns (in memory; never waits)."""
         self._hooks = HookSet()
 
     async def inject(self, event: PreCompletionEvent) -> None:
@@ -64,6 +67,8 @@ class ActiveHooks:
             return
         if block:
             train.content = insert_block(train.content, block)
+            if self.usage is not None:
+                self.usage.count_block("memories", len(block))
 
     async def answered(self, event: CompletionEvent) -> None:
         ev = amrita_event(event.chat_object)
@@ -116,7 +121,7 @@ def setup_active_memory(runtime: MemoryRuntime) -> ActiveMemory:
 
     active = ActiveMemory.build(runtime)
     active.notify = send_notice
-    hooks = ActiveHooks(active)
+    hooks = ActiveHooks(active, usage=runtime.usage)
     hooks.register()
     _CURRENT.append(hooks)
 

@@ -26,9 +26,10 @@ from nonebot import logger
 from nonebot.adapters import Bot, Event
 
 from ..groups.service import GroupAwareness
-from ..prompting.blocks import insert_block
+from ..prompting.blocks import block_name, insert_block
 from ..prompting.group_blocks import SeenInRequest, prepend_block
 from ..services import MemoryRuntime
+from ..storage.usage import UsageLedger
 from .events import amrita_event
 from .hooks import HookSet
 
@@ -70,8 +71,16 @@ def seen_in_request(wrap: Any) -> SeenInRequest:
 class GroupHooks:
     """The matcher and chat hooks of group awareness; ``awareness`` may be swapped."""
 
-    def __init__(self, awareness: GroupAwareness, command_start: set[str] | None = None) -> None:
+    def __init__(
+        self,
+        awareness: GroupAwareness,
+        command_start: set[str] | None = None,
+        *,
+        usage: UsageLedger | None = None,
+    ) -> None:
         self.awareness = awareness
+        self.usage = usage
+        """Counts what the blocks add to turns (in memory; never waits)."""
         self.command_prefixes = tuple(p for p in (command_start or set()) if p.strip())
         self._hooks = HookSet()
 
@@ -114,6 +123,8 @@ class GroupHooks:
             return
         for block in blocks:
             train.content = insert_block(train.content, block)
+            if self.usage is not None:
+                self.usage.count_block(block_name(block), len(block))
 
     async def inject_self(self, event: PreCompletionEvent) -> None:
         if amrita_event(event.chat_object) is None:
@@ -130,6 +141,8 @@ class GroupHooks:
             return
         if block:
             train.content = prepend_block(train.content, block)
+            if self.usage is not None:
+                self.usage.count_block("self", len(block))
 
     def record_reply(self, event: CompletionEvent) -> None:
         from nonebot.adapters.onebot.v11 import GroupMessageEvent
@@ -175,9 +188,12 @@ def setup_group_awareness(runtime: MemoryRuntime) -> GroupAwareness:
 
     driver = get_driver()
     awareness = GroupAwareness.build(
-        runtime.config.file, fences=runtime.fences, coherence=runtime.store.coherence
+        runtime.config.file,
+        fences=runtime.fences,
+        coherence=runtime.store.coherence,
+        budget=runtime.budget,
     )
-    hooks = GroupHooks(awareness, set(driver.config.command_start))
+    hooks = GroupHooks(awareness, set(driver.config.command_start), usage=runtime.usage)
     hooks.register()
     _CURRENT.append(hooks)
 

@@ -8,13 +8,17 @@ from amrita_core import PreCompletionEvent
 
 from ..prompting.blocks import insert_block, render_memo_block
 from ..storage.memo_store import MemoService
+from ..storage.usage import UsageLedger
 from .events import target_from_event
 
 __all__ = ["register_memo_hook", "register_memo_key_migration"]
 
 
-def register_memo_hook(service: MemoService) -> None:
+def register_memo_hook(service: MemoService, usage: UsageLedger | None = None) -> None:
     """Inject the memo into every LLM request of a chat turn (priority 15, non-blocking).
+
+    Every chat turn passes here first: ``usage`` counts the turn (with the chat
+    tools offered) and the memo's characters, in memory only.
 
     The block is added to the rendered system prompt (``train``) of this turn
     only: Amrita persists ``memory`` and ``user_query`` after the hooks, never
@@ -33,6 +37,8 @@ def register_memo_hook(service: MemoService) -> None:
         amrita_ctx = try_get_amrita_ctx(event.chat_object)
         if not amrita_ctx:
             return  # a background agent, not a chat turn
+        if usage is not None:
+            usage.count_turn()
         target = target_from_event(amrita_ctx["event"])
         try:
             memo = await service.get(target.session)
@@ -45,6 +51,8 @@ def register_memo_hook(service: MemoService) -> None:
         if isinstance(train.content, str):
             block = render_memo_block(memo, is_group=target.is_group)
             train.content = insert_block(train.content, block)
+            if usage is not None:
+                usage.count_block("memo", len(block))
 
 
 def register_memo_key_migration(service: MemoService) -> None:

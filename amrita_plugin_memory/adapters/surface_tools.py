@@ -6,8 +6,10 @@ nothing here names a tool.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Mapping
 
+from ..storage.usage import UsageLedger
 from ..tools.args import dump_result, tool_error
 from ..tools.memory_tools import MemoryTools
 from ..tools.surface import BoundTool, declared_tools
@@ -16,9 +18,32 @@ from .events import RulesOf, scope_from_tool_context
 __all__ = ["register_surface_tools"]
 
 
-def register_surface_tools(tools: MemoryTools, rules: RulesOf) -> list[str]:
+def schema_chars(declared: list[BoundTool]) -> Callable[[], int]:
+    """How many characters the tools offered now add to a chat request: each entry of the
+    request's ``tools`` as JSON, as the OpenAI client sends it (measured once; a switched
+    tool counts while it is offered)."""
+    from amrita_core import ToolFunctionSchema
+
+    sizes = [
+        (
+            tool,
+            len(
+                json.dumps(
+                    ToolFunctionSchema(function=tool.schema).model_dump(), ensure_ascii=False
+                )
+            ),
+        )
+        for tool in declared
+    ]
+    return lambda: sum(size for tool, size in sizes if tool.enabled())
+
+
+def register_surface_tools(
+    tools: MemoryTools, rules: RulesOf, usage: UsageLedger | None = None
+) -> list[str]:
     """Register every declared chat tool of ``tools``; each call's scope is decided with the
-    current ``rules()``, and a tool with a switch is offered only while it is on."""
+    current ``rules()``, and a tool with a switch is offered only while it is on. ``usage``
+    learns how many characters the tools add to a turn."""
     from amrita_core import ToolContext, on_tools
 
     def make(tool: BoundTool) -> Callable[[ToolContext], Awaitable[str]]:
@@ -33,6 +58,8 @@ def register_surface_tools(tools: MemoryTools, rules: RulesOf) -> list[str]:
         return run
 
     declared = declared_tools(tools)
+    if usage is not None:
+        usage.tools_chars = schema_chars(declared)
     for tool in declared:
         if tool.switch is None:
             on_tools(tool.schema, custom_run=True)(make(tool))

@@ -28,6 +28,7 @@ from ..infra.bot_link import BotEndpoint
 from ..infra.terminal import ask_yes_no
 from ..storage.memo_store import dispose_memo_engine
 from ..storage.models import missing_table
+from ..storage.usage import usage_report
 from ..upkeep.rekey import migrate_partition_keys
 from .output import counts_text, fp, fpj, print_backups, print_status
 from .plumbing import (
@@ -60,9 +61,14 @@ def status_cmd(as_json: bool = False) -> None:
 
     async def work() -> dict[str, Any] | VectorStoreError:
         try:
-            return status_json(await collect_status(rt.maintenance), rt.config.backup_dir)
+            report = status_json(await collect_status(rt.maintenance), rt.config.backup_dir)
         except VectorStoreError as exc:
             return exc
+        try:
+            report["usage"] = await usage_report(rt.budget)
+        finally:
+            await dispose_memo_engine()
+        return report
 
     result = run(rt, work)
     if isinstance(result, VectorStoreError):

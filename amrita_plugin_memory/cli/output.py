@@ -15,7 +15,26 @@ import click
 
 from ..embedding import FingerprintInfo
 
-__all__ = ["counts_text", "fp", "fpj", "print_backups", "print_status", "size", "when"]
+__all__ = [
+    "counts_text",
+    "fp",
+    "fpj",
+    "print_backups",
+    "print_status",
+    "print_usage",
+    "size",
+    "when",
+]
+
+FEATURE_NAMES = {"extraction": "主动记忆提取", "persona": "画像提取", "subconscious": "L3 循环"}
+BLOCK_NAMES = {
+    "tools": "工具定义",
+    "memo": "<MEMO>",
+    "memories": "<MEMORIES>",
+    "group_context": "<GROUP_CONTEXT>",
+    "personas": "<PERSONAS>",
+    "self": "<SELF>",
+}
 
 
 def size(n: int) -> str:
@@ -109,3 +128,55 @@ def print_status(report: dict[str, Any]) -> None:
             fg="yellow",
         )
     print_backups(report["backups"], report["backup_dir"])
+    if "usage" in report:
+        print_usage(report["usage"])
+
+
+def _spend(row: dict[str, Any]) -> str:
+    return (
+        f"请求 {row['requests']}，输入 {row['prompt_tokens']}（缓存命中 {row['cached_tokens']}），"
+        f"输出 {row['completion_tokens']}"
+    )
+
+
+def print_usage(usage: dict[str, Any]) -> None:
+    """``usage`` of the status report (:func:`..storage.usage.usage_json`)."""
+    click.echo("后台请求用量（token，按供应商返回的 usage；没有 usage 时按字数估算）：")
+    if usage.get("error"):
+        click.secho(f"  {usage['error']}", fg="yellow")
+        return
+    estimated = usage.get("estimated", {})
+    for feature, name in FEATURE_NAMES.items():
+        for span, label in (("today", "今天"), ("last_30_days", "近 30 天")):
+            row = usage[span][feature]
+            guessed = estimated.get(span, {}).get(feature, 0)
+            note = f"（其中 {guessed} 次为估算）" if guessed else ""
+            click.echo(f"  {_pad(name, 12)} {_pad(label, 8)} {_spend(row)}{note}")
+    budget = usage.get("budget") or {}
+    if budget:
+        per_day = budget["background_tokens_per_day"] or "不限"
+        per_user = budget["background_tokens_per_user_per_day"] or "不限"
+        click.echo(
+            f"后台预算：全局每天 {per_day}（今天已用 {budget['used_today']}），每人每天 {per_user}"
+        )
+        if budget["reached"]:
+            click.secho(
+                f"  今天已达全局上限：后台请求等到 {when(budget['resets_at'])} 再继续", fg="yellow"
+            )
+        for user in budget["users_reached"]:
+            click.secho(
+                f"  用户 {user['user_id']} 今天已用 {user['tokens']}，达到每人上限：该用户的后台请求"
+                f"等到 {when(budget['resets_at'])} 再继续",
+                fg="yellow",
+            )
+    blocks = (usage.get("blocks") or {}).get("last_30_days")
+    if blocks and blocks["turns"]:
+        parts = [
+            f"{BLOCK_NAMES[name]} {blocks[name]['chars_per_turn']}"
+            for name in BLOCK_NAMES
+            if blocks[name]["turns"]
+        ]
+        click.echo(
+            f"每轮对话注入（近 30 天 {blocks['turns']} 轮的平均字符数）："
+            + ("，".join(parts) or "无")
+        )

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..services import MemoryRuntime
 from ..storage.groups.stores import GroupStores
+from ..storage.usage import usage_report
 from ..subconscious.profile_store import ProfileStore
 from ..subconscious.runner import SubconsciousRunner
 from ..upkeep.users.user_data import UserData
@@ -78,4 +79,5 @@ class ConsoleService:
             "maintenance": self.jobs.busy,
             "memory_limit": file.per_session_memory_limit,
             "memo_max_chars": file.memo_max_chars,
+            "usage": await usage_report(self.runtime.budget),
         }

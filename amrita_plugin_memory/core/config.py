@@ -7,8 +7,9 @@ Two sources, one object:
   spec's table exactly, including the historical spelling ``EMBEDDING_PROCTOL``.
 * :class:`ConfigFile` — behaviour settings in
   ``config/amrita_plugin_memory/config.toml`` (L2 limits, L1 memo size, the
-  ``[subconscious]`` section of the L3 loop and the group-awareness sections
-  ``[group_context]``, ``[persona]``, ``[self_memory]``).
+  ``[subconscious]`` section of the L3 loop, the group-awareness sections
+  ``[group_context]``, ``[persona]``, ``[self_memory]``, and the others of
+  :mod:`.config_sections`, e.g. ``[budget]``).
 
 :class:`PluginConfig` bundles both; it is created once by the plugin and
 passed explicitly to every component that needs it.
@@ -33,6 +34,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from .config_sections import (
     ActiveMemoryConfig,
     ArchiveConfig,
+    BudgetConfig,
     DecayConfig,
     GroupContextConfig,
     PersonaConfig,
@@ -45,6 +47,7 @@ from .config_sections import (
 __all__ = [
     "ActiveMemoryConfig",
     "ArchiveConfig",
+    "BudgetConfig",
     "ConfigError",
     "ConfigFile",
     "DecayConfig",
@@ -195,6 +198,7 @@ class ConfigFile(Section):
     decay: DecayConfig = Field(default_factory=DecayConfig)
     archive: ArchiveConfig = Field(default_factory=ArchiveConfig)
     active_memory: ActiveMemoryConfig = Field(default_factory=ActiveMemoryConfig)
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
 
     def half_life_days(self, importance: str) -> float:
         """Decay half-life of ``importance`` in days (0 = never ages)."""

@@ -2,7 +2,7 @@
 
 :class:`~.config.ConfigFile` holds one of each (``[subconscious]``,
 ``[group_context]``, ``[persona]``, ``[self_memory]``, ``[retrieval]``,
-``[decay]``, ``[archive]``, ``[active_memory]``); loading, the written
+``[decay]``, ``[archive]``, ``[active_memory]``, ``[budget]``); loading, the written
 default file and the errors naming a key live in :mod:`.config`.
 """
 
@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 __all__ = [
     "ActiveMemoryConfig",
     "ArchiveConfig",
+    "BudgetConfig",
     "DecayConfig",
     "GroupContextConfig",
     "PersonaConfig",
@@ -221,3 +222,24 @@ class ActiveMemoryConfig(Section):
     max_request_chars: int = Field(default=20_000, ge=4_000, le=200_000)
     # Tell a user once, in private, the first time something was learned about them.
     notice: bool = True
+
+
+class BudgetConfig(Section):
+    """``[budget]``: a daily cap on the tokens of the plugin's own background requests.
+
+    Counted: active memory's extraction, persona extraction and the L3 loop
+    (prompt + completion tokens, as the provider reports them, else estimated).
+    Never counted nor delayed: chat turns. When a cap is reached, the requests
+    it covers wait for the next local day. 0 = no cap.
+    """
+
+    comment: ClassVar[str] = (
+        "后台预算：插件自己的后台请求（主动记忆提取、画像提取、L3 循环）每天最多用多少 token；0 = 不限"
+    )
+    """The comment above the table in the written default file."""
+
+    # Whole bot, every process on the store together (the ledger is shared).
+    # strict: a TOML ``true`` or a string is an error, never a cap of 1 token.
+    background_tokens_per_day: int = Field(default=3_000_000, ge=0, le=10**12, strict=True)
+    # One user's share: what a flood from one user can spend in a day.
+    background_tokens_per_user_per_day: int = Field(default=300_000, ge=0, le=10**12, strict=True)

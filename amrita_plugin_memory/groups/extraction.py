@@ -16,6 +16,12 @@ honours: the analysed window leaves out what each member said at or before
 their last one (the shared tombstones and opt-outs, read when the extraction
 starts, :meth:`~..storage.users.fences.UserFences.void_points`), and each
 member's write is fenced from the time of their oldest message analysed.
+
+Each request is counted in the usage ledger for the turn's speaker (whose
+turn started it); once a ``[budget]`` cap holds the speaker (or the whole
+bot) back, no request is sent and no member is marked as analysed: the
+group's window keeps the messages, and the first answered turn of the next
+day analyses them.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from ..prompting.group_window import WindowEntry
 from ..prompting.labels import SAFE_COLON
 from ..prompting.persona import PersonaField, parse_updates
 from ..storage.groups.stores import GroupStores
+from ..storage.usage import BackgroundBudget, spend_of
 from ..storage.users.fences import UserFences
 from .amrita_llm import Completion, add_usage, complete_isolated
 
@@ -82,8 +89,11 @@ class PersonaExtractor:
         complete: Completion = complete_isolated,
         clock: Callable[[], float] = time.time,
         fences: UserFences | None = None,
+        budget: BackgroundBudget | None = None,
     ) -> None:
         self.stores = stores
+        self.budget = budget
+        """The daily caps and the usage ledger (``None``: nothing counted nor capped)."""
         self.fences = fences
         """A member forgotten while their extraction is in flight gets nothing written."""
         self.config = config
@@ -169,6 +179,9 @@ class PersonaExtractor:
         targets = await self._targets(group_id, speaker_id, entries)
         if not targets:
             return result
+        if self.budget is not None and not (await self.budget.admit("persona", speaker_id)).allowed:
+            result.error = "budget"  # nobody marked: the window is analysed tomorrow
+            return result
         now = self.clock()
         self._mark(group_id, targets, now)
         result.analysed = targets
@@ -182,6 +195,9 @@ class PersonaExtractor:
             result.error = exc.__class__.__name__
             return result
         await add_usage(usage, what="画像提取")
+        if self.budget is not None:
+            spend = spend_of(usage, sent=[m["content"] for m in messages], answer=text)
+            await self.budget.spent("persona", speaker_id, spend)
         parsed = parse_updates(
             text,
             labels={label: uid for uid, label in labels.items()},

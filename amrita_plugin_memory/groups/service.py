@@ -29,6 +29,7 @@ from ..prompting.group_blocks import (
 )
 from ..storage.groups.stores import GroupStores
 from ..storage.shared.coherence import Coherence
+from ..storage.usage import BackgroundBudget
 from ..storage.users.fences import UserFences
 from .amrita_llm import Completion, complete_isolated
 from .extraction import PersonaExtractor
@@ -47,12 +48,13 @@ class GroupAwareness:
         complete: Completion = complete_isolated,
         clock: Callable[[], float] = time.time,
         fences: UserFences | None = None,
+        budget: BackgroundBudget | None = None,
     ) -> None:
         self.config = config
         self.stores = stores
         self.clock = clock
         self.extractor = PersonaExtractor(
-            stores, config, complete=complete, clock=clock, fences=fences
+            stores, config, complete=complete, clock=clock, fences=fences, budget=budget
         )
 
     @classmethod
@@ -62,9 +64,12 @@ class GroupAwareness:
         *,
         fences: UserFences | None = None,
         coherence: Coherence | None = None,
+        budget: BackgroundBudget | None = None,
     ) -> GroupAwareness:
         forgotten = fences.forgotten if fences is not None else None
-        return cls(config, GroupStores.build(config, coherence, forgotten), fences=fences)
+        return cls(
+            config, GroupStores.build(config, coherence, forgotten), fences=fences, budget=budget
+        )
 
     def configure(self, config: ConfigFile) -> None:
         """Use another configuration from now on (stored data stays)."""

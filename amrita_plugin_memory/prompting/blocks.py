@@ -34,6 +34,7 @@ from ..core.text import cut, single_line
 __all__ = [
     "INVISIBLE",
     "RESERVED_TAGS",
+    "block_name",
     "insert_block",
     "neutralize",
     "render_block",
@@ -200,6 +201,12 @@ def render_memories_block(lines: Iterable[tuple[str, str]], *, max_chars: int) -
         body.append(line)
         used += len(line) + 1
     return render_block("MEMORIES", "\n".join(body), header=MEMORIES_HEADER) if body else ""
+
+
+def block_name(block: str) -> str:
+    """The tag of a rendered block in lower case (``<GROUP_CONTEXT>…`` → ``group_context``)."""
+    match = re.match(r"<([A-Z_]+)>", block)
+    return match.group(1).lower() if match else "other"
 
 
 def insert_block(system_prompt: str, block: str) -> str:

@@ -7,7 +7,8 @@ active memory's consent (:mod:`.consent_store`) and the ORM models (:mod:`.model
 Feature families live in subpackages: :mod:`.chroma` (the connection, the local
 server, the remap markers, paging by id), :mod:`.partition` (reading one partition:
 index, search, recent ids, counts), :mod:`.archive` (the archive collection and
-moving memories into it), :mod:`.groups` (group awareness' stores) and :mod:`.users`
-(tombstones, fences and what the L3 loop keeps about a user). What is built on the
+moving memories into it), :mod:`.groups` (group awareness' stores), :mod:`.users`
+(tombstones, fences and what the L3 loop keeps about a user) and :mod:`.usage` (the
+usage ledger and the ``[budget]`` caps). What is built on the
 store (sweep, restore, export, forget, listings) lives in ``upkeep/``, above.
 """

@@ -23,6 +23,7 @@ __all__ = [
     "PartitionChange",
     "SharedLease",
     "SubconsciousState",
+    "UsageDay",
     "UserMemo",
     "UserVoid",
     "db_now",
@@ -238,3 +239,27 @@ class UserVoid(Model):
     kind: Mapped[str] = mapped_column(String(16), primary_key=True)
     at_us: Mapped[int] = mapped_column(BigInteger)
     """Microseconds since the epoch (UTC); only ever moved forward."""
+
+
+class UsageDay(Model):
+    """One local day of what the plugin's own model requests cost, per feature and user
+    (``storage/usage/ledger``): extraction, persona, the L3 loop. Rows whose ``feature``
+    starts with ``block:`` (and ``chat``) count what the blocks add to chat turns instead,
+    with ``user_id`` empty. Every process adds to the rows with ``x = x + n``, never a
+    read-modify-write."""
+
+    __tablename__ = "amrita_plugin_memory_usage"
+
+    day: Mapped[str] = mapped_column(String(10), primary_key=True)
+    """The local date, ``YYYY-MM-DD``."""
+    feature: Mapped[str] = mapped_column(String(32), primary_key=True)
+    user_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    requests: Mapped[int] = mapped_column(BigInteger, default=0)
+    """Model requests (for a block: the chat turns that carried it)."""
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cached_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    estimated: Mapped[int] = mapped_column(BigInteger, default=0)
+    """Requests whose tokens were estimated from characters (the provider reported none)."""
+    chars: Mapped[int] = mapped_column(BigInteger, default=0)
+    """Characters a block added to chat turns (0 for model requests)."""

@@ -9,8 +9,10 @@ forget of the target user also fences the cycle: it writes nothing more
 **One cycle.** LOAD_STATE (the state's rows) → JINJA2_RENDER (the main
 template) → LIMIT_HISTORY (the target's recent chat, bounded; :mod:`.workflow`)
 → BUILD_MESSAGE → REACT_BLOCK (Core's ReAct strategy on the isolated tool set).
-Afterwards the usage is added once to Amrita's statistics, the abstract is
-saved and every tool group with an ``on_cycle_end`` hook learns the outcome.
+Afterwards the usage is added once to Amrita's statistics and each request to
+the usage ledger (:mod:`.spend`; a ``[budget]`` cap postpones a cycle to the
+next day), the abstract is saved and every tool group with an ``on_cycle_end``
+hook learns the outcome.
 
 It composes :class:`~.scheduling.RunPlanner`, :class:`~.state.LoopState`,
 :class:`~.state.PendingMessages`, :class:`~.templates.PromptTemplates`,
@@ -29,12 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import jinja2
-from amrita_core import (
-    BackendSlots,
-    ChatObject,
-    NullBillingBackend,
-    UniResponseUsage,
-)
+from amrita_core import BackendSlots, ChatObject, NullBillingBackend
 from amrita_core.chatmanager.chat_libs import ChatManager
 from amrita_core.tools.manager import MultiToolsManager
 from nonebot import logger
@@ -54,6 +51,7 @@ from .profile_store import ProfileStore
 from .prompts import compression_hint, format_abstracts, format_last_run, render_cycle_input
 from .published_files import check_adopted_knowledge
 from .scheduling import RunPlanner, cycle_lease
+from .spend import budget_gate, record_spend, tokens_text
 from .state import LoopState, PendingMessages, StateStore
 from .templates import PromptError, PromptTemplates, format_time, local_now
 from .toolsets.base import ToolGroup, tool_data
@@ -73,12 +71,6 @@ T = TypeVar("T")
 
 _TRAIN_TEMPLATE = jinja2.Template("{{ train.content }}")
 """The ChatObject's train template: the system prompt is exactly our rendered prompt."""
-
-
-def _tokens(usage: UniResponseUsage[int] | None) -> str:
-    if usage is None:
-        return "0/0"
-    return f"{usage.prompt_tokens}/{usage.completion_tokens}"
 
 
 class SubconsciousRunner:
@@ -387,6 +379,8 @@ class SubconsciousRunner:
         started, epoch = time.monotonic(), self.fence.epoch
         if self.fence.forgets:
             return CycleResult(0, "skipped", error="the target user is being forgotten")
+        if held := await budget_gate(self.runtime.budget, self.planner, self.target_user_id):
+            return held  # a [budget] cap: the next run is planned for tomorrow
         try:
             await self.load_state()
         except Exception as exc:
@@ -459,6 +453,7 @@ class SubconsciousRunner:
 
         usage = cycle.usage.extra_total if cycle.usage is not None else None
         await self.data.add_usage(usage)
+        await record_spend(self.runtime.budget, self.target_user_id, cycle.usage)
         if error is not None:
             outcome: CycleOutcome = "failed"
             reason = (
@@ -495,7 +490,7 @@ class SubconsciousRunner:
         log = logger.info if outcome != "failed" else logger.error
         log(
             f"[Subconscious] {label} {outcome} in {result.seconds:.1f}s "
-            f"(tokens in/out {_tokens(usage)}, {cycle.describe_actions()}, penalty={self.penalty})"
+            f"(tokens in/out {tokens_text(usage)}, {cycle.describe_actions()}, penalty={self.penalty})"
             + (f": {result.error}" if result.error else "")
         )
         return result

@@ -86,12 +86,21 @@ class RunPlanner:
 
     def plan_after_message(self) -> timedelta:
         """The target spoke: cancel the planned run, add a penalty, plan one run."""
-        self.cancel()
         self.penalty += 1
         delay = compute_delay(self.config, self.penalty)
-        scheduler = self.scheduler
-        run_at = datetime.now(scheduler.timezone) + delay
-        scheduler.add_job(
+        run_at = datetime.now(self.scheduler.timezone) + delay
+        self.plan_at(run_at)
+        logger.info(
+            f"[Subconscious] Next run in {delay.total_seconds() / 60:.1f} min "
+            f"(penalty={self.penalty}, at {run_at:%Y-%m-%d %H:%M:%S %Z})"
+        )
+        return delay
+
+    def plan_at(self, run_at: datetime) -> None:
+        """Plan the one run for ``run_at`` (a cap of ``[budget]``: the next day); the
+        penalty stays."""
+        self.cancel()
+        self.scheduler.add_job(
             self._run_planned,
             "date",
             run_date=run_at,
@@ -100,11 +109,6 @@ class RunPlanner:
             misfire_grace_time=600,
             coalesce=True,
         )
-        logger.info(
-            f"[Subconscious] Next run in {delay.total_seconds() / 60:.1f} min "
-            f"(penalty={self.penalty}, at {run_at:%Y-%m-%d %H:%M:%S %Z})"
-        )
-        return delay
 
     async def _run_planned(self) -> None:
         try:

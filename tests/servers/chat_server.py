@@ -25,8 +25,17 @@ from ._thread import ThreadedAppServer
 #: Failure modes understood by :meth:`ChatServer.set_mode`.
 CHAT_MODES = ("ok", "error500", "error503", "hang", "close")
 
-#: Usage reported for every completion (fixed so tests can assert on it).
-USAGE = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+#: Usage reported for every completion (fixed so tests can assert on it), with the
+#: cached share of the prompt as OpenAI (``prompt_tokens_details.cached_tokens``) and
+#: DeepSeek (``prompt_cache_hit_tokens`` / ``prompt_cache_miss_tokens``) report it.
+USAGE: dict[str, Any] = {
+    "prompt_tokens": 11,
+    "completion_tokens": 7,
+    "total_tokens": 18,
+    "prompt_tokens_details": {"cached_tokens": 4},
+    "prompt_cache_hit_tokens": 4,
+    "prompt_cache_miss_tokens": 7,
+}
 
 Rule = Callable[[dict[str, Any]], "Reply | None"]
 
@@ -102,6 +111,7 @@ class ChatServer(ThreadedAppServer):
         self._rule: Rule | None = None
         self._requests: list[dict[str, Any]] = []
         self._ids = itertools.count(1)
+        self._usage: dict[str, Any] | None = USAGE
 
     # ------------------------------------------------------------------ control API
     @property
@@ -131,13 +141,25 @@ class ChatServer(ThreadedAppServer):
         with self._lock:
             self._rule = rule
 
+    def set_usage(self, usage: dict[str, Any] | None) -> None:
+        """Report ``usage`` with every completion from now on; ``None``: none at all (a
+        provider that does not say what a request cost)."""
+        with self._lock:
+            self._usage = usage
+
+    def _usage_now(self) -> dict[str, Any] | None:
+        with self._lock:
+            return json.loads(json.dumps(self._usage)) if self._usage is not None else None
+
     def clear(self) -> None:
-        """Empty the script, drop the rule and recorded requests, mode back to "ok"."""
+        """Empty the script, drop the rule and recorded requests, mode back to "ok",
+        usage back to :data:`USAGE`."""
         self.mode.reset()
         with self._lock:
             self._script.clear()
             self._rule = None
             self._requests.clear()
+            self._usage = USAGE
 
     # ------------------------------------------------------------------ internals
     def _add_routes(self, app: web.Application) -> None:
@@ -227,7 +249,7 @@ class ChatServer(ThreadedAppServer):
                         "finish_reason": "tool_calls" if reply.tool_calls else "stop",
                     }
                 ],
-                "usage": dict(USAGE),
+                "usage": self._usage_now(),
             }
         )
 
@@ -243,7 +265,7 @@ class ChatServer(ThreadedAppServer):
         """Send the reply as ``chat.completion.chunk`` SSE events, then ``[DONE]``."""
         created = int(time.time())
 
-        def chunk(choices: list[dict[str, Any]], usage: dict[str, int] | None = None) -> bytes:
+        def chunk(choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> bytes:
             data: dict[str, Any] = {
                 "id": completion_id,
                 "object": "chat.completion.chunk",
@@ -278,8 +300,9 @@ class ChatServer(ThreadedAppServer):
                     delta({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
                 )
         await response.write(delta({}, "tool_calls" if reply.tool_calls else "stop"))
-        if include_usage:
-            await response.write(chunk([], dict(USAGE)))
+        usage = self._usage_now()
+        if include_usage and usage is not None:
+            await response.write(chunk([], usage))
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response

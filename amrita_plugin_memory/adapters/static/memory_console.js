@@ -131,6 +131,10 @@ function injectStyle() {
 .amc-item{display:flex;justify-content:space-between;gap:8px;padding:7px 9px;border-radius:6px;cursor:pointer;border:1px solid transparent;background:none;color:inherit;text-align:left;font-size:13px}
 .amc-item:hover{background:var(--muted)}
 .amc-item[aria-current=true]{border-color:var(--primary);background:var(--muted)}
+.amc-chart{margin:0;display:flex;flex-direction:column;gap:4px}
+.amc-chart svg{display:block;width:100%;height:80px;background:var(--muted);border-radius:4px}
+.amc-chart rect{fill:var(--primary)}
+.amc-axis{display:flex;justify-content:space-between;font-size:11px;color:var(--muted-foreground)}
 `;
   document.head.appendChild(style);
 }
@@ -215,6 +219,103 @@ function Loading({ state, children }) {
 // Overview
 // ---------------------------------------------------------------------------
 
+const FEATURES = [
+  ["extraction", "主动记忆提取"],
+  ["persona", "画像提取"],
+  ["subconscious", "L3 循环"],
+];
+const BLOCKS = [
+  ["tools", "工具定义"],
+  ["memo", "<MEMO>"],
+  ["memories", "<MEMORIES>"],
+  ["group_context", "<GROUP_CONTEXT>"],
+  ["personas", "<PERSONAS>"],
+  ["self", "<SELF>"],
+];
+
+// One feature's tokens per day as bars, drawn by the page itself (an inline SVG).
+function UsageChart({ feature, label, days, values }) {
+  const width = 300;
+  const height = 80;
+  const top = Math.max(1, ...values);
+  const slot = width / days.length;
+  const total = values.reduce((a, b) => a + b, 0);
+  return h(
+    "figure",
+    { className: "amc-chart", "data-amc": "usage-chart", "data-feature": feature },
+    h("figcaption", null, h("b", null, label), h("div", { className: "amc-muted" },
+      `近 30 天 ${total} token，今天 ${values[values.length - 1]}`)),
+    h(
+      "svg",
+      { viewBox: `0 0 ${width} ${height}`, preserveAspectRatio: "none", role: "img",
+        "aria-label": `${label}每天的 token 数` },
+      days.map((day, i) => {
+        const barHeight = (values[i] / top) * (height - 4);
+        return h(
+          "rect",
+          { key: day, "data-day": day, "data-tokens": values[i], x: i * slot + 1,
+            y: height - barHeight, width: Math.max(1, slot - 2), height: barHeight },
+          h("title", null, `${day}：${values[i]} token`),
+        );
+      }),
+    ),
+    h("div", { className: "amc-axis" }, h("span", null, days[0]), h("span", null, days[days.length - 1])),
+  );
+}
+
+function Usage({ usage }) {
+  if (!usage) return null;
+  const head = h("h3", null, "后台 token 用量（近 30 天）");
+  if (usage.error) {
+    return h("div", { className: "amc-card", "data-amc": "usage" }, head,
+      h("div", { className: "amc-warn" }, usage.error));
+  }
+  const b = usage.budget;
+  const blocks = usage.blocks.last_30_days;
+  const cap = (n) => (n ? `${n} token` : "不限");
+  const row = (f, span) => {
+    const u = usage[span][f];
+    const guessed = usage.estimated[span][f];
+    return `${u.requests} 次，输入 ${u.prompt_tokens}（缓存命中 ${u.cached_tokens}），输出 ${u.completion_tokens}` +
+      (guessed ? `（${guessed} 次为估算）` : "");
+  };
+  return h(
+    "div",
+    { className: "amc-card", "data-amc": "usage" },
+    head,
+    h("div", { className: "amc-grid" },
+      FEATURES.map(([f, label]) =>
+        h(UsageChart, { key: f, feature: f, label, days: usage.daily.days, values: usage.daily[f] }))),
+    h(
+      "table",
+      { className: "amc-table", style: { marginTop: 12 } },
+      h("thead", null, h("tr", null, h("th", null, "功能"), h("th", null, "今天"), h("th", null, "近 30 天"))),
+      h("tbody", null, FEATURES.map(([f, label]) =>
+        h("tr", { key: f, "data-usage": f }, h("td", null, label), h("td", null, row(f, "today")),
+          h("td", null, row(f, "last_30_days"))))),
+    ),
+    h(
+      "dl",
+      { className: "amc-kv", style: { marginTop: 12 }, "data-amc": "budget" },
+      h("dt", null, "全局每天上限"), h("dd", null, `${cap(b.background_tokens_per_day)}（今天已用 ${b.used_today}）`),
+      h("dt", null, "每人每天上限"), h("dd", null, cap(b.background_tokens_per_user_per_day)),
+      h("dt", null, "状态"),
+      h("dd", { className: b.reached || b.users_reached.length ? "amc-warn" : "amc-ok", "data-amc": "budget-state" },
+        b.reached
+          ? `今天已达全局上限：后台请求等到 ${when(b.resets_at)} 再继续（聊天不受影响）`
+          : b.users_reached.length
+            ? `今天已达每人上限：${b.users_reached.map((u) => `${u.user_id}（${u.tokens}）`).join("、")}；` +
+              `这些用户的后台请求等到 ${when(b.resets_at)} 再继续`
+            : "未达上限"),
+      h("dt", null, "每轮注入"),
+      h("dd", null, blocks.turns
+        ? BLOCKS.filter(([k]) => blocks[k].turns).map(([k, label]) => `${label} ${blocks[k].chars_per_turn} 字`).join("，") +
+          `（近 30 天 ${blocks.turns} 轮的平均）`
+        : "近 30 天没有对话"),
+    ),
+  );
+}
+
 function Overview({ status }) {
   const fp = status.fingerprint;
   const stateClass = fp.match ? "amc-ok" : fp.current ? "amc-warn" : "amc-muted";
@@ -236,6 +337,7 @@ function Overview({ status }) {
       h("div", { className: "amc-card" }, h("div", { className: "amc-muted" }, "备份"),
         h("div", { className: "amc-big" }, status.backups.length)),
     ),
+    h(Usage, { usage: status.usage }),
     h(
       "div",
       { className: "amc-card" },
