@@ -19,7 +19,8 @@ __all__ = ["register_surface_tools"]
 def register_surface_tools(tools: MemoryTools, rules: RulesOf) -> list[str]:
     """Register every declared chat tool of ``tools``; each call's scope is decided with the
     current ``rules()``, and a tool with a switch is offered only while it is on."""
-    from amrita_core import ToolContext, on_tools
+    from amrita_core import ToolContext, ToolsManager
+    from amrita_core.tools.models import ToolData, ToolFunctionSchema
 
     def make(tool: BoundTool) -> Callable[[ToolContext], Awaitable[str]]:
         async def run(ctx: ToolContext) -> str:
@@ -33,9 +34,17 @@ def register_surface_tools(tools: MemoryTools, rules: RulesOf) -> list[str]:
         return run
 
     declared = declared_tools(tools)
+    manager = ToolsManager()
     for tool in declared:
-        if tool.switch is None:
-            on_tools(tool.schema, custom_run=True)(make(tool))
-        else:
-            on_tools(tool.schema, custom_run=True, enable_if=tool.enabled)(make(tool))
+        # As ``on_tools`` does, without setting ``strict``: the SDK sends only the fields
+        # that were set, and ``"strict": false`` (the default) is 15 characters in every
+        # request of every turn.
+        manager.register_tool(
+            ToolData(
+                data=ToolFunctionSchema(function=tool.schema, type="function"),
+                func=make(tool),
+                custom_run=True,
+                enable_if=tool.enabled,
+            )
+        )
     return [tool.name for tool in declared]
