@@ -9,7 +9,8 @@ memory), ``persona`` (group awareness) and ``check`` (Amrita's content check).
   previous request of the same kind in the same chat. That part is what a
   provider can serve from its prompt cache.
 - **Characters added per turn**, by block, in a turn's first tool-calling
-  request: the six chat tools' schemas as sent, the ``<MEMO>`` block, and the
+  request: the plugin's chat tools' schemas as sent (``Recorder.chat_tools``: the
+  names the plugin declares), the ``<MEMO>`` block, and the
   section after the user's message (its lead line, ``<MEMORIES>``,
   ``<GROUP_CONTEXT>``, ``<PERSONAS>``, ``<SUBCONSCIOUS_NOTES>``).
 - **Extraction and persona requests**: characters (every message's content)
@@ -26,16 +27,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CHAT_TOOLS", "Recorder", "kind_of", "rendered", "shared_prefix"]
+__all__ = ["Recorder", "kind_of", "rendered", "shared_prefix"]
 
-CHAT_TOOLS = (
-    "write_memory",
-    "read_memory",
-    "update_memory",
-    "delete_memory",
-    "list_memory",
-    "update_memo",
-)
 TURN_BLOCKS = ("MEMORIES", "GROUP_CONTEXT", "PERSONAS", "SUBCONSCIOUS_NOTES")
 SECTION_LEAD = "\n\n[记忆插件附注"
 HISTORY_TURNS = 10
@@ -115,6 +108,8 @@ def _stats(values: Sequence[float]) -> dict[str, float]:
 class Recorder:
     """The requests of a replay, turn by turn, and what they add up to."""
 
+    chat_tools: frozenset[str] = frozenset()
+    """The names of the plugin's chat tools (none without the plugin)."""
     group_sessions: set[str] = field(default_factory=set)
     shares: dict[str, list[tuple[int, float]]] = field(default_factory=lambda: defaultdict(list))
     sizes: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
@@ -145,7 +140,7 @@ class Recorder:
             self._blocks_of(session, first_tool)
 
     def _blocks_of(self, session: str, request: dict[str, Any]) -> None:
-        six = [t for t in request.get("tools") or [] if t["function"]["name"] in CHAT_TOOLS]
+        six = [t for t in request.get("tools") or [] if t["function"]["name"] in self.chat_tools]
         tools = len(json.dumps(six, ensure_ascii=False, separators=(",", ":"))) if six else 0
         system = str(request["messages"][0].get("content") or "")
         message = _turn_message(request)

@@ -203,7 +203,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             to_me = n % ADDRESSED_EVERY == ADDRESSED_EVERY - 1
             event = group_event(uid, GROUP_ID, text, to_me=to_me)
             turns.append((f"group:{GROUP_ID}", n // ADDRESSED_EVERY, event))
-        recorder = Recorder(group_sessions={f"group:{GROUP_ID}"})
+        recorder = Recorder(_chat_tools(args.variant), group_sessions={f"group:{GROUP_ID}"})
 
         def progress(i: int) -> None:
             if (i + 1) % 50 == 0:
@@ -223,6 +223,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         server.stop()
         os.chdir(cwd)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _chat_tools(variant: str) -> frozenset[str]:
+    """The names of the chat tools the plugin registers (from its declarations)."""
+    if variant != "memory":
+        return frozenset()
+    import amrita_plugin_memory
+    from amrita_plugin_memory.tools.surface import declared_tools
+
+    rt = amrita_plugin_memory.runtime
+    assert rt is not None
+    return frozenset(tool.name for tool in declared_tools(rt.tools))
 
 
 async def _set_memos(messages: list[tuple[int, str]]) -> None:

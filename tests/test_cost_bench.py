@@ -7,14 +7,7 @@ from typing import Any
 
 from bench.cost_metrics import Recorder, kind_of, rendered, shared_prefix
 
-SIX = [
-    "write_memory",
-    "read_memory",
-    "update_memory",
-    "delete_memory",
-    "list_memory",
-    "update_memo",
-]
+SIX = "write_memory read_memory update_memory delete_memory list_memory update_memo".split()
 
 
 def tool(name: str) -> dict[str, Any]:
@@ -50,7 +43,7 @@ def test_shared_prefix_and_kinds() -> None:
 
 def test_prefix_share_and_blocks_per_turn() -> None:
     section = "\n\n[记忆插件附注：…]\n<MEMORIES>\n- a\n</MEMORIES>"
-    recorder = Recorder()
+    recorder = Recorder(frozenset(SIX))
     first = request([], "u1" + section, tools=True)
     second = request(["u1", "a1"], "u2" + section, tools=True)
     recorder.turn("private:1", 0, [first])
