@@ -25,6 +25,7 @@ from .adapters.matchers import register_commands  # noqa: E402
 from .adapters.memo_hook import register_memo_hook, register_memo_key_migration  # noqa: E402
 from .adapters.subconscious import bind_user_data, setup_subconscious  # noqa: E402
 from .adapters.surface_tools import register_surface_tools  # noqa: E402
+from .adapters.turn_context import register_turn_context  # noqa: E402
 from .core.config import ConfigError, EnvConfig, PluginConfig  # noqa: E402
 from .embedding.startup import run_startup_check  # noqa: E402
 from .infra.terminal import cli_subcommand  # noqa: E402
@@ -85,6 +86,7 @@ def _setup() -> MemoryRuntime | None:
     # sweeper stopped, token removed).
     get_driver().on_shutdown(rt.close)
     register_memo_hook(rt.memo, rt.usage)
+    register_turn_context()  # per-turn blocks after the history, never stored
     register_memo_key_migration(rt.memo)  # after nonebot_plugin_orm's init_orm
     register_surface_tools(rt.tools, lambda: rt.scopes, rt.usage)
     awareness = setup_group_awareness(rt)  # group window, personas, self memory

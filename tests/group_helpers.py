@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.chat import BotRecorder, make_bot, run_turn
-from tests.helpers import system_prompt
+from tests.helpers import seen_by_model
 from tests.servers import ChatServer, Reply
 
 MARKER = "[persona-extraction]"
@@ -74,15 +74,21 @@ def is_extraction(request: dict[str, Any]) -> bool:
     return str(request["messages"][0]["content"]).startswith(MARKER)
 
 
-def turn_prompts(server: ChatServer) -> list[str]:
-    """System prompts of the chat turns' model requests (not checks, not extractions)."""
+def turn_requests(server: ChatServer) -> list[dict[str, Any]]:
+    """The chat turns' model requests (not checks, not extractions)."""
     out = []
     for request in server.requests:
         names = [t["function"]["name"] for t in request.get("tools") or []]
         if names == ["report"] or is_extraction(request):
             continue
-        out.append(system_prompt(request))
+        out.append(request)
     return out
+
+
+def turn_prompts(server: ChatServer) -> list[str]:
+    """What the chat turns' model requests show of the plugin (not checks, not extractions):
+    the system prompt, then the current turn's message (``tests.helpers.seen_by_model``)."""
+    return [seen_by_model(request) for request in turn_requests(server)]
 
 
 def block(prompt: str, tag: str) -> str:

@@ -20,7 +20,9 @@ __all__ = [
     "partition",
     "runtime",
     "runtime_with",
+    "seen_by_model",
     "system_prompt",
+    "turn_message",
 ]
 
 
@@ -59,6 +61,22 @@ def system_prompt(request: dict[str, Any]) -> str:
     first = request["messages"][0]
     assert first["role"] == "system"
     return first["content"] if isinstance(first["content"], str) else json.dumps(first["content"])
+
+
+def turn_message(request: dict[str, Any]) -> str:
+    """The current turn's user message of one model request: the user's words, then the
+    plugin's per-turn section (``adapters/turn_context``) when it shows one."""
+    for message in reversed(request["messages"]):
+        if message["role"] == "user":
+            content = message["content"]
+            return content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+    return ""
+
+
+def seen_by_model(request: dict[str, Any]) -> str:
+    """Where the plugin's blocks stand in one request: the system prompt (``<SELF>``, the
+    memo), then the current turn's message (the per-turn blocks)."""
+    return f"{system_prompt(request)}\n{turn_message(request)}"
 
 
 def chat_requests(server: ChatServer) -> list[dict[str, Any]]:

@@ -25,7 +25,9 @@ from tests.group_helpers import (
     say,
     settle,
     turn_prompts,
+    turn_requests,
 )
+from tests.helpers import system_prompt, turn_message
 from tests.reliability_stats import STATS
 from tests.servers import ChatServer, Reply
 
@@ -56,7 +58,15 @@ async def test_window_is_injected_with_labels_and_never_twice(
     ]
     assert f"user{alice}" not in window and str(alice) not in window  # no nickname, no id
     assert "大家好呀" not in window  # the user query of this very request
-    assert prompt.index("<GROUP_CONTEXT>") < prompt.index("</SYSTEM_INSTRUCTIONS>")
+    # After the chat history, in this turn's message, behind the plugin's lead line.
+    first = turn_requests(chat_server)[0]
+    assert "<GROUP_CONTEXT>" not in system_prompt(first)
+    message = turn_message(first)
+    assert (
+        message.index("大家好呀")
+        < message.index("[记忆插件附注")
+        < message.index("<GROUP_CONTEXT>")
+    )
 
     chat_server.clear()
     await say(group_event(bob, gid, "机器人你好"))

@@ -148,7 +148,9 @@ async def test_full_cycle_merges_duplicates(
         )
         assert [m["role"] for m in request["messages"][:2]] == ["system", "user"]
     system = requests[0]["messages"][0]["content"]
-    assert f"用户（ID：{uid}）" in system
+    assert f"整理的用户：{uid}" in system
+    # Fixed instructions first, the run's data last: the provider's cached prefix covers the rules.
+    assert system.index("## 规则") < system.index("## 运行信息") < system.index("<LAST_RUN>")
     assert "已完成的整理轮数：0" in system
     assert "<LAST_RUN>\n（从未运行，这是第一轮）\n</LAST_RUN>" in system
     assert "<LAST_ABSTRACTS>\n（暂无记录）\n</LAST_ABSTRACTS>" in system

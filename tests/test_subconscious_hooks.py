@@ -18,7 +18,15 @@ import pytest
 from tests.chat import BotRecorder, make_bot, run_turn
 from tests.conftest import captured_logs
 from tests.events import group_event, private_event
-from tests.helpers import chat_requests, partition, runtime, runtime_with, system_prompt
+from tests.helpers import (
+    chat_requests,
+    partition,
+    runtime,
+    runtime_with,
+    seen_by_model,
+    system_prompt,
+    turn_message,
+)
 from tests.servers import ChatServer, Reply
 
 _users = iter(range(32001, 32999))
@@ -269,7 +277,7 @@ async def test_pending_messages_delivered_once_in_private_never_in_group(
     chat_server.script(Reply.text("你好"), Reply.text("大家好"))
     await run_turn(make_bot(BotRecorder()), private_event(uid + 500, "你好"))
     await run_turn(make_bot(BotRecorder()), group_event(uid, 22002, "大家好"))
-    prompts = [system_prompt(r) for r in chat_requests(chat_server)]
+    prompts = [seen_by_model(r) for r in chat_requests(chat_server)]
     assert len(prompts) >= 2
     assert all("SUBCONSCIOUS_NOTES" not in p and "带伞" not in p for p in prompts)
     assert len(runner.state["pending_messages"]) == 1
@@ -280,11 +288,14 @@ async def test_pending_messages_delivered_once_in_private_never_in_group(
         Reply.tool_call("list_memory", {"limit": 5, "scope": "user"}), Reply.text("记得带伞哦")
     )
     await run_turn(make_bot(BotRecorder()), private_event(uid, "在吗"))
-    prompts = [system_prompt(r) for r in chat_requests(chat_server)]
-    assert len(prompts) >= 2
-    for prompt in prompts:
-        assert prompt.count("<SUBCONSCIOUS_NOTES>") == 1
-        assert "- 提醒用户明天<b>带伞</b>" in prompt  # verbatim: no HTML escaping
+    requests = chat_requests(chat_server)
+    assert len(requests) >= 2
+    for request in requests:
+        # After the chat history, in this turn's message only (never the system prompt).
+        assert "SUBCONSCIOUS_NOTES" not in system_prompt(request)
+        message = turn_message(request)
+        assert message.count("<SUBCONSCIOUS_NOTES>") == 1
+        assert "- 提醒用户明天<b>带伞</b>" in message  # verbatim: no HTML escaping
     assert runner.state["pending_messages"] == []
     assert (await runner.state_store.load())["pending_messages"] == []
 
@@ -292,7 +303,7 @@ async def test_pending_messages_delivered_once_in_private_never_in_group(
     chat_server.clear()
     chat_server.script(Reply.text("嗯"))
     await run_turn(make_bot(BotRecorder()), private_event(uid, "好的"))
-    assert all("SUBCONSCIOUS_NOTES" not in system_prompt(r) for r in chat_requests(chat_server))
+    assert all("SUBCONSCIOUS_NOTES" not in seen_by_model(r) for r in chat_requests(chat_server))
 
 
 async def test_pending_message_survives_a_failed_turn(
@@ -310,7 +321,7 @@ async def test_pending_message_survives_a_failed_turn(
     chat_server.clear()
     chat_server.script(Reply.text("周报好了"))
     await run_turn(make_bot(BotRecorder()), private_event(uid, "在吗"))
-    assert any("周报已经整理好了" in system_prompt(r) for r in chat_requests(chat_server))
+    assert any("周报已经整理好了" in seen_by_model(r) for r in chat_requests(chat_server))
     assert runner.state["pending_messages"] == []
 
 

@@ -133,3 +133,51 @@ async def test_the_worked_example_a_tool_with_a_config_switch(chat_server: ChatS
         register_surface_tools(rt.tools, lambda: rt.scopes)  # the session's own tools again
         for record in await rt.store.list(f"QQPlatform_Private_{uid}", limit=10):
             await rt.store.delete(f"QQPlatform_Private_{uid}", record.id)
+
+
+TOOLS_BUDGET = 2000
+"""Characters the six chat tools may take in every request of every turn, all together."""
+
+
+async def test_the_six_chat_tools_fit_the_budget_and_keep_what_a_model_needs(
+    chat_server: ChatServer,
+) -> None:
+    """Measured as sent: the request body's JSON (the OpenAI SDK's compact separators)."""
+    import json
+
+    await turn(chat_server, private_event(17201, "你好"), Reply.text("你好！"))
+    request = model_requests(chat_server)[0]
+    six = [t for t in request["tools"] if t["function"]["name"] in SIX]
+    assert {t["function"]["name"] for t in six} == SIX
+    sent = json.dumps(six, ensure_ascii=False, separators=(",", ":"))
+    assert len(sent) <= TOOLS_BUDGET, (len(sent), sent)
+
+    by_name = {t["function"]["name"]: t["function"] for t in six}
+    for name, function in by_name.items():
+        assert function["description"], name  # what the tool is for
+        params = function["parameters"]
+        if name != "update_memo":
+            assert params["properties"]["scope"]["enum"] == ["user", "group"], name
+            assert "scope" in params["required"], name
+    # Which tool for what: the memo for what every turn needs, L2 for the rest.
+    assert "update_memo" in by_name["write_memory"]["description"]
+    assert "整篇替换" in by_name["update_memo"]["description"]
+    # What the scopes mean, said once.
+    assert sent.count("本群共享") == 1 and "仅群聊" in sent
+    # Group memories are changed by managers only.
+    assert "管理员" in by_name["update_memory"]["description"]
+    assert "管理员" in by_name["delete_memory"]["description"]
+    # The limits, as keywords the model reads and Amrita checks.
+    write = by_name["write_memory"]["parameters"]["properties"]
+    assert write["content"]["maxLength"] == 2000 and write["tags"]["maxItems"] == 10
+    assert by_name["read_memory"]["parameters"]["properties"]["top_k"]["maximum"] == 20
+    assert by_name["list_memory"]["parameters"]["properties"]["limit"]["maximum"] == 50
+    # The spec's parameters, each tool's all there.
+    assert {n: set(f["parameters"]["properties"]) for n, f in by_name.items()} == {
+        "write_memory": {"content", "tags", "importance", "scope"},
+        "read_memory": {"query", "top_k", "importance", "scope"},
+        "update_memory": {"id", "scope", "content", "tags", "importance"},
+        "delete_memory": {"id", "scope"},
+        "list_memory": {"limit", "offset", "scope"},
+        "update_memo": {"content"},
+    }

@@ -130,7 +130,7 @@ async def test_an_extraction_and_the_blocks_of_a_turn_are_counted(
     ours |= {"update_memo"}
     sent = [t for t in request["tools"] if t["function"]["name"] in ours]
     assert len(sent) == 6
-    chars = sum(len(json.dumps(t, ensure_ascii=False)) for t in sent)
+    chars = sum(len(json.dumps(t, ensure_ascii=False, separators=(",", ":"))) for t in sent)
     assert blocks["tools"] == {"turns": 1, "chars": chars, "chars_per_turn": chars}
     assert blocks["memories"]["turns"] == 0
 

@@ -238,13 +238,15 @@ async def test_walkthrough_bot_remembers(tmp_path: Path, chat_server: ChatServer
                 first = next(
                     r for r in chat_server.requests if r.get("tools") and len(r["tools"]) > 1
                 )
-                history = json.dumps(first["messages"][1:], ensure_ascii=False)
+                history = json.dumps(first["messages"][1:-1], ensure_ascii=False)
                 assert "年糕" not in history  # not in the chat context any more
-                # Active memory (on by default) already recalls it into this turn's prompt.
-                system = first["messages"][0]["content"]
-                recalled = system.split("<MEMORIES>", 1)[1].split("</MEMORIES>", 1)[0]
+                # Active memory (on by default) already recalls it into this turn's
+                # message, after the chat history (the system prompt stays as it was).
+                assert "年糕" not in first["messages"][0]["content"]
+                current = first["messages"][-1]["content"]
+                recalled = current.split("<MEMORIES>", 1)[1].split("</MEMORIES>", 1)[0]
                 assert FACT in recalled
-                assert "年糕" not in system.replace(recalled, "")
+                assert "年糕" not in current.replace(recalled, "")
                 found = json.loads(tool_messages(chat_server)[0])
                 assert found["ok"] is True
                 assert found["memories"][0]["content"] == FACT

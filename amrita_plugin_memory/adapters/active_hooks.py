@@ -1,11 +1,13 @@
 """Hooks of active memory: amrita-core chat turns → :class:`~..active.ActiveMemory`.
 
 * Pre-completion (priority 18, after the memo, the L3 notes and the group
-  blocks): the ``<MEMORIES>`` block of the memories relevant to the message.
+  blocks): the ``<MEMORIES>`` block of the memories relevant to the message,
+  after the chat history in this turn's request (:func:`.turn_context.add_turn_block`).
 * Completion (priority 18): the answered message is queued for extraction;
   the extraction itself runs in a background task, so the reply never waits.
 
-``train`` is never persisted by Amrita, so the block never enters the chat history.
+The block is shown in this request only and never enters the chat history
+(see :mod:`.turn_context`).
 """
 
 # No ``from __future__ import annotations``: amrita-sense injects handler
@@ -18,11 +20,11 @@ from amrita_core import CompletionEvent, PreCompletionEvent
 from nonebot import logger
 
 from ..active import ActiveMemory
-from ..prompting.blocks import insert_block
 from ..services import MemoryRuntime
 from ..storage.usage import UsageLedger
 from .events import amrita_event, target_from_event
 from .hooks import HookSet
+from .turn_context import add_turn_block
 
 __all__ = ["ActiveHooks", "current_active", "setup_active_memory"]
 
@@ -57,16 +59,13 @@ class ActiveHooks:
         ev = amrita_event(event.chat_object)
         if ev is None:
             return  # a background agent, not a chat turn
-        train = event.get_context_messages().train
-        if not isinstance(train.content, str):
-            return
         try:
             block = await self.active.recall_block(target_from_event(ev), _message_text(ev))
         except Exception as exc:  # the chat goes on without recall
             logger.warning(f"[Memory] 主动召回失败，本轮不注入：{exc.__class__.__name__}: {exc}")
             return
         if block:
-            train.content = insert_block(train.content, block)
+            add_turn_block(event.get_context_messages(), block)
             if self.usage is not None:
                 self.usage.count_block("memories", len(block))
 

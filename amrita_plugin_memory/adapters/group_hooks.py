@@ -5,7 +5,8 @@
   (messages starting with a ``COMMAND_START`` prefix) are not conversation
   and are left out, as Amrita's chat leaves them out.
 * Pre-completion (priority 17, after the memo at 15 and the L3 notes at 16):
-  ``<GROUP_CONTEXT>`` and ``<PERSONAS>`` into a group turn's instructions.
+  ``<GROUP_CONTEXT>`` and ``<PERSONAS>`` after the chat history of a group
+  turn's request (:func:`.turn_context.add_turn_block`: they change every turn).
 * Pre-completion (priority 90, after every other block): ``<SELF>`` at the
   very start of every turn's system prompt, private and group.
 * Completion (priority 17): the reply into the window; persona extraction
@@ -13,7 +14,8 @@
 
 The hooks are registered once per process and read the live configuration,
 so with the layers switched off they cost one attribute check per message.
-``train`` is never persisted by Amrita, so no block ever enters the chat history.
+No block ever enters the chat history: ``train`` is never persisted by Amrita,
+and the per-turn blocks are taken out again before it is (:mod:`.turn_context`).
 """
 
 # No ``from __future__ import annotations``: NoneBot and amrita-sense inject
@@ -26,12 +28,13 @@ from nonebot import logger
 from nonebot.adapters import Bot, Event
 
 from ..groups.service import GroupAwareness
-from ..prompting.blocks import block_name, insert_block
+from ..prompting.blocks import block_name
 from ..prompting.group_blocks import SeenInRequest, prepend_block
 from ..services import MemoryRuntime
 from ..storage.usage import UsageLedger
 from .events import amrita_event
 from .hooks import HookSet
+from .turn_context import add_turn_block, user_message
 
 __all__ = ["GroupHooks", "current_hooks", "seen_in_request", "setup_group_awareness"]
 
@@ -59,7 +62,7 @@ def seen_in_request(wrap: Any) -> SeenInRequest:
     """What the chat history of this request (history and the user's query) shows the model."""
     user: list[str] = []
     assistant: list[str] = []
-    for message in [*wrap.memory, wrap.user_query]:
+    for message in [*wrap.memory, user_message(wrap)]:
         role = getattr(message, "role", None)
         if role == "user":
             user.append(_text_of(message))
@@ -105,9 +108,6 @@ class GroupHooks:
         if not isinstance(ev, GroupMessageEvent):
             return
         wrap = event.get_context_messages()
-        train = wrap.train
-        if not isinstance(train.content, str):
-            return
         sender = ev.sender
         try:
             blocks = await awareness.turn_blocks(
@@ -122,7 +122,7 @@ class GroupHooks:
             )
             return
         for block in blocks:
-            train.content = insert_block(train.content, block)
+            add_turn_block(wrap, block)
             if self.usage is not None:
                 self.usage.count_block(block_name(block), len(block))
 

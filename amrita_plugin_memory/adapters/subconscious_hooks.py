@@ -5,10 +5,11 @@
   run, add a penalty, plan one run), after recording the bot it came through
   (proactive messages go through that bot only). A NoneBot message matcher at
   priority 1 that never blocks.
-* Pending messages → a short ``<SUBCONSCIOUS_NOTES>`` block in the system
-  prompt of the target user's next **private** turn (pre-completion hook,
-  like the L1 memo: ``train`` is never persisted), removed from the state
-  when that turn completed (completion hook). Never in a group.
+* Pending messages → a short ``<SUBCONSCIOUS_NOTES>`` block after the chat
+  history of the target user's next **private** turn (pre-completion hook,
+  :func:`.turn_context.add_turn_block`: shown in that request only, never
+  stored), removed from the state when that turn completed (completion hook).
+  Never in a group.
 
 Every handler checks ``runner.active`` first, and :meth:`SubconsciousHooks.unregister`
 removes them all, so a stopped runner leaves no live hook behind.
@@ -23,16 +24,17 @@ from amrita_core import CompletionEvent, PreCompletionEvent
 from nonebot import logger
 from nonebot.adapters import Bot, Event
 
-from ..prompting.blocks import insert_block, render_block
+from ..prompting.blocks import render_block
 from ..subconscious.runner import SubconsciousRunner
 from ..subconscious.types import PendingMessage
 from .events import amrita_event
 from .hooks import HookSet
+from .turn_context import add_turn_block
 
 __all__ = ["NOTES_HOOK_PRIORITY", "SubconsciousHooks", "render_notes_block"]
 
 NOTES_HOOK_PRIORITY = 16
-"""After the L1 memo hook (15), so the notes follow the memo in the prompt."""
+"""After the L1 memo hook (15); the notes come first in the turn's section."""
 
 
 def render_notes_block(messages: list[PendingMessage]) -> str:
@@ -83,9 +85,6 @@ class SubconsciousHooks:
         ev = amrita_event(event.chat_object)
         if ev is None or not self.is_target_private(ev):
             return
-        train = event.get_context_messages().train
-        if not isinstance(train.content, str):
-            return  # nowhere to put the block: leave the messages for a later turn
         try:
             messages = await self.runner.pending.claim(event.chat_object)
         except Exception as exc:  # the chat must not fail because of our bookkeeping
@@ -93,7 +92,7 @@ class SubconsciousHooks:
             return
         if not messages:
             return
-        train.content = insert_block(train.content, render_notes_block(messages))
+        add_turn_block(event.get_context_messages(), render_notes_block(messages))
         logger.info(
             f"[Subconscious] Showing {len(messages)} pending message(s) to user={self.runner.target_user_id}"
         )

@@ -20,21 +20,16 @@ __all__ = ["register_surface_tools"]
 
 def schema_chars(declared: list[BoundTool]) -> Callable[[], int]:
     """How many characters the tools offered now add to a chat request: each entry of the
-    request's ``tools`` as JSON, as the OpenAI client sends it (measured once; a switched
-    tool counts while it is offered)."""
-    from amrita_core import ToolFunctionSchema
+    request's ``tools`` as compact JSON with only the fields set, as the OpenAI client
+    sends it (measured once; a switched tool counts while it is offered)."""
+    from amrita_core.tools.models import ToolFunctionSchema
 
-    sizes = [
-        (
-            tool,
-            len(
-                json.dumps(
-                    ToolFunctionSchema(function=tool.schema).model_dump(), ensure_ascii=False
-                )
-            ),
-        )
-        for tool in declared
-    ]
+    def size(tool: BoundTool) -> int:
+        entry = ToolFunctionSchema(function=tool.schema, type="function")
+        dumped = entry.model_dump(exclude_unset=True)
+        return len(json.dumps(dumped, ensure_ascii=False, separators=(",", ":")))
+
+    sizes = [(tool, size(tool)) for tool in declared]
     return lambda: sum(size for tool, size in sizes if tool.enabled())
 
 
@@ -44,7 +39,8 @@ def register_surface_tools(
     """Register every declared chat tool of ``tools``; each call's scope is decided with the
     current ``rules()``, and a tool with a switch is offered only while it is on. ``usage``
     learns how many characters the tools add to a turn."""
-    from amrita_core import ToolContext, on_tools
+    from amrita_core import ToolContext, ToolsManager
+    from amrita_core.tools.models import ToolData, ToolFunctionSchema
 
     def make(tool: BoundTool) -> Callable[[ToolContext], Awaitable[str]]:
         async def run(ctx: ToolContext) -> str:
@@ -60,9 +56,17 @@ def register_surface_tools(
     declared = declared_tools(tools)
     if usage is not None:
         usage.tools_chars = schema_chars(declared)
+    manager = ToolsManager()
     for tool in declared:
-        if tool.switch is None:
-            on_tools(tool.schema, custom_run=True)(make(tool))
-        else:
-            on_tools(tool.schema, custom_run=True, enable_if=tool.enabled)(make(tool))
+        # As ``on_tools`` does, without setting ``strict``: the SDK sends only the fields
+        # that were set, and ``"strict": false`` (the default) is 15 characters in every
+        # request of every turn.
+        manager.register_tool(
+            ToolData(
+                data=ToolFunctionSchema(function=tool.schema, type="function"),
+                func=make(tool),
+                custom_run=True,
+                enable_if=tool.enabled,
+            )
+        )
     return [tool.name for tool in declared]

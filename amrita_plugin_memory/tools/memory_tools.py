@@ -53,18 +53,20 @@ __all__ = ["MemoryTools"]
 
 
 # -- schemas (each tool's, beside the logic below; registered by adapters/surface_tools) ---
+# They stand in every request of every chat turn, so every word earns its place: what
+# the tool is for, when another tool is meant, who may change what; the limits are
+# JSON Schema keywords (maxLength, maxItems, maximum) that Amrita checks before a call.
 
 
 def write_memory_schema() -> FunctionDefinitionSchema:
     return define(
         "write_memory",
-        "把一条值得长期记住的事实写入 L2 向量记忆（具体事件、长尾偏好、项目细节等）。"
-        "每轮都需要的身份/稳定偏好请用 update_memo。",
+        "记下值得长期记住的事实(事件/偏好/计划等);每轮都要用的身份与稳定偏好用update_memo",
         {
-            "content": prop("string", "记忆内容（陈述句）", maxLength=LIMITS.content_chars),
+            "content": prop("string", maxLength=LIMITS.content_chars),
             "tags": tags_prop(),
             "importance": importance_prop(),
-            "scope": scope_prop(),
+            "scope": scope_prop(explained=True),
         },
         ["content", "tags", "importance", "scope"],
     )
@@ -73,9 +75,9 @@ def write_memory_schema() -> FunctionDefinitionSchema:
 def read_memory_schema() -> FunctionDefinitionSchema:
     return define(
         "read_memory",
-        "按语义检索 L2 记忆。结果中的 distance 越小越相似。",
+        "按语义检索记忆",
         {
-            "query": prop("string", "检索内容", maxLength=LIMITS.query_chars),
+            "query": prop("string"),
             "top_k": top_k_prop(),
             "importance": importance_prop(),
             "scope": scope_prop(),
@@ -87,11 +89,11 @@ def read_memory_schema() -> FunctionDefinitionSchema:
 def update_memory_schema() -> FunctionDefinitionSchema:
     return define(
         "update_memory",
-        "修改一条 L2 记忆（内容、标签或重要性）。修改群共享记忆需要管理员权限。",
+        "改一条记忆(id取自read/list);改群共享记忆需管理员",
         {
             "id": memory_id_prop(),
             "scope": scope_prop(),
-            "content": prop("string", "新内容", maxLength=LIMITS.content_chars),
+            "content": prop("string", maxLength=LIMITS.content_chars),
             "tags": tags_prop(),
             "importance": importance_prop(),
         },
@@ -102,7 +104,7 @@ def update_memory_schema() -> FunctionDefinitionSchema:
 def delete_memory_schema() -> FunctionDefinitionSchema:
     return define(
         "delete_memory",
-        "删除一条 L2 记忆。删除群共享记忆需要管理员权限。",
+        "删一条记忆;删群共享记忆需管理员",
         {"id": memory_id_prop(), "scope": scope_prop()},
         ["id", "scope"],
     )
@@ -111,7 +113,7 @@ def delete_memory_schema() -> FunctionDefinitionSchema:
 def list_memory_schema() -> FunctionDefinitionSchema:
     return define(
         "list_memory",
-        "列出 L2 记忆（按写入时间）。",
+        "按写入时间列出记忆",
         {"limit": limit_prop(), "offset": offset_prop(), "scope": scope_prop()},
         ["limit", "scope"],
     )
@@ -120,9 +122,9 @@ def list_memory_schema() -> FunctionDefinitionSchema:
 def update_memo_schema() -> FunctionDefinitionSchema:
     return define(
         "update_memo",
-        "整篇替换当前会话的 L1 备忘录（私聊=该用户，群聊=本群）。先读当前备忘录，融合新事实后输出完整新全文；"
-        "只写陈述性事实，按 身份 > 偏好 > 工具模式 > 近期上下文 排序；超过字数上限会被拒绝。",
-        {"content": prop("string", "备忘录完整新全文")},
+        "整篇替换本会话备忘录(私聊=该用户,群聊=本群):融合原文与新事实写出完整全文,"
+        "只写陈述,按身份>偏好>工具模式>近况排序;超上限被拒",
+        {"content": prop("string")},
         ["content"],
     )
 

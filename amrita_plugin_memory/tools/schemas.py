@@ -10,6 +10,7 @@ from ..core.records import IMPORTANCE_LEVELS, SCOPES
 from .args import LIMITS
 
 __all__ = [
+    "SCOPE_MEANING",
     "define",
     "importance_prop",
     "limit_prop",
@@ -22,57 +23,74 @@ __all__ = [
 ]
 
 
-def prop(type_: str, description: str, **kw: Any) -> FunctionPropertySchema:
-    """One parameter of a tool schema."""
-    return FunctionPropertySchema(type=type_, description=description, **kw)  # type: ignore[arg-type]
+def prop(type_: str, description: str | None = None, **kw: Any) -> FunctionPropertySchema:
+    """One parameter of a tool schema.
+
+    Without ``description`` the key is left out of the request: Amrita hands the
+    schema objects to the OpenAI SDK, which sends only the fields that were set
+    (``exclude_unset``). A name such as ``query`` or an ``enum`` says enough, and
+    every character of a chat tool's schema is in every request of every turn.
+    """
+    if description is not None:
+        kw["description"] = description
+    return FunctionPropertySchema(type=type_, **kw)  # type: ignore[arg-type]
 
 
 def define(
     name: str, description: str, props: dict[str, FunctionPropertySchema], required: list[str]
 ) -> FunctionDefinitionSchema:
-    """A tool schema (surface tools and the L3 loop's tools alike)."""
-    return FunctionDefinitionSchema(
-        name=name,
-        description=description,
-        parameters=FunctionParametersSchema(type="object", properties=props, required=required),
+    """A tool schema (surface tools and the L3 loop's tools alike).
+
+    The parameters are put together without validating ``props`` a second time
+    (each was validated when built): Amrita's validator would add
+    ``"uniqueItems": false``, JSON Schema's default, to every array again.
+    """
+    parameters = FunctionParametersSchema.model_construct(
+        type="object", properties=props, required=required
     )
+    return FunctionDefinitionSchema(name=name, description=description, parameters=parameters)
 
 
 def importance_prop() -> FunctionPropertySchema:
-    return prop("string", "重要性", enum=list(IMPORTANCE_LEVELS))
+    return prop("string", enum=list(IMPORTANCE_LEVELS))
 
 
 def tags_prop() -> FunctionPropertySchema:
-    return prop(
-        "array",
-        f"标签（最多 {LIMITS.tags} 个，每个不超过 {LIMITS.tag_chars} 字）",
-        items=prop("string", "标签", maxLength=LIMITS.tag_chars),
-        maxItems=LIMITS.tags,
+    """Up to ``LIMITS.tags`` tags (a tag longer than ``LIMITS.tag_chars`` is refused with
+    a clear error by ``args.parse_tags``)."""
+    # ``model_construct``: Amrita's validator would add ``"uniqueItems": false``
+    # (JSON Schema's default anyway) to every request; the schema is valid as built.
+    return FunctionPropertySchema.model_construct(
+        type="array", items=prop("string"), maxItems=LIMITS.tags
     )
+
+
+# The bounds a model could plausibly overstep are keywords it reads (``maximum``); the
+# others (an id's or a query's length, a negative offset) are refused with a clear error
+# by ``args`` and cost no characters in every request.
 
 
 def memory_id_prop() -> FunctionPropertySchema:
-    return prop("string", "记忆 ID（来自检索或列出记忆的结果）", maxLength=LIMITS.id_chars)
+    return prop("string")
 
 
 def top_k_prop() -> FunctionPropertySchema:
-    return prop(
-        "integer", "返回条数", minimum=1, maximum=LIMITS.top_k_max, default=LIMITS.top_k_default
-    )
+    return prop("integer", maximum=LIMITS.top_k_max)
 
 
 def limit_prop() -> FunctionPropertySchema:
-    return prop("integer", "条数", minimum=1, maximum=LIMITS.list_max, default=LIMITS.list_default)
+    return prop("integer", maximum=LIMITS.list_max)
 
 
 def offset_prop() -> FunctionPropertySchema:
-    return prop("integer", "跳过的条数（翻页）", minimum=0, default=0)
+    return prop("integer")
 
 
-def scope_prop() -> FunctionPropertySchema:
-    """The ``scope`` argument of the memory tools (``user`` or ``group``)."""
-    return prop(
-        "string",
-        "记忆范围：user=说话人个人记忆（私聊群聊互通）；group=本群共享记忆（仅群聊可用）",
-        enum=list(SCOPES),
-    )
+SCOPE_MEANING = "user=说话人的个人记忆(私聊群聊通用),group=本群共享(仅群聊)"
+"""What the two scopes mean, told once per request (on ``write_memory``'s ``scope``)."""
+
+
+def scope_prop(*, explained: bool = False) -> FunctionPropertySchema:
+    """The ``scope`` argument of the memory tools (``user`` or ``group``); ``explained``
+    adds :data:`SCOPE_MEANING` (one tool carries it: the others share the same enum)."""
+    return prop("string", SCOPE_MEANING if explained else None, enum=list(SCOPES))
