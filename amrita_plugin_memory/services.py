@@ -57,7 +57,11 @@ class MemoryRuntime:
             # decisions coherent (``storage/shared``), and the tombstones of a forget are
             # rows there too. A local store belongs to this process.
             self.store.share(Coherence.remote(config.env, self.store.name))
-        self.forgotten = ForgottenUsers.in_dir(config.data_dir, orm_session if shared else None)
+        self.forgotten = ForgottenUsers.in_dir(
+            config.data_dir,
+            orm_session if shared else None,
+            self.store.coherence.work,  # bounded, settled with the store's database work
+        )
         self.store.forgotten = self.forgotten  # checked by every restore path
         self.fences = UserFences(UserEpochs(), self.forgotten)
         """Background work for a user (extractions) is voided by their forget or opt-out."""

@@ -20,12 +20,12 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from nonebot_plugin_orm import get_session
 from sqlalchemy import delete, select
 
 from .keys import user_key, user_of_key
 from .models import ActiveMemoryNotice, ActiveMemoryOptOut, db_now
 from .shared.coherence import SAFETY_EXPIRY, Coherence
+from .shared.sessions import orm_session
 
 __all__ = ["ConsentStore"]
 
@@ -71,7 +71,7 @@ class ConsentStore:
         expired = self.ttl is not None and time.monotonic() - self._loaded_at > self.ttl
         if self._opted_out is None or expired:
             generation = self._generation
-            async with get_session() as session:
+            async with orm_session() as session:
                 rows = set((await session.scalars(select(ActiveMemoryOptOut.user_id))).all())
             if generation != self._generation:
                 return rows  # invalidated meanwhile: used once, not cached
@@ -81,7 +81,7 @@ class ConsentStore:
 
     async def _row(self, user_id: str) -> bool:
         """Whether ``user_id`` has an opt-out row (read now)."""
-        async with get_session() as session:
+        async with orm_session() as session:
             return await session.get(ActiveMemoryOptOut, user_id) is not None
 
     async def allows(self, user_id: str) -> bool:
@@ -113,7 +113,7 @@ class ConsentStore:
             was_allowed = await self.allows(user_id)
         if allowed == was_allowed:
             return False
-        async with get_session() as session:
+        async with orm_session() as session:
             if allowed:
                 await session.execute(
                     delete(ActiveMemoryOptOut).where(ActiveMemoryOptOut.user_id == user_id)
@@ -131,25 +131,25 @@ class ConsentStore:
     async def opted_out_since(self, user_id: str) -> datetime | None:
         """When ``user_id`` switched active memory off (``None``: it is on), read from
         the table (a user's export)."""
-        async with get_session() as session:
+        async with orm_session() as session:
             row = await session.get(ActiveMemoryOptOut, user_id)
             return row.created_at if row is not None else None
 
     async def noticed(self, user_id: str) -> bool:
         """Whether ``user_id`` was already told that the bot learns on its own."""
-        async with get_session() as session:
+        async with orm_session() as session:
             row = await session.get(ActiveMemoryNotice, user_id)
         return row is not None
 
     async def mark_noticed(self, user_id: str) -> None:
-        async with get_session() as session:
+        async with orm_session() as session:
             if await session.get(ActiveMemoryNotice, user_id) is None:
                 session.add(ActiveMemoryNotice(user_id=user_id, created_at=db_now()))
                 await session.commit()
 
     async def forget_notice(self, user_id: str) -> None:
         """Drop the notice row of ``user_id`` (their forget; the opt-out choice stays)."""
-        async with get_session() as session:
+        async with orm_session() as session:
             await session.execute(
                 delete(ActiveMemoryNotice).where(ActiveMemoryNotice.user_id == user_id)
             )

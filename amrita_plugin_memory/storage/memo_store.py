@@ -29,7 +29,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from nonebot import logger
-from nonebot_plugin_orm import get_session
 from sqlalchemy import Engine, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -38,6 +37,7 @@ from .keys import normalize_key
 from .models import UserMemo, db_now
 from .shared.coherence import SAFETY_EXPIRY, Coherence
 from .shared.keyed import KeyedCache
+from .shared.sessions import orm_session
 
 __all__ = ["MemoKeyMigration", "MemoService", "MemoWriteResult", "dispose_memo_engine"]
 
@@ -95,7 +95,7 @@ class MemoService:
         if cached is not None:
             return cached
         generation = self._cache.generation
-        async with get_session() as session:
+        async with orm_session() as session:
             row = await session.get(UserMemo, uni_id)
             text = row.content if row is not None else ""
         # A write (here or elsewhere) seen while this read was in flight may be
@@ -120,7 +120,7 @@ class MemoService:
             attempted = len(content)
             if attempted > self.max_chars:
                 return MemoWriteResult(False, len(current), attempted, self.max_chars)
-            async with get_session() as session:
+            async with orm_session() as session:
                 row = await session.get(UserMemo, uni_id)
                 if row is None:
                     session.add(UserMemo(user_id=uni_id, content=content, updated_at=db_now()))
@@ -138,7 +138,7 @@ class MemoService:
         stays, not even when it was last changed.
         """
         async with self._locks.hold(uni_id):
-            async with get_session() as session:
+            async with orm_session() as session:
                 row = await session.get(UserMemo, uni_id)
                 if row is not None:
                     await session.delete(row)
@@ -156,7 +156,7 @@ class MemoService:
         whole at every start.
         """
         report = MemoKeyMigration()
-        async with get_session() as session:
+        async with orm_session() as session:
             keys = list((await session.scalars(select(UserMemo.user_id))).all())
         report.scanned = len(keys)
         moves: list[tuple[str, str]] = []
@@ -179,7 +179,7 @@ class MemoService:
         """Move row ``old`` to key ``new``; on a conflict the key whose text is kept."""
         async with self._locks.hold(new):
             kept: str | None = None
-            async with get_session() as session:
+            async with orm_session() as session:
                 legacy = await session.get(UserMemo, old)
                 if legacy is None:  # moved meanwhile (another process)
                     return None
@@ -213,7 +213,7 @@ async def dispose_memo_engine() -> None:
     disposes its engines, and aiosqlite's worker threads are not daemon
     threads, so a pooled connection left open would keep the process alive.
     """
-    async with get_session() as session:
+    async with orm_session() as session:
         bind = session.sync_session.get_bind(UserMemo)
     if isinstance(bind, Engine):
         await AsyncEngine(bind).dispose()

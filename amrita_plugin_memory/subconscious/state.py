@@ -9,9 +9,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from nonebot import logger
-from nonebot_plugin_orm import get_session
 
 from ..storage.models import SubconsciousState, db_now
+from ..storage.shared.sessions import orm_session
 from .consts import PENDING_MAX, STATE_UID
 from .templates import local_now
 from .types import PendingMessage, StateData, empty_state, normalize_state
@@ -29,13 +29,13 @@ class StateStore:
 
     async def load(self) -> Any:
         """The stored JSON document, or ``None`` when there is no row yet."""
-        async with get_session() as session:
+        async with orm_session() as session:
             row = await session.get(SubconsciousState, self.uid)
             return copy.deepcopy(row.data) if row is not None else None
 
     async def save(self, data: StateData) -> None:
         document = copy.deepcopy(dict(data))
-        async with get_session() as session:
+        async with orm_session() as session:
             row = await session.get(SubconsciousState, self.uid)
             if row is None:
                 session.add(SubconsciousState(uid=self.uid, data=document, updated_at=db_now()))

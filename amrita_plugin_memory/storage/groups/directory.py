@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from nonebot_plugin_orm import get_session
 from sqlalchemy import delete, select
 
 from ...core.config import GroupContextConfig
@@ -19,6 +18,7 @@ from ...infra.locks import PartitionLocks
 from ...prompting.group_window import WindowEntry
 from ...prompting.labels import make_label, named_label
 from ..models import GroupMemberLabel, GroupSetting, db_now
+from ..shared.sessions import orm_session
 
 __all__ = ["GroupDirectory"]
 
@@ -50,7 +50,7 @@ class GroupDirectory:
     async def anonymize(self, group_id: str) -> bool:
         """Whether the group's blocks show labels (``True``) or nicknames."""
         if group_id not in self._anonymize:
-            async with get_session() as session:
+            async with orm_session() as session:
                 row = await session.get(GroupSetting, group_id)
                 self._anonymize[group_id] = row.anonymize if row is not None else None
         own = self._anonymize[group_id]
@@ -58,7 +58,7 @@ class GroupDirectory:
 
     async def set_anonymize(self, group_id: str, value: bool) -> None:
         async with self._locks.hold(f"setting:{group_id}"):
-            async with get_session() as session:
+            async with orm_session() as session:
                 row = await session.get(GroupSetting, group_id)
                 if row is None:
                     session.add(
@@ -90,7 +90,7 @@ class GroupDirectory:
                     known.add(user_id, label)
                     rows.append(GroupMemberLabel(group_id=group_id, user_id=user_id, label=label))
                 try:
-                    async with get_session() as session:
+                    async with orm_session() as session:
                         session.add_all(rows)
                         await session.commit()
                 except Exception:
@@ -125,7 +125,7 @@ class GroupDirectory:
     async def _load(self, group_id: str) -> _Labels:
         known = _Labels()
         stmt = select(GroupMemberLabel).where(GroupMemberLabel.group_id == group_id)
-        async with get_session() as session:
+        async with orm_session() as session:
             for row in (await session.scalars(stmt)).all():
                 known.add(row.user_id, row.label)
         self._labels[group_id] = known
@@ -136,7 +136,7 @@ class GroupDirectory:
     async def labels_of(self, user_id: str) -> dict[str, str]:
         """The label of member ``user_id`` in every group that gave one: ``{group id: label}``."""
         stmt = select(GroupMemberLabel).where(GroupMemberLabel.user_id == user_id)
-        async with get_session() as session:
+        async with orm_session() as session:
             rows = (await session.scalars(stmt)).all()
         return {row.group_id: row.label for row in sorted(rows, key=lambda r: r.group_id)}
 
@@ -152,7 +152,7 @@ class GroupDirectory:
         removed = 0
         for group_id in await self.labels_of(user_id):
             async with self._locks.hold(f"labels:{group_id}"):
-                async with get_session() as session:
+                async with orm_session() as session:
                     result = await session.execute(
                         delete(GroupMemberLabel).where(
                             GroupMemberLabel.group_id == group_id,

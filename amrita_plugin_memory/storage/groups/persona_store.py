@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from nonebot_plugin_orm import get_session
 from sqlalchemy import delete, select
 
 from ...core.protocols import Fence
@@ -29,6 +28,7 @@ from ..keys import user_key, user_of_key
 from ..models import MemberPersona, db_now
 from ..shared.coherence import SAFETY_EXPIRY, Coherence
 from ..shared.keyed import KeyedCache
+from ..shared.sessions import orm_session
 
 __all__ = ["Persona", "PersonaStore"]
 
@@ -94,7 +94,7 @@ class PersonaStore:
         if missing:
             generation = self._cache.generation
             stmt = select(MemberPersona).where(MemberPersona.user_id.in_(missing))
-            async with get_session() as session:
+            async with orm_session() as session:
                 rows = {r.user_id: r for r in (await session.scalars(stmt)).all()}
             for user_id in missing:
                 persona = _from_row(user_id, rows.get(user_id))
@@ -103,7 +103,7 @@ class PersonaStore:
         return out
 
     async def _write(self, persona: Persona) -> None:
-        async with get_session() as session:
+        async with orm_session() as session:
             row = await session.get(MemberPersona, persona.user_id)
             data = fields_to_json(persona.fields)
             if row is None:
@@ -126,7 +126,7 @@ class PersonaStore:
     async def _fresh(self, user_id: str) -> Persona:
         """The row as it is now, cached unless anything was invalidated meanwhile."""
         generation = self._cache.generation
-        async with get_session() as session:
+        async with orm_session() as session:
             persona = _from_row(user_id, await session.get(MemberPersona, user_id))
         self._cache.put(user_id, persona, since=generation)
         return persona
@@ -182,7 +182,7 @@ class PersonaStore:
                 if current.fields:
                     await self._write(Persona(user_id, [], True))
                 return len(current.fields)
-            async with get_session() as session:
+            async with orm_session() as session:
                 await session.execute(delete(MemberPersona).where(MemberPersona.user_id == user_id))
                 await session.commit()
             self._cache.written(user_id, Persona(user_id))

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nonebot_plugin_orm import get_session
 from sqlalchemy import select
 
 from ...infra.locks import PartitionLocks
 from ..models import BotSelfMemory, db_now
+from ..shared.sessions import orm_session
 
 __all__ = ["SelfAddResult", "SelfEntry", "SelfMemoryStore"]
 
@@ -47,7 +47,7 @@ class SelfMemoryStore:
     async def list(self) -> list[SelfEntry]:
         if self._cache is None:
             stmt = select(BotSelfMemory).order_by(BotSelfMemory.id)
-            async with get_session() as session:
+            async with orm_session() as session:
                 rows = (await session.scalars(stmt)).all()
             self._cache = [SelfEntry(r.id, r.content) for r in rows]
         return list(self._cache)
@@ -66,7 +66,7 @@ class SelfMemoryStore:
             current = self.size(entries)
             if current + len(content) > self.max_chars:
                 return SelfAddResult(False, current, len(content), self.max_chars)
-            async with get_session() as session:
+            async with orm_session() as session:
                 row = BotSelfMemory(content=content, created_at=db_now())
                 session.add(row)
                 await session.flush()  # assigns the id (read before commit expires the row)
@@ -97,7 +97,7 @@ class SelfMemoryStore:
             return None if entry is None else await self._remove(entry)
 
     async def _remove(self, entry: SelfEntry) -> SelfEntry:
-        async with get_session() as session:
+        async with orm_session() as session:
             row = await session.get(BotSelfMemory, entry.id)
             if row is not None:
                 await session.delete(row)

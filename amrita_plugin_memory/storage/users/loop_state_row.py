@@ -18,9 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from nonebot_plugin_orm import get_session
-
 from ..models import SubconsciousState, db_now
+from ..shared.sessions import orm_session
 
 __all__ = [
     "LOOP_STATE_UID",
@@ -58,7 +57,7 @@ class LoopStateRow:
         self.uid = uid
 
     async def read(self) -> Mapping[str, Any]:
-        async with get_session() as session:
+        async with orm_session() as session:
             row = await session.get(SubconsciousState, self.uid)
             data = row.data if row is not None else None
         return copy.deepcopy(data) if isinstance(data, dict) else {}
@@ -66,7 +65,7 @@ class LoopStateRow:
     async def edit(self, change: Callable[[dict[str, Any]], T]) -> T:
         """Change the row in one transaction; saved only when ``change`` changed something
         (no row is created for nothing)."""
-        async with get_session() as session:
+        async with orm_session() as session:
             row = await session.get(SubconsciousState, self.uid)
             stored = row.data if row is not None else None
             data: dict[str, Any] = copy.deepcopy(stored) if isinstance(stored, dict) else {}
