@@ -8,8 +8,8 @@ extractions in two groups both land. ``learning_off`` is the member's
 opt-out (``/memory persona off``): nothing is merged while it is set.
 
 In remote mode (:meth:`PersonaStore.share`) the bots on one database share the
-table: every write publishes a change-feed row for the user's personal partition
-(after the commit, under the user's lock) and a feed row for it drops the cached
+table: every write commits a change-feed row for the user's personal partition
+with it (in its transaction, under the user's lock) and a feed row for it drops the cached
 persona in every other process, so a forget or a ``/memory persona off`` through
 one bot leaves no persona in another bot's group prompts a second later.
 """
@@ -48,6 +48,13 @@ def _from_row(user_id: str, row: MemberPersona | None) -> Persona:
     return Persona(user_id, fields_from_json(row.fields), bool(row.learning_off))
 
 
+async def _read_many(user_ids: list[str]) -> dict[str, Persona]:
+    """The stored personas of ``user_ids`` (users without a row left out)."""
+    stmt = select(MemberPersona).where(MemberPersona.user_id.in_(user_ids))
+    async with orm_session() as session:
+        return {r.user_id: _from_row(r.user_id, r) for r in (await session.scalars(stmt)).all()}
+
+
 class PersonaStore:
     """Personas in the ``MemberPersona`` table, cached."""
 
@@ -73,10 +80,6 @@ class PersonaStore:
         """Whether the persona of ``user_id`` is in this process's cache (tests)."""
         return user_id in self._cache
 
-    async def _announce(self, user_id: str) -> None:
-        if self.coherence.active:
-            await self.coherence.announce([user_key(user_id)])
-
     async def get(self, user_id: str) -> Persona:
         return (await self.get_many([user_id]))[user_id]
 
@@ -93,16 +96,19 @@ class PersonaStore:
                 out[user_id] = cached
         if missing:
             generation = self._cache.generation
-            stmt = select(MemberPersona).where(MemberPersona.user_id.in_(missing))
-            async with orm_session() as session:
-                rows = {r.user_id: r for r in (await session.scalars(stmt)).all()}
+            found = await self.coherence.run(_read_many(missing), "读取成员画像")
             for user_id in missing:
-                persona = _from_row(user_id, rows.get(user_id))
+                persona = found.get(user_id, Persona(user_id))
                 self._cache.put(user_id, persona, since=generation)
                 out[user_id] = persona
         return out
 
     async def _write(self, persona: Persona) -> None:
+        await self.coherence.run(self._store(persona), "写入成员画像")
+        self._cache.written(persona.user_id, persona)
+
+    async def _store(self, persona: Persona) -> None:
+        """The row written, its feed row committed with it (:meth:`Coherence.note`)."""
         async with orm_session() as session:
             row = await session.get(MemberPersona, persona.user_id)
             data = fields_to_json(persona.fields)
@@ -119,15 +125,15 @@ class PersonaStore:
                 row.fields = data
                 row.learning_off = persona.learning_off
                 row.updated_at = db_now()
+            await self.coherence.note(session, [user_key(persona.user_id)])
             await session.commit()
-        self._cache.written(persona.user_id, persona)
-        await self._announce(persona.user_id)
 
     async def _fresh(self, user_id: str) -> Persona:
         """The row as it is now, cached unless anything was invalidated meanwhile."""
         generation = self._cache.generation
-        async with orm_session() as session:
-            persona = _from_row(user_id, await session.get(MemberPersona, user_id))
+        persona = (await self.coherence.run(_read_many([user_id]), "读取成员画像")).get(
+            user_id, Persona(user_id)
+        )
         self._cache.put(user_id, persona, since=generation)
         return persona
 
@@ -182,9 +188,12 @@ class PersonaStore:
                 if current.fields:
                     await self._write(Persona(user_id, [], True))
                 return len(current.fields)
-            async with orm_session() as session:
-                await session.execute(delete(MemberPersona).where(MemberPersona.user_id == user_id))
-                await session.commit()
+            await self.coherence.run(self._delete(user_id), "删除成员画像")
             self._cache.written(user_id, Persona(user_id))
-            await self._announce(user_id)
             return len(current.fields)
+
+    async def _delete(self, user_id: str) -> None:
+        async with orm_session() as session:
+            await session.execute(delete(MemberPersona).where(MemberPersona.user_id == user_id))
+            await self.coherence.note(session, [user_key(user_id)])
+            await session.commit()

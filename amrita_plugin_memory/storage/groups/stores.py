@@ -30,8 +30,9 @@ class GroupStores:
 
     @classmethod
     def build(cls, config: ConfigFile, coherence: Coherence | None = None) -> GroupStores:
-        """The stores; ``coherence`` (remote mode) keeps the persona cache coherent with
-        other processes' (``PersonaStore.share``)."""
+        """The stores; ``coherence`` (remote mode) keeps the persona cache, the groups'
+        anonymisation switches and the self memory coherent with other processes'
+        (``PersonaStore.share``, ``GroupDirectory.share``, ``SelfMemoryStore.share``)."""
         stores = cls(
             windows=GroupWindowStore(config.group_context),
             directory=GroupDirectory(config.group_context),
@@ -40,6 +41,8 @@ class GroupStores:
         )
         if coherence is not None and coherence.active:
             stores.personas.share(coherence)
+            stores.directory.share(coherence)  # the anonymisation switches
+            stores.self_memory.share(coherence)
             coherence.follow_with(stores._forgotten_elsewhere, _keep_data)
         return stores
 
