@@ -11,13 +11,21 @@ stdin line with one JSON line on stdout:
 * ``{"op": "allows", "user": …, "poll": bool}`` → ``{"allows": bool}`` (active memory's
   opt-out cache, ``runtime.consent``);
 * ``{"op": "hold_sweep", "ttl": …}`` → ``{"held": bool}``, then keeps the sweep's lease
-  (renewed) until the process is killed.
+  (renewed) until the process is killed;
+* ``{"op": "add_then_die", "partition": …, "text": …}`` → no answer: the memory is written
+  to Chroma and the process exits at once (``os._exit``, as ``kill -9`` would end it)
+  before the write's feed row;
+* ``{"op": "anonymize", "group": …, "value": bool}`` → ``{"ok": true}`` (the group stores a
+  bot builds, ``GroupStores.build``);
+* ``{"op": "self_add", "text": …}`` → ``{"ok": bool}``, ``{"op": "self_delete", "number": …}``
+  → ``{"deleted": text | None}`` (the self memory).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from typing import Any
 
@@ -27,11 +35,39 @@ def _reply(value: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+async def _add_then_die(rt: Any, cmd: dict[str, Any]) -> None:
+    async def die(partitions: Any) -> None:
+        os._exit(9)  # killed between the Chroma write and its feed row
+
+    rt.store.coherence.feed.publish = die
+    await rt.store.add(cmd["partition"], "user", cmd["text"])
+
+
+async def _groups(rt: Any, cmd: dict[str, Any], stores: list[Any]) -> dict[str, Any]:
+    from amrita_plugin_memory.storage.groups.stores import GroupStores
+
+    if not stores:
+        stores.append(GroupStores.build(rt.config.file, rt.store.coherence))
+    groups = stores[0]
+    if cmd["op"] == "anonymize":
+        await groups.directory.set_anonymize(cmd["group"], cmd["value"])
+        return {"ok": True}
+    if cmd["op"] == "self_add":
+        return {"ok": (await groups.self_memory.add(cmd["text"])).ok}
+    entry = await groups.self_memory.delete(cmd["number"])
+    return {"deleted": entry.content if entry is not None else None}
+
+
 async def _serve(rt: Any) -> None:
     _reply({"ready": True})
+    groups: list[Any] = []
     while line := await asyncio.to_thread(sys.stdin.readline):
         cmd = json.loads(line)
-        if cmd["op"] == "add":
+        if cmd["op"] == "add_then_die":
+            await _add_then_die(rt, cmd)
+        elif cmd["op"] in ("anonymize", "self_add", "self_delete"):
+            _reply(await _groups(rt, cmd, groups))
+        elif cmd["op"] == "add":
             try:
                 rec = await rt.store.add(
                     cmd["partition"], "user", cmd["text"], limit=cmd.get("limit")
@@ -68,6 +104,12 @@ def main() -> None:
     import amrita_plugin_memory
 
     assert amrita_plugin_memory.runtime is not None
+    # As a bot's start-up does (nonebot_plugin_orm's ``init_orm``): fresh engines for the
+    # serving loop. The start-up check ran on a loop of its own, and an asyncpg connection
+    # pooled there cannot serve another loop.
+    import nonebot_plugin_orm
+
+    nonebot_plugin_orm._init_orm()
     asyncio.run(_serve(amrita_plugin_memory.runtime))
 
 

@@ -231,8 +231,8 @@ async def test_two_processes_never_sweep_at_once(pair: list[Any]) -> None:
 class Peer:
     """``tests/coherence_peer.py`` on the remote database ``database``."""
 
-    def __init__(self, chroma: Any, database: str) -> None:
-        init = {
+    def __init__(self, chroma: Any, database: str, plugin_db: str | None = None) -> None:
+        init: dict[str, Any] = {
             "driver": "~fastapi",
             "log_level": "WARNING",
             "localstore_use_cwd": True,
@@ -250,6 +250,8 @@ class Peer:
             "vector_db_port": chroma.port,
             "vector_db_database": database,
         }
+        if plugin_db is not None:  # the plugin's tables in another database (PostgreSQL)
+            init["sqlalchemy_binds"] = {"amrita_plugin_memory": plugin_db}
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(
             [sys.executable, str(ROOT / "tests" / "coherence_peer.py"), json.dumps(init)],
@@ -257,7 +259,7 @@ class Peer:
             env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=open(os.environ.get("PEER_STDERR", os.devnull), "w"),  # noqa: SIM115
             text=True,
         )
 
@@ -271,11 +273,19 @@ class Peer:
                 if line.startswith("{"):
                     return json.loads(line)
 
-    async def ask(self, **cmd: Any) -> dict[str, Any]:
+    def send(self, **cmd: Any) -> None:
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(cmd) + "\n")
         self.proc.stdin.flush()
+
+    async def ask(self, **cmd: Any) -> dict[str, Any]:
+        self.send(**cmd)
         return await self.read()
+
+    async def exited(self) -> int:
+        """The exit status, once the process has ended by itself."""
+        async with asyncio.timeout(120):  # hang guard
+            return await asyncio.to_thread(self.proc.wait)
 
     def kill(self) -> None:
         if self.proc.poll() is None:
