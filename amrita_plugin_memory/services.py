@@ -25,7 +25,7 @@ from .storage.scope import ScopeRules
 from .storage.shared.coherence import Coherence
 from .storage.shared.sessions import orm_session
 from .storage.users.fences import UserFences
-from .storage.users.loop_profile import ProfileFile
+from .storage.users.loop_profile import profile_home
 from .storage.users.loop_state_row import LoopStateAccess, LoopStateRow
 from .storage.users.tombstones import ForgottenUsers
 from .tools.memory_tools import MemoryTools
@@ -105,7 +105,8 @@ class MemoryRuntime:
         ``loop`` is the running L3 loop's state (it must be changed through the
         loop, which saves its document whole); without one the stored row is
         edited, and the configured target user is the one messages wait for.
-        The loop's profile is the file in the data dir and the opt-outs of active
+        The loop's profile is the file in the data dir (a row of the shared database
+        in remote mode) and the opt-outs of active
         memory are read from their table; the plugin entry hands the running
         loop's and active memory's own objects over (``adapters.subconscious.bind_user_data``).
         """
@@ -119,7 +120,7 @@ class MemoryRuntime:
             forgotten=self.forgotten,
             loop=loop,
             loop_target=loop_target,
-            profile=ProfileFile.in_dir(self.config.data_dir),
+            profile=profile_home(self.config.data_dir, self.store.coherence),
             consent=self.consent,
             backups=BackupScrubber(self.config.backup_dir, self.forgotten),
         )

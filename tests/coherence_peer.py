@@ -18,7 +18,12 @@ stdin line with one JSON line on stdout:
 * ``{"op": "anonymize", "group": …, "value": bool}`` → ``{"ok": true}`` (the group stores a
   bot builds, ``GroupStores.build``);
 * ``{"op": "self_add", "text": …}`` → ``{"ok": bool}``, ``{"op": "self_delete", "number": …}``
-  → ``{"deleted": text | None}`` (the self memory).
+  → ``{"deleted": text | None}`` (the self memory);
+* ``{"op": "knowledge_list"}`` → ``{"kids": […]}``, ``{"op": "knowledge_create", "title": …,
+  "summary": …, "body": …}`` → ``{"kid": …}``, ``{"op": "knowledge_delete", "kid": …}`` →
+  ``{"ok": true}`` (the L3 knowledge base, built as the loop's runner builds it);
+* ``{"op": "profile_insert", "content": …}`` → ``{"ok": true}``, ``{"op": "profile_text"}`` →
+  ``{"text": …}`` (the L3 loop's user profile, built as the runner builds it).
 """
 
 from __future__ import annotations
@@ -58,12 +63,42 @@ async def _groups(rt: Any, cmd: dict[str, Any], stores: list[Any]) -> dict[str, 
     return {"deleted": entry.content if entry is not None else None}
 
 
+async def _loop_data(rt: Any, cmd: dict[str, Any]) -> dict[str, Any]:
+    from amrita_plugin_memory.subconscious.knowledge_base import KnowledgeBaseManager
+    from amrita_plugin_memory.subconscious.profile_store import ProfileStore
+
+    config = rt.config.file.subconscious
+    kb = KnowledgeBaseManager(  # as SubconsciousRunner builds it
+        root=rt.config.data_dir,
+        connection=rt.connection,
+        embedder=rt.embedder,
+        collection_name=config.knowledge_collection_name,
+        max_chars=config.knowledge_max_chars,
+        shared=rt.store.coherence,
+    )
+    profile = ProfileStore.of(rt.config.data_dir, rt.store.coherence)
+    op = cmd["op"]
+    if op == "knowledge_list":
+        return {"kids": [e["kid"] for e in await kb.list()]}
+    if op == "knowledge_create":
+        return {"kid": (await kb.create(cmd["title"], cmd["summary"], cmd["body"])).kid}
+    if op == "knowledge_delete":
+        await kb.delete(cmd["kid"])
+        return {"ok": True}
+    if op == "profile_insert":
+        await profile.update("insert", section="body", start_line=1, content=cmd["content"])
+        return {"ok": True}
+    return {"text": await profile.text()}
+
+
 async def _serve(rt: Any) -> None:
     _reply({"ready": True})
     groups: list[Any] = []
     while line := await asyncio.to_thread(sys.stdin.readline):
         cmd = json.loads(line)
-        if cmd["op"] == "add_then_die":
+        if cmd["op"].startswith(("knowledge_", "profile_")):
+            _reply(await _loop_data(rt, cmd))
+        elif cmd["op"] == "add_then_die":
             await _add_then_die(rt, cmd)
         elif cmd["op"] in ("anonymize", "self_add", "self_delete"):
             _reply(await _groups(rt, cmd, groups))

@@ -20,6 +20,7 @@ __all__ = [
     "GroupSetting",
     "MemberPersona",
     "PartitionChange",
+    "SharedDocument",
     "SharedLease",
     "SubconsciousState",
     "UserMemo",
@@ -192,3 +193,17 @@ class ForgottenUser(Model):
     partition: Mapped[str] = mapped_column(String(255), default="")
     at_us: Mapped[int] = mapped_column(BigInteger)
     """When the user was last forgotten: microseconds since the epoch (UTC)."""
+
+
+class SharedDocument(Model):
+    """A text document that is a file in the data directory of a single process, kept here
+    when several processes share the store (``storage/shared/documents``): an entry of
+    the L3 knowledge base (``kind`` ``knowledge``, ``name`` its kid, the entry's file
+    text), the L3 loop's user profile (``kind`` ``profile``)."""
+
+    __tablename__ = "amrita_plugin_memory_document"
+
+    kind: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    content: Mapped[str] = mapped_column(Text, default="")
+    updated_at: Mapped[datetime] = mapped_column(DateTime, default=db_now)
