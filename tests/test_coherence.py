@@ -253,13 +253,15 @@ class Peer:
         if plugin_db is not None:  # the plugin's tables in another database (PostgreSQL)
             init["sqlalchemy_binds"] = {"amrita_plugin_memory": plugin_db}
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # PEER_STDERR=<file> keeps the peer's log (a failing run's story); else it is dropped.
+        self._stderr = open(os.environ.get("PEER_STDERR", os.devnull), "w")
         self.proc = subprocess.Popen(
             [sys.executable, str(ROOT / "tests" / "coherence_peer.py"), json.dumps(init)],
             cwd=WORK,
             env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=open(os.environ.get("PEER_STDERR", os.devnull), "w"),  # noqa: SIM115
+            stderr=self._stderr,
             text=True,
         )
 
@@ -291,6 +293,7 @@ class Peer:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(timeout=30)
+        self._stderr.close()
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import captured_logs, env_for
-from tests.test_coherence import P, Lag, Peer, _close, _contents, _stack, peer_database
+from tests.test_coherence import Lag, P, Peer, _close, _contents, _stack, peer_database
 
 __all__ = ["peer_database"]  # the fixture, imported for pytest
 
