@@ -154,8 +154,17 @@ class Detached:
     def start(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._ended)
         return task
+
+    def _ended(self, task: asyncio.Task[Any]) -> None:
+        """Drop the reference; a failure nobody waited for any more (the wait ended first
+        and reported it) counts as seen. Otherwise asyncio logs it, with its traceback,
+        when the task is collected: at any moment, even inside another traceback's
+        formatting, where Python 3.11 then fails the outer ``ast.parse``."""
+        self._tasks.discard(task)
+        if not task.cancelled():
+            task.exception()
 
     @property
     def running(self) -> int:
@@ -178,14 +187,8 @@ async def bounded(detached: Detached, work: Coroutine[Any, Any, T], seconds: flo
     task = detached.start(work)
     done, _ = await asyncio.wait({task}, timeout=max(seconds, 0.0))
     if not done:
-        task.add_done_callback(_consume)  # its late failure is nobody's: never "never retrieved"
         raise TimeoutError(f"数据库操作超过 {seconds:g} 秒未完成")
     return task.result()
-
-
-def _consume(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled():
-        task.exception()
 
 
 class SharedWork:
