@@ -129,12 +129,17 @@ async def test_the_knowledge_base_and_the_profile_are_one_for_every_process(
 
     shared = kb(here.coherence)
     profile = ProfileStore.of(data, here.coherence)
-    assert [e["kid"] for e in await shared.list()] == [old.kid]  # migrated on first use
+    # The first use is the start-up check (as the loop's runner does it): it migrates.
+    report = await shared.validate_on_startup()
+    assert not report.changed, report  # the vector was written with the file already
+    assert [e["kid"] for e in await shared.list()] == [old.kid]
     assert not (data / "knowledge").exists() and not (data / "knowledge_index.json").exists()
     backups = list(data.glob("knowledge.migrated-*"))
     assert len(backups) == 1 and (backups[0] / f"KNOWLEDGE_{old.kid}.md").exists()
     assert (backups[0] / "knowledge_index.json").exists()
-    assert (await profile.read())["lines"] == ["1: 喜欢观星"]
+    # The first use of the profile is an edit: the file's lines are in the row first.
+    await profile.update("insert", start_line=2, content="养了一只猫")
+    assert (await profile.read())["lines"] == ["1: 喜欢观星", "2: 养了一只猫"]
     assert not (data / "user_profile.md").exists()
     assert len(list(data.glob("user_profile.md.migrated-*"))) == 1
 
@@ -160,8 +165,12 @@ async def test_the_knowledge_base_and_the_profile_are_one_for_every_process(
 
     assert "喜欢观星" in (await peer.ask(op="profile_text"))["text"]
     assert (await peer.ask(op="profile_insert", content="有一台折射望远镜"))["ok"]
-    assert (await profile.read())["lines"] == ["1: 有一台折射望远镜", "2: 喜欢观星"]
-    await profile.update("delete", start_line=2)
+    assert (await profile.read())["lines"] == [
+        "1: 有一台折射望远镜",
+        "2: 喜欢观星",
+        "3: 养了一只猫",
+    ]
+    await profile.update("delete", start_line=2, end_line=3)
     assert (await peer.ask(op="profile_text"))["text"] == "---\n有一台折射望远镜\n"
     assert await profile.remove() == 1  # a forget through any process removes it for all
     assert (await peer.ask(op="profile_text"))["text"] == ""

@@ -192,7 +192,7 @@ class KnowledgeRows:
             if self._migrated:
                 return
             if await asyncio.to_thread(self.files.dir.is_dir):
-                async with self.documents.exclusive("迁移知识库"):
+                async with self.documents.exclusive("迁移知识库", step="migration"):
                     await self._migrate()
             self._migrated = True
 

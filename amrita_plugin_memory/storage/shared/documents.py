@@ -55,9 +55,10 @@ class SharedDocuments:
         self.coherence = coherence
 
     @contextlib.asynccontextmanager
-    async def exclusive(self, what: str) -> AsyncIterator[None]:
-        """Hold the kind's lease (every process) for a read-modify-write."""
-        async with self.coherence.exclusive(f"document:{self.kind}", what):
+    async def exclusive(self, what: str, *, step: str = "") -> AsyncIterator[None]:
+        """Hold the kind's lease (every process) for a read-modify-write; ``step`` names
+        another lease of the kind (the one-time migration, which runs inside an edit)."""
+        async with self.coherence.exclusive(f"document:{self.kind}:{step}", what):
             yield
 
     async def get(self, name: str) -> str | None:

@@ -132,7 +132,7 @@ class ProfileRow:
             if self._migrated:
                 return
             if await asyncio.to_thread(self.legacy.exists):
-                async with self.documents.exclusive("迁移用户画像"):
+                async with self.documents.exclusive("迁移用户画像", step="migration"):
                     await self._migrate()
             self._migrated = True
 
