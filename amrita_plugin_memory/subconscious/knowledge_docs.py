@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..infra.files import atomic_write_text
-from ..storage.shared.documents import SharedDocuments, move_to_backup
+from ..storage.shared.documents import Migration, SharedDocuments, move_to_backup
 from .knowledge_entry import KnowledgeEntry, KnowledgeError
 
 __all__ = [
@@ -179,22 +179,10 @@ class KnowledgeRows:
         self.files = files
         """This data directory's files: copied in once, then moved to a backup."""
         self.log = log
-        self._migrated = False
-        self._lock = asyncio.Lock()
+        self._ready = Migration(documents, files.dir.is_dir, self._migrate, "迁移知识库").ready
 
     def exclusive(self, what: str) -> contextlib.AbstractAsyncContextManager[None]:
         return self.documents.exclusive(what)
-
-    async def _ready(self) -> None:
-        if self._migrated:
-            return
-        async with self._lock:
-            if self._migrated:
-                return
-            if await asyncio.to_thread(self.files.dir.is_dir):
-                async with self.documents.exclusive("迁移知识库", step="migration"):
-                    await self._migrate()
-            self._migrated = True
 
     async def _migrate(self) -> None:
         """This data directory's files into the table (kids already there are kept as they

@@ -19,9 +19,10 @@ read from it again and nothing is lost.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from ..models import SharedDocument, db_now
 from .coherence import Coherence
 from .sessions import orm_session
 
-__all__ = ["SharedDocuments", "move_to_backup"]
+__all__ = ["Migration", "SharedDocuments", "move_to_backup"]
 
 
 def move_to_backup(path: Path) -> Path | None:
@@ -120,3 +121,36 @@ class SharedDocuments:
             )
             await session.commit()
         return bool(getattr(result, "rowcount", 0))
+
+
+class Migration:
+    """The one-time copy of this data directory's files into the documents of a kind, done
+    before the kind's first use in this process (:meth:`ready`) when ``present()`` says
+    there is something to copy; under a lease of its own (it may run inside an edit,
+    which holds the kind's lease), ``work`` re-checking what another process of this
+    host may have moved meanwhile."""
+
+    def __init__(
+        self,
+        documents: SharedDocuments,
+        present: Callable[[], bool],
+        work: Callable[[], Awaitable[None]],
+        what: str,
+    ) -> None:
+        self.documents = documents
+        self.present = present
+        self.work = work
+        self.what = what
+        self._done = False
+        self._lock = asyncio.Lock()
+
+    async def ready(self) -> None:
+        if self._done:
+            return
+        async with self._lock:
+            if self._done:
+                return
+            if await asyncio.to_thread(self.present):
+                async with self.documents.exclusive(self.what, step="migration"):
+                    await self.work()
+            self._done = True

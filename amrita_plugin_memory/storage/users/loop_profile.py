@@ -30,7 +30,7 @@ from nonebot.log import logger
 
 from ...infra.files import atomic_write_text
 from ..shared.coherence import Coherence
-from ..shared.documents import SharedDocuments, move_to_backup
+from ..shared.documents import Migration, SharedDocuments, move_to_backup
 
 __all__ = [
     "PROFILE_FILE",
@@ -121,20 +121,7 @@ class ProfileRow:
         self.documents = documents
         self.legacy = legacy
         """``user_profile.md`` of this data directory: copied in once, then moved away."""
-        self._migrated = False
-        self._lock = asyncio.Lock()
-
-    async def _ready(self) -> None:
-        """Copy this data directory's file in, once (see the module docstring)."""
-        if self._migrated:
-            return
-        async with self._lock:
-            if self._migrated:
-                return
-            if await asyncio.to_thread(self.legacy.exists):
-                async with self.documents.exclusive("迁移用户画像", step="migration"):
-                    await self._migrate()
-            self._migrated = True
+        self._ready = Migration(documents, legacy.exists, self._migrate, "迁移用户画像").ready
 
     async def _migrate(self) -> None:
         text = await asyncio.to_thread(read_profile, self.legacy)
