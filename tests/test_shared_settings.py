@@ -63,15 +63,20 @@ async def here(
         side.connection.close()
 
 
-async def test_the_anonymisation_switch_and_the_self_memory_changed_elsewhere_are_seen_here(
-    here: SimpleNamespace,
-) -> None:
+def _groups(here: SimpleNamespace) -> Any:
     from amrita_plugin_memory.core.config import ConfigFile
     from amrita_plugin_memory.storage.groups.stores import GroupStores
 
-    peer, lag = here.peer, here.lag
     groups = GroupStores.build(ConfigFile(), here.coherence)  # as a bot builds them
     groups.self_memory.max_chars = 20
+    return groups
+
+
+async def test_the_anonymisation_switch_changed_elsewhere_is_seen_here(
+    here: SimpleNamespace,
+) -> None:
+    peer, lag = here.peer, here.lag
+    groups = _groups(here)
     group = "70001"
 
     assert await groups.directory.anonymize(group) is True  # the default, now cached here
@@ -82,6 +87,10 @@ async def test_the_anonymisation_switch_and_the_self_memory_changed_elsewhere_ar
     lag.past_max_lag()
     assert await groups.directory.anonymize(group) is True
 
+
+async def test_the_self_memory_changed_elsewhere_is_seen_here(here: SimpleNamespace) -> None:
+    peer, lag = here.peer, here.lag
+    groups = _groups(here)
     assert await groups.self_memory.texts() == []  # cached here
     assert (await peer.ask(op="self_add", text="我是一个喜欢天文的机器人"))["ok"]  # 12 chars
     lag.past_max_lag()
