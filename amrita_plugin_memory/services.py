@@ -26,7 +26,7 @@ from .storage.shared.coherence import Coherence
 from .storage.shared.sessions import orm_session
 from .storage.usage import BackgroundBudget, UsageLedger
 from .storage.users.fences import UserFences, VoidPoints
-from .storage.users.loop_profile import ProfileFile
+from .storage.users.loop_profile import profile_home
 from .storage.users.loop_state_row import LoopStateAccess, LoopStateRow
 from .storage.users.tombstones import ForgottenUsers
 from .tools.memory_tools import MemoryTools
@@ -58,7 +58,11 @@ class MemoryRuntime:
             # decisions coherent (``storage/shared``), and the tombstones of a forget are
             # rows there too. A local store belongs to this process.
             self.store.share(Coherence.remote(config.env, self.store.name))
-        self.forgotten = ForgottenUsers.in_dir(config.data_dir, orm_session if shared else None)
+        self.forgotten = ForgottenUsers.in_dir(
+            config.data_dir,
+            orm_session if shared else None,
+            self.store.coherence.work,  # bounded, settled with the store's database work
+        )
         self.store.forgotten = self.forgotten  # checked by every restore path
         self.fences = UserFences(UserEpochs(), self.forgotten, VoidPoints(orm_session))
         """Background work for a user (extractions) is voided by their forget or opt-out:
@@ -107,7 +111,8 @@ class MemoryRuntime:
         ``loop`` is the running L3 loop's state (changed through the loop, which
         keeps its view of the rows); without one the stored rows are edited, and the
         configured target user is the one messages wait for.
-        The loop's profile is the file in the data dir and the opt-outs of active
+        The loop's profile is the file in the data dir (a row of the shared database
+        in remote mode) and the opt-outs of active
         memory are read from their table; the plugin entry hands the running
         loop's and active memory's own objects over (``adapters.subconscious.bind_user_data``).
         """
@@ -121,7 +126,7 @@ class MemoryRuntime:
             forgotten=self.forgotten,
             loop=loop,
             loop_target=loop_target,
-            profile=ProfileFile.in_dir(self.config.data_dir),
+            profile=profile_home(self.config.data_dir, self.store.coherence),
             consent=self.consent,
             backups=BackupScrubber(self.config.backup_dir, self.forgotten),
         )

@@ -18,12 +18,25 @@ stdin line with one JSON line on stdout:
   time), its clock fixed at ``at``;
 * ``{"op": "usage_admit", "at": …, "feature": …, "user": …, "day_cap": …, "user_cap": …}``
   → ``{"allowed": bool, "cap": …}``: what the runtime's budget answers with those caps.
+* ``{"op": "add_then_die", "partition": …, "text": …}`` → no answer: the memory is written
+  to Chroma and the process exits at once (``os._exit``, as ``kill -9`` would end it)
+  before the write's feed row;
+* ``{"op": "anonymize", "group": …, "value": bool}`` → ``{"ok": true}`` (the group stores a
+  bot builds, ``GroupStores.build``);
+* ``{"op": "self_add", "text": …}`` → ``{"ok": bool}``, ``{"op": "self_delete", "number": …}``
+  → ``{"deleted": text | None}`` (the self memory);
+* ``{"op": "knowledge_list"}`` → ``{"kids": […]}``, ``{"op": "knowledge_create", "title": …,
+  "summary": …, "body": …}`` → ``{"kid": …}``, ``{"op": "knowledge_delete", "kid": …}`` →
+  ``{"ok": true}`` (the L3 knowledge base, built as the loop's runner builds it);
+* ``{"op": "profile_insert", "content": …}`` → ``{"ok": true}``, ``{"op": "profile_text"}`` →
+  ``{"text": …}`` (the L3 loop's user profile, built as the runner builds it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from typing import Any
 
@@ -58,11 +71,69 @@ async def _usage(rt: Any, cmd: dict[str, Any]) -> dict[str, Any]:
     return {"added": cmd["times"], "written": await rt.usage.flush()}
 
 
+async def _add_then_die(rt: Any, cmd: dict[str, Any]) -> None:
+    async def die(partitions: Any) -> None:
+        os._exit(9)  # killed between the Chroma write and its feed row
+
+    rt.store.coherence.feed.publish = die
+    await rt.store.add(cmd["partition"], "user", cmd["text"])
+
+
+async def _groups(rt: Any, cmd: dict[str, Any], stores: list[Any]) -> dict[str, Any]:
+    from amrita_plugin_memory.storage.groups.stores import GroupStores
+
+    if not stores:
+        stores.append(GroupStores.build(rt.config.file, rt.store.coherence))
+    groups = stores[0]
+    if cmd["op"] == "anonymize":
+        await groups.directory.set_anonymize(cmd["group"], cmd["value"])
+        return {"ok": True}
+    if cmd["op"] == "self_add":
+        return {"ok": (await groups.self_memory.add(cmd["text"])).ok}
+    entry = await groups.self_memory.delete(cmd["number"])
+    return {"deleted": entry.content if entry is not None else None}
+
+
+async def _loop_data(rt: Any, cmd: dict[str, Any]) -> dict[str, Any]:
+    from amrita_plugin_memory.subconscious.knowledge_base import KnowledgeBaseManager
+    from amrita_plugin_memory.subconscious.profile_store import ProfileStore
+
+    config = rt.config.file.subconscious
+    kb = KnowledgeBaseManager(  # as SubconsciousRunner builds it
+        root=rt.config.data_dir,
+        connection=rt.connection,
+        embedder=rt.embedder,
+        collection_name=config.knowledge_collection_name,
+        max_chars=config.knowledge_max_chars,
+        shared=rt.store.coherence,
+    )
+    profile = ProfileStore.of(rt.config.data_dir, rt.store.coherence)
+    op = cmd["op"]
+    if op == "knowledge_list":
+        return {"kids": [e["kid"] for e in await kb.list()]}
+    if op == "knowledge_create":
+        return {"kid": (await kb.create(cmd["title"], cmd["summary"], cmd["body"])).kid}
+    if op == "knowledge_delete":
+        await kb.delete(cmd["kid"])
+        return {"ok": True}
+    if op == "profile_insert":
+        await profile.update("insert", section="body", start_line=1, content=cmd["content"])
+        return {"ok": True}
+    return {"text": await profile.text()}
+
+
 async def _serve(rt: Any) -> None:
     _reply({"ready": True})
+    groups: list[Any] = []
     while line := await asyncio.to_thread(sys.stdin.readline):
         cmd = json.loads(line)
-        if cmd["op"] == "add":
+        if cmd["op"].startswith(("knowledge_", "profile_")):
+            _reply(await _loop_data(rt, cmd))
+        elif cmd["op"] == "add_then_die":
+            await _add_then_die(rt, cmd)
+        elif cmd["op"] in ("anonymize", "self_add", "self_delete"):
+            _reply(await _groups(rt, cmd, groups))
+        elif cmd["op"] == "add":
             try:
                 rec = await rt.store.add(
                     cmd["partition"], "user", cmd["text"], limit=cmd.get("limit")
@@ -101,6 +172,12 @@ def main() -> None:
     import amrita_plugin_memory
 
     assert amrita_plugin_memory.runtime is not None
+    # As a bot's start-up does (nonebot_plugin_orm's ``init_orm``): fresh engines for the
+    # serving loop. The start-up check ran on a loop of its own, and an asyncpg connection
+    # pooled there cannot serve another loop.
+    import nonebot_plugin_orm
+
+    nonebot_plugin_orm._init_orm()
     asyncio.run(_serve(amrita_plugin_memory.runtime))
 
 

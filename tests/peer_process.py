@@ -46,13 +46,15 @@ class PeerProcess:
 
     def __init__(self, init: dict[str, Any]) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # PEER_STDERR=<file> keeps the peer's log (a failing run's story); else it is dropped.
+        self._stderr = open(os.environ.get("PEER_STDERR", os.devnull), "w")
         self.proc = subprocess.Popen(
             [sys.executable, str(ROOT / "tests" / "coherence_peer.py"), json.dumps(init)],
             cwd=WORK,
             env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=self._stderr,
             text=True,
         )
 
@@ -76,7 +78,13 @@ class PeerProcess:
         self.send(**cmd)
         return await self.read()
 
+    async def exited(self) -> int:
+        """The exit status, once the process has ended by itself."""
+        async with asyncio.timeout(120):  # hang guard
+            return await asyncio.to_thread(self.proc.wait)
+
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(timeout=30)
+        self._stderr.close()

@@ -226,19 +226,20 @@ async def test_two_processes_never_sweep_at_once(pair: list[Any]) -> None:
 class Peer(PeerProcess):
     """``tests/coherence_peer.py`` on the remote database ``database``."""
 
-    def __init__(self, chroma: Any, database: str) -> None:
-        super().__init__(
-            peer_init(
-                WORK / "peer-data",
-                WORK / "peer-cache",
-                sqlalchemy_database_url=f"sqlite+aiosqlite:///{WORK / 'db.sqlite3'}",
-                embed_mismatch_policy="never",
-                vector_db_type="remote",
-                vector_db_server=chroma.host,
-                vector_db_port=chroma.port,
-                vector_db_database=database,
-            )
+    def __init__(self, chroma: Any, database: str, plugin_db: str | None = None) -> None:
+        init = peer_init(
+            WORK / "peer-data",
+            WORK / "peer-cache",
+            sqlalchemy_database_url=f"sqlite+aiosqlite:///{WORK / 'db.sqlite3'}",
+            embed_mismatch_policy="never",
+            vector_db_type="remote",
+            vector_db_server=chroma.host,
+            vector_db_port=chroma.port,
+            vector_db_database=database,
         )
+        if plugin_db is not None:  # the plugin's tables in another database (PostgreSQL)
+            init["sqlalchemy_binds"] = {"amrita_plugin_memory": plugin_db}
+        super().__init__(init)
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from nonebot_plugin_orm import get_session
 from sqlalchemy import func, select
 
 from ..core.config import PersonaConfig
@@ -21,6 +20,7 @@ from ..core.text import short_error, single_line
 from ..prompting.persona import FIELD_MAX_CHARS, VALUE_MAX_CHARS, PersonaField, fields_from_json
 from ..storage.groups.stores import GroupStores
 from ..storage.models import MemberPersona
+from ..storage.shared.sessions import orm_session
 from ..tools.args import parse_int, parse_text
 from . import params
 from .errors import ConsoleError, audit, bad_request, guarded, not_found
@@ -71,7 +71,7 @@ class GroupAdmin:
         stores = self.stores
 
         async def run() -> dict[str, Any]:
-            async with get_session() as session:
+            async with orm_session() as session:
                 personas = await session.scalar(select(func.count()).select_from(MemberPersona))
             return {
                 "available": True,
@@ -91,7 +91,7 @@ class GroupAdmin:
         offset, limit = params.page(query)
 
         async def run() -> dict[str, Any]:
-            async with get_session() as session:
+            async with orm_session() as session:
                 total = await session.scalar(select(func.count()).select_from(MemberPersona))
                 rows = (
                     await session.scalars(

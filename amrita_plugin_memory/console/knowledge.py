@@ -117,7 +117,7 @@ class ProfileAdmin:
         loaded = await guarded("console_read_profile", self.profile.load)
         return {
             "target_user_id": self.target,
-            "exists": self.profile.path.exists(),
+            "exists": await guarded("console_read_profile", self.profile.exists),
             "summary": "\n".join(loaded.summary),
             "body": "\n".join(loaded.body),
             "summary_lines": len(loaded.summary),

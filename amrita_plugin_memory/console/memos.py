@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from nonebot_plugin_orm import get_session
 from sqlalchemy import func, select
 
 from ..storage.keys import parse_key
 from ..storage.memo_store import MemoService
 from ..storage.models import UserMemo
+from ..storage.shared.sessions import orm_session
 from . import params
 from .errors import audit, bad_request, guarded, not_found
 
@@ -40,7 +40,7 @@ class MemoAdmin:
         offset, limit = params.page(query)
 
         async def run() -> dict[str, Any]:
-            async with get_session() as session:
+            async with orm_session() as session:
                 total = await session.scalar(
                     select(func.count()).select_from(UserMemo).where(UserMemo.content != "")
                 )

@@ -51,7 +51,11 @@ class ConsoleService:
         self.memos = MemoAdmin(runtime.memo)
         self.archive = ArchiveAdmin(runtime.store, runtime.config.file, self.catalog)
         self.knowledge = KnowledgeAdmin(runner.knowledge if runner is not None else None)
-        profile = runner.profile if runner is not None else ProfileStore(runtime.config.data_dir)
+        profile = (
+            runner.profile
+            if runner is not None
+            else ProfileStore.of(runtime.config.data_dir, runtime.store.coherence)
+        )
         self.profile = ProfileAdmin(
             profile, target=runner.target_user_id if runner is not None else None
         )

@@ -7,8 +7,8 @@ Who was told once that the bot learns on its own is read only after an
 extraction learned something, so it is not cached.
 
 In remote mode (:meth:`ConsentStore.share`) other bots switch the same rows: a
-change publishes a change-feed row for the user's personal partition (after the
-commit), and a feed row for a user's partition makes the next check of that user
+change commits a change-feed row for the user's personal partition with it (in
+its transaction), and a feed row for a user's partition makes the next check of that user
 read their row again (a whole-store row or a failed poll: every row). A check
 first lets the feed catch up, so ``/memory auto off`` through one bot stops the
 others within about a second; the fence of background work reads the row itself
@@ -20,14 +20,25 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from nonebot_plugin_orm import get_session
 from sqlalchemy import delete, select
 
 from .keys import user_key, user_of_key
 from .models import ActiveMemoryNotice, ActiveMemoryOptOut, db_now
 from .shared.coherence import SAFETY_EXPIRY, Coherence
+from .shared.sessions import orm_session
 
 __all__ = ["ConsentStore"]
+
+
+async def _opted_out() -> set[str]:
+    async with orm_session() as session:
+        return set((await session.scalars(select(ActiveMemoryOptOut.user_id))).all())
+
+
+async def _has_row(user_id: str) -> bool:
+    async with orm_session() as session:
+        return await session.get(ActiveMemoryOptOut, user_id) is not None
+
 
 RECHECKS = 4096
 """Users whose row is to be read again, at most; more and the whole set is read again."""
@@ -71,8 +82,7 @@ class ConsentStore:
         expired = self.ttl is not None and time.monotonic() - self._loaded_at > self.ttl
         if self._opted_out is None or expired:
             generation = self._generation
-            async with get_session() as session:
-                rows = set((await session.scalars(select(ActiveMemoryOptOut.user_id))).all())
+            rows = await self.coherence.run(_opted_out(), "读取自动记忆开关")
             if generation != self._generation:
                 return rows  # invalidated meanwhile: used once, not cached
             self._opted_out, self._loaded_at = rows, time.monotonic()
@@ -81,8 +91,7 @@ class ConsentStore:
 
     async def _row(self, user_id: str) -> bool:
         """Whether ``user_id`` has an opt-out row (read now)."""
-        async with get_session() as session:
-            return await session.get(ActiveMemoryOptOut, user_id) is not None
+        return await self.coherence.run(_has_row(user_id), "读取自动记忆开关")
 
     async def allows(self, user_id: str) -> bool:
         """Whether active memory may learn from and recall for ``user_id``."""
@@ -113,43 +122,47 @@ class ConsentStore:
             was_allowed = await self.allows(user_id)
         if allowed == was_allowed:
             return False
-        async with get_session() as session:
+        await self.coherence.run(self._switch(user_id, allowed), "修改自动记忆开关")
+        self._generation += 1
+        self._recheck.discard(user_id)
+        if self._opted_out is not None:
+            (self._opted_out.discard if allowed else self._opted_out.add)(user_id)
+        return True
+
+    async def _switch(self, user_id: str, allowed: bool) -> None:
+        """The row changed, its feed row committed with it (:meth:`Coherence.note`)."""
+        async with orm_session() as session:
             if allowed:
                 await session.execute(
                     delete(ActiveMemoryOptOut).where(ActiveMemoryOptOut.user_id == user_id)
                 )
             else:
                 session.add(ActiveMemoryOptOut(user_id=user_id, created_at=db_now()))
+            await self.coherence.note(session, [user_key(user_id)])
             await session.commit()
-        self._generation += 1
-        self._recheck.discard(user_id)
-        if self._opted_out is not None:
-            (self._opted_out.discard if allowed else self._opted_out.add)(user_id)
-        await self.coherence.announce([user_key(user_id)])
-        return True
 
     async def opted_out_since(self, user_id: str) -> datetime | None:
         """When ``user_id`` switched active memory off (``None``: it is on), read from
         the table (a user's export)."""
-        async with get_session() as session:
+        async with orm_session() as session:
             row = await session.get(ActiveMemoryOptOut, user_id)
             return row.created_at if row is not None else None
 
     async def noticed(self, user_id: str) -> bool:
         """Whether ``user_id`` was already told that the bot learns on its own."""
-        async with get_session() as session:
+        async with orm_session() as session:
             row = await session.get(ActiveMemoryNotice, user_id)
         return row is not None
 
     async def mark_noticed(self, user_id: str) -> None:
-        async with get_session() as session:
+        async with orm_session() as session:
             if await session.get(ActiveMemoryNotice, user_id) is None:
                 session.add(ActiveMemoryNotice(user_id=user_id, created_at=db_now()))
                 await session.commit()
 
     async def forget_notice(self, user_id: str) -> None:
         """Drop the notice row of ``user_id`` (their forget; the opt-out choice stays)."""
-        async with get_session() as session:
+        async with orm_session() as session:
             await session.execute(
                 delete(ActiveMemoryNotice).where(ActiveMemoryNotice.user_id == user_id)
             )

@@ -12,9 +12,10 @@ the cache only if nothing was written or invalidated while it waited for the
 database (a generation counter), so an older read can never replace a newer write.
 
 In remote mode (:meth:`MemoService.share`) other processes write the same table:
-every write and removal publishes a change-feed row for its uni_id (the memo key
-is the partition key of the same chat), after the commit and under the uni_id's
-lock, and every process's cache drops that uni_id when it sees the row (all on
+every write and removal commits a change-feed row for its uni_id (the memo key
+is the partition key of the same chat) in its own transaction, so a process
+killed after the commit has told the others all the same, and every process's
+cache drops that uni_id when it sees the row (all on
 a whole-store row or a failed poll). A read first lets the feed catch up
 (:meth:`.shared.coherence.Coherence.fresh`), so a memo changed or forgotten
 through another bot is never injected more than about a second later.
@@ -29,7 +30,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from nonebot import logger
-from nonebot_plugin_orm import get_session
 from sqlalchemy import Engine, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -39,6 +39,7 @@ from .keys import normalize_key
 from .models import UserMemo, db_now
 from .shared.coherence import SAFETY_EXPIRY, Coherence
 from .shared.keyed import KeyedCache
+from .shared.sessions import orm_session
 
 __all__ = ["MemoKeyMigration", "MemoService", "MemoWriteResult", "dispose_memo_engine"]
 
@@ -96,19 +97,29 @@ class MemoService:
         if cached is not None:
             return cached
         generation = self._cache.generation
-        async with get_session() as session:
-            row = await session.get(UserMemo, uni_id)
-            text = row.content if row is not None else ""
+        text = await self.coherence.run(_read_memo(uni_id), "读取备忘录")
         # A write (here or elsewhere) seen while this read was in flight may be
         # newer than ``text``: then the read is not cached.
         self._cache.put(uni_id, text, since=generation)
         return text
 
-    async def _written(self, uni_id: str, content: str | None) -> None:
-        """After a commit, under the uni_id's lock: cache ``content`` (``None``: drop),
-        then tell the other processes."""
-        self._cache.written(uni_id, content)
-        await self.coherence.announce([uni_id])
+    async def _store(self, uni_id: str, content: str | None) -> bool:
+        """Write (``None``: delete) the row of ``uni_id``, its feed row committed with it
+        (:meth:`.shared.coherence.Coherence.note`); whether there was anything to change."""
+        async with orm_session() as session:
+            row = await session.get(UserMemo, uni_id)
+            if content is None:
+                if row is None:
+                    return False
+                await session.delete(row)
+            elif row is None:
+                session.add(UserMemo(user_id=uni_id, content=content, updated_at=db_now()))
+            else:
+                row.content = content
+                row.updated_at = db_now()
+            await self.coherence.note(session, [uni_id])
+            await session.commit()
+            return True
 
     async def update(
         self, uni_id: str, content: str, *, fence: Fence | None = None
@@ -126,15 +137,8 @@ class MemoService:
             attempted = len(content)
             if attempted > self.max_chars:
                 return MemoWriteResult(False, len(current), attempted, self.max_chars)
-            async with get_session() as session:
-                row = await session.get(UserMemo, uni_id)
-                if row is None:
-                    session.add(UserMemo(user_id=uni_id, content=content, updated_at=db_now()))
-                else:
-                    row.content = content
-                    row.updated_at = db_now()
-                await session.commit()
-            await self._written(uni_id, content)
+            await self.coherence.run(self._store(uni_id, content), "写入备忘录")
+            self._cache.written(uni_id, content)
             return MemoWriteResult(True, attempted, attempted, self.max_chars)
 
     async def remove(self, uni_id: str) -> bool:
@@ -144,13 +148,9 @@ class MemoService:
         stays, not even when it was last changed.
         """
         async with self._locks.hold(uni_id):
-            async with get_session() as session:
-                row = await session.get(UserMemo, uni_id)
-                if row is not None:
-                    await session.delete(row)
-                    await session.commit()
-            await self._written(uni_id, "")
-            return row is not None
+            existed = await self.coherence.run(self._store(uni_id, None), "删除备忘录")
+            self._cache.written(uni_id, "")
+            return existed
 
     async def migrate_keys(self, *, dry_run: bool = False) -> MemoKeyMigration:
         """Move rows keyed in an older uni_id format to the current one.
@@ -162,7 +162,7 @@ class MemoService:
         whole at every start.
         """
         report = MemoKeyMigration()
-        async with get_session() as session:
+        async with orm_session() as session:
             keys = list((await session.scalars(select(UserMemo.user_id))).all())
         report.scanned = len(keys)
         moves: list[tuple[str, str]] = []
@@ -185,7 +185,7 @@ class MemoService:
         """Move row ``old`` to key ``new``; on a conflict the key whose text is kept."""
         async with self._locks.hold(new):
             kept: str | None = None
-            async with get_session() as session:
+            async with orm_session() as session:
                 legacy = await session.get(UserMemo, old)
                 if legacy is None:  # moved meanwhile (another process)
                     return None
@@ -206,10 +206,17 @@ class MemoService:
                         current.content = legacy.content
                         current.updated_at = legacy.updated_at
                 await session.delete(legacy)
+                await self.coherence.note(session, [old, new])
                 await session.commit()
-            await self._written(old, None)
-            await self._written(new, None)
+            self._cache.written(old, None)
+            self._cache.written(new, None)
             return kept
+
+
+async def _read_memo(uni_id: str) -> str:
+    async with orm_session() as session:
+        row = await session.get(UserMemo, uni_id)
+        return row.content if row is not None else ""
 
 
 async def dispose_memo_engine() -> None:
@@ -219,7 +226,7 @@ async def dispose_memo_engine() -> None:
     disposes its engines, and aiosqlite's worker threads are not daemon
     threads, so a pooled connection left open would keep the process alive.
     """
-    async with get_session() as session:
+    async with orm_session() as session:
         bind = session.sync_session.get_bind(UserMemo)
     if isinstance(bind, Engine):
         await AsyncEngine(bind).dispose()

@@ -21,6 +21,7 @@ __all__ = [
     "LoopItem",
     "MemberPersona",
     "PartitionChange",
+    "SharedDocument",
     "SharedLease",
     "SubconsciousState",
     "UsageDay",
@@ -263,3 +264,17 @@ class UsageDay(Model):
     """Requests whose tokens were estimated from characters (the provider reported none)."""
     chars: Mapped[int] = mapped_column(BigInteger, default=0)
     """Characters a block added to chat turns (0 for model requests)."""
+
+
+class SharedDocument(Model):
+    """A text document that is a file in the data directory of a single process, kept here
+    when several processes share the store (``storage/shared/documents``): an entry of
+    the L3 knowledge base (``kind`` ``knowledge``, ``name`` its kid, the entry's file
+    text), the L3 loop's user profile (``kind`` ``profile``)."""
+
+    __tablename__ = "amrita_plugin_memory_document"
+
+    kind: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    content: Mapped[str] = mapped_column(Text, default="")
+    updated_at: Mapped[datetime] = mapped_column(DateTime, default=db_now)

@@ -1,25 +1,25 @@
-"""The global knowledge base: Markdown files + a JSON index + a Chroma collection.
+"""The global knowledge base: each entry's text + a Chroma collection, kept in step.
 
-Every entry ``<kid>`` lives in three places that are kept in step:
+Every entry ``<kid>`` lives in two places:
 
-* ``knowledge/KNOWLEDGE_<kid>.md`` — the source of truth (title, summary, body);
-* ``knowledge_index.json`` — ``kid → {title, summary, checksum, created_at, updated_at}``
-  for cheap listing;
+* its text, the source of truth (title, summary, body), in its home
+  (:mod:`.knowledge_docs`): ``knowledge/KNOWLEDGE_<kid>.md`` plus ``knowledge_index.json``
+  (``kid → {title, summary, checksum, created_at, updated_at}`` for cheap listing)
+  when one process owns the store; a row of the shared database when several
+  processes share it (remote mode), so every bot sees the same knowledge;
 * the Chroma collection ``knowledge_collection_name`` — one vector per entry
-  (id = kid, metadata carries the file checksum), embedded with the shared
+  (id = kid, metadata carries the text's checksum), embedded with the shared
   embedding client and therefore covered by the embedding fingerprint.
 
 Writes embed first (an embedding failure leaves nothing behind), then write
-the file and the index atomically (temporary file + rename), then upsert the
-vector. :meth:`KnowledgeBaseManager.validate_on_startup` repairs any drift a
-crash or a hand edit left, in every direction, and reports what it fixed.
+the text (atomically), then upsert the vector; in remote mode under a lease every
+process takes. :meth:`KnowledgeBaseManager.validate_on_startup` repairs any drift
+a crash or a hand edit left, in every direction, and reports what it fixed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import re
 import uuid
 from collections.abc import Callable
@@ -28,9 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from ..core.protocols import Embedder
-from ..infra.files import atomic_write_text
 from ..storage.chroma.connection import ChromaConnection
 from ..storage.chroma.remap_markers import CollectionGuard
+from ..storage.shared.coherence import Coherence
+from ..storage.shared.documents import SharedDocuments
+from .knowledge_docs import KnowledgeDocs, KnowledgeFiles, KnowledgeRows, index_entry
 from .knowledge_entry import (
     SUMMARY_MAX,
     TITLE_MAX,
@@ -50,8 +52,6 @@ __all__ = [
     "check_knowledge_base",
 ]
 
-FILE_PREFIX = "KNOWLEDGE_"
-INDEX_FILE = "knowledge_index.json"
 _KID_RE = re.compile(r"^[a-z0-9]{6,32}$")
 
 
@@ -82,10 +82,16 @@ class KnowledgeBaseManager:
         collection_name: str,
         max_chars: int,
         log: Callable[[str], None] = lambda _msg: None,
+        shared: Coherence | None = None,
     ) -> None:
         self.root = root
-        self.dir = root / "knowledge"
-        self.index_path = root / INDEX_FILE
+        self.files = KnowledgeFiles(root, log)
+        self.dir = self.files.dir
+        self.index_path = self.files.index_path
+        self.docs: KnowledgeDocs = self.files
+        """Where the texts live: these files, or (``shared`` active: remote mode) the rows."""
+        if shared is not None and shared.active:
+            self.docs = KnowledgeRows(SharedDocuments("knowledge", shared), self.files, log)
         self.connection = connection
         self.embedder = embedder
         self.collection_name = collection_name
@@ -98,7 +104,7 @@ class KnowledgeBaseManager:
     # -- paths and files ----------------------------------------------------------
 
     def path_for(self, kid: str) -> Path:
-        return self.dir / f"{FILE_PREFIX}{kid}.md"
+        return self.files.path_for(kid)
 
     @staticmethod
     def check_kid(kid: Any) -> str:
@@ -106,34 +112,13 @@ class KnowledgeBaseManager:
             raise KnowledgeError(f"知识 ID {str(kid)[:40]!r} 格式无效")
         return kid.strip()
 
-    def _read_index_sync(self) -> dict[str, dict[str, Any]]:
-        try:
-            data = json.loads(self.index_path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return {}
-        except ValueError:
-            self.log(f"[Subconscious] 知识索引 {self.index_path} 损坏，将从文件重建")
-            return {}
-        return data if isinstance(data, dict) else {}
-
-    def _write_index_sync(self, index: dict[str, dict[str, Any]]) -> None:
-        atomic_write_text(
-            self.index_path, json.dumps(index, ensure_ascii=False, indent=2, sort_keys=True)
-        )
-
-    def _load_sync(self, kid: str) -> KnowledgeEntry | None:
-        try:
-            return KnowledgeEntry.parse(self.path_for(kid).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-
     async def _collection(self) -> Any:
         return await self._guard.collection(self.collection_name)
 
     # -- reads ------------------------------------------------------------------------
 
     async def list(self) -> list[dict[str, Any]]:
-        index = await asyncio.to_thread(self._read_index_sync)
+        index = await self.docs.index()
         entries = [
             {"kid": kid, **{k: v.get(k, "") for k in ("title", "summary", "updated_at")}}
             for kid, v in index.items()
@@ -142,7 +127,7 @@ class KnowledgeBaseManager:
 
     async def get(self, kid: str) -> KnowledgeEntry:
         kid = self.check_kid(kid)
-        entry = await asyncio.to_thread(self._load_sync, kid)
+        entry = await self.docs.load(kid)
         if entry is None:
             raise KnowledgeError(f"知识条目 {kid} 不存在")
         return entry
@@ -215,23 +200,10 @@ class KnowledgeBaseManager:
         return body
 
     async def _commit(self, entry: KnowledgeEntry, vector: list[float]) -> None:
-        """File, then index, then vector (the file is the source of truth)."""
-
-        def write_files() -> None:
-            atomic_write_text(self.path_for(entry.kid), entry.render())
-            index = self._read_index_sync()
-            index[entry.kid] = {
-                "title": entry.title,
-                "summary": entry.summary,
-                "checksum": entry.checksum,
-                "created_at": entry.created_at,
-                "updated_at": entry.updated_at,
-            }
-            self._write_index_sync(index)
-
+        """Text, then vector (the text is the source of truth)."""
         name = self.collection_name
-        slot = await self._guard.for_write(name)  # before the files: a refusal changes nothing
-        await asyncio.to_thread(write_files)
+        slot = await self._guard.for_write(name)  # before the text: a refusal changes nothing
+        await self.docs.save(entry)
         meta = {
             "kid": entry.kid,
             "title": entry.title,
@@ -257,7 +229,7 @@ class KnowledgeBaseManager:
             updated_at=stamp,
         )
         vector = (await self.embedder.embed([entry.document]))[0]
-        async with self._lock:
+        async with self._lock, self.docs.exclusive("新建知识"):
             await self._commit(entry, vector)
         self.log(f"[Subconscious] 新建知识 {entry.kid}")
         return entry
@@ -268,7 +240,7 @@ class KnowledgeBaseManager:
         kid = self.check_kid(kid)
         if title is None and summary is None and body is None:
             raise KnowledgeError("至少提供 title、summary、body 之一")
-        async with self._lock:
+        async with self._lock, self.docs.exclusive("修改知识"):
             entry = await self.get(kid)
             if title is not None:
                 entry.title = header_field(title, "title", TITLE_MAX)
@@ -284,22 +256,14 @@ class KnowledgeBaseManager:
 
     async def delete(self, kid: Any) -> None:
         kid = self.check_kid(kid)
-        async with self._lock:
+        async with self._lock, self.docs.exclusive("删除知识"):
             await self.get(kid)  # clear error when missing
-            # Vector first: a crash after it leaves a file that validation re-embeds,
+            # Vector first: a crash after it leaves a text that validation re-embeds,
             # never a vector that answers searches for a deleted entry.
             await self._guard.write(
                 self.collection_name, lambda c: c.delete(ids=[kid]), self._guard.invalidate
             )
-
-            def remove_files() -> None:
-                index = self._read_index_sync()
-                index.pop(kid, None)
-                self._write_index_sync(index)
-                with contextlib.suppress(FileNotFoundError):
-                    self.path_for(kid).unlink()
-
-            await asyncio.to_thread(remove_files)
+            await self.docs.remove(kid)
         self.log(f"[Subconscious] 删除知识 {kid}")
 
     # -- repair -----------------------------------------------------------------------------
@@ -307,39 +271,16 @@ class KnowledgeBaseManager:
     async def validate_on_startup(self) -> ValidationReport:
         """Bring index and vectors in line with the files, logging each repair."""
         report = ValidationReport()
-        async with self._lock:
-
-            def scan() -> tuple[dict[str, KnowledgeEntry], dict[str, dict[str, Any]]]:
-                self.dir.mkdir(parents=True, exist_ok=True)
-                entries: dict[str, KnowledgeEntry] = {}
-                for path in sorted(self.dir.glob(f"{FILE_PREFIX}*.md")):
-                    kid = path.stem[len(FILE_PREFIX) :]
-                    try:
-                        entry = KnowledgeEntry.parse(path.read_text(encoding="utf-8"))
-                    except (KnowledgeError, OSError, UnicodeDecodeError):
-                        report.unreadable_files.append(path.name)
-                        continue
-                    if entry.kid != kid:
-                        report.unreadable_files.append(path.name)
-                        continue
-                    entries[kid] = entry
-                return entries, self._read_index_sync()
-
-            entries, index = await asyncio.to_thread(scan)
+        async with self._lock, self.docs.exclusive("校验知识库"):
+            entries, index, report.unreadable_files = await self.docs.scan()
             new_index: dict[str, dict[str, Any]] = {}
             for kid, entry in entries.items():
                 if kid not in index:
                     report.indexed_files.append(kid)
-                new_index[kid] = {
-                    "title": entry.title,
-                    "summary": entry.summary,
-                    "checksum": entry.checksum,
-                    "created_at": entry.created_at,
-                    "updated_at": entry.updated_at,
-                }
+                new_index[kid] = index_entry(entry)
             report.dropped_index_entries = sorted(set(index) - set(entries))
             if new_index != index:
-                await asyncio.to_thread(self._write_index_sync, new_index)
+                await self.docs.store_index(new_index)
 
             col = await self._collection()
             stored = await self.connection.run(lambda: col.get(include=["metadatas"]))

@@ -8,6 +8,11 @@ of being rewritten whole.
 A line that is exactly ``---`` inside the summary or body would be read as the
 separator; such lines are stored escaped (``\\---``) and unescaped on read,
 so no content can corrupt the file structure. Writes are atomic.
+
+The text has one home (``storage.users.loop_profile.profile_home``): the file
+``user_profile.md`` when one process owns the store, a row of the shared database
+when several do (remote mode), so every bot reads and edits the same profile; an
+edit then holds a lease every process takes.
 """
 
 from __future__ import annotations
@@ -17,12 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..infra.files import atomic_write_text
+from ..storage.shared.coherence import Coherence
 from ..storage.users.loop_profile import (
     PROFILE_FILE,
     PROFILE_SEPARATOR,
-    read_profile,
-    remove_profile,
+    ProfileFile,
+    ProfileHome,
+    profile_home,
 )
 
 __all__ = ["PROFILE_FILE", "Profile", "ProfileError", "ProfileStore"]
@@ -98,21 +104,26 @@ def _content_lines(content: Any) -> list[str]:
 
 
 class ProfileStore:
-    """Reads and edits ``<data_dir>/user_profile.md`` (and, for a user's export and
-    forget, reads and removes it whole: ``storage.users.loop_profile.LoopProfile``)."""
+    """Reads and edits the profile (and, for a user's export and forget, reads and
+    removes it whole: ``storage.users.loop_profile.LoopProfile``)."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, home: ProfileHome | None = None) -> None:
         self.path = data_dir / PROFILE_FILE
+        """The file (its home when one process owns the store; else migrated from)."""
+        self.home: ProfileHome = home or ProfileFile(self.path)
         self._lock = asyncio.Lock()
 
-    def _load_sync(self) -> Profile:
-        try:
-            return Profile.parse(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return Profile()
+    @classmethod
+    def of(cls, data_dir: Path, coherence: Coherence | None) -> ProfileStore:
+        """The profile of ``data_dir``, in the shared database when ``coherence`` is active."""
+        return cls(data_dir, profile_home(data_dir, coherence))
 
     async def load(self) -> Profile:
-        return await asyncio.to_thread(self._load_sync)
+        return Profile.parse(await self.home.text())
+
+    async def exists(self) -> bool:
+        """Whether a profile was written (and not removed)."""
+        return await self.home.exists()
 
     async def read(
         self, section: Any = "body", start_line: Any = 1, end_line: Any = None
@@ -151,7 +162,7 @@ class ProfileStore:
             )
         name = _section(section)
         start = _line_no(start_line, "start_line")
-        async with self._lock:
+        async with self._lock, self.home.exclusive("修改用户画像"):
             profile = await self.load()
             lines = profile.section(name)
             total = len(lines)
@@ -174,17 +185,17 @@ class ProfileStore:
                     del lines[start - 1 : end]
             if len(profile.summary) + len(profile.body) > MAX_LINES:
                 raise ProfileError(f"画像总行数不能超过 {MAX_LINES} 行，请先精简")
-            await asyncio.to_thread(atomic_write_text, self.path, profile.render())
+            await self.home.write(profile.render())
             return {"ok": True, "section": name, "total_lines": len(lines)}
 
     async def text(self) -> str:
-        """The file as stored (``""``: none)."""
-        return await asyncio.to_thread(read_profile, self.path)
+        """The profile as stored (``""``: none)."""
+        return await self.home.text()
 
     async def remove(self) -> int:
-        """Delete the file (the target user was forgotten); its lines of content.
+        """Delete the profile (the target user was forgotten); its lines of content.
 
-        Under the edit lock, so an edit running now cannot write it back.
+        Under the edit lock (and lease), so an edit running now cannot write it back.
         """
-        async with self._lock:
-            return await asyncio.to_thread(remove_profile, self.path)
+        async with self._lock, self.home.exclusive("删除用户画像"):
+            return await self.home.remove()

@@ -33,8 +33,6 @@ from nonebot import logger
 from ..core.text import single_line
 from ..infra.files import atomic_write_text
 from .knowledge_base import (
-    FILE_PREFIX,
-    INDEX_FILE,
     SUMMARY_MAX,
     TITLE_MAX,
     KnowledgeBaseManager,
@@ -42,6 +40,7 @@ from .knowledge_base import (
     ValidationReport,
     check_knowledge_base,
 )
+from .knowledge_docs import FILE_PREFIX, INDEX_FILE
 from .state import LoopState
 from .templates import PromptTemplates
 

@@ -125,8 +125,9 @@ class SubconsciousRunner:
         self.hooks: Any = None
         """The chat hooks, when the adapters registered them (see :meth:`shutdown`)."""
         data_dir = data_dir or runtime.config.data_dir
-        self.profile = ProfileStore(data_dir)
-        """``<data_dir>/user_profile.md`` (created on the first edit)."""
+        self.profile = ProfileStore.of(data_dir, runtime.store.coherence)
+        """``<data_dir>/user_profile.md`` (created on the first edit); in remote mode a row
+        of the shared database (``storage.users.loop_profile.profile_home``)."""
         self.knowledge: KnowledgeBaseManager | None = None
         """The knowledge base (``None``: ``enable_knowledge`` off); nothing on disk before use."""
         if self.config.enable_knowledge:
@@ -137,6 +138,7 @@ class SubconsciousRunner:
                 collection_name=self.config.knowledge_collection_name,
                 max_chars=self.config.knowledge_max_chars,
                 log=logger.info,
+                shared=runtime.store.coherence,  # remote mode: the texts in the shared database
             )
         self.knowledge_validation: asyncio.Task[ValidationReport | None] | None = None
         """The startup check of the knowledge base, run in the background by :meth:`start`."""

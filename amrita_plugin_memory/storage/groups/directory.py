@@ -3,6 +3,14 @@ how members are named in one group's blocks (:meth:`GroupDirectory.member_labels
 
 Both are read in every group turn, so both are cached in memory after the
 first read of a group; writes go to SQLite first and then to the cache.
+
+The anonymisation switch has one home, its table row: in remote mode
+(:meth:`GroupDirectory.share`) a change commits a change-feed row
+(``setting:group:<id>``) in its own transaction and every other process drops
+that group's cached switch when it sees it, so ``/memory group anonymize on``
+through one bot takes effect in every bot within a second (a failed poll drops
+every cached switch). A switch that cannot be read raises: the group hooks
+then leave the group's blocks out, so no nickname goes out unasked.
 A label is given once (:func:`~...prompting.labels.make_label` against the labels
 the group already uses) and stored, so a member keeps it across restarts.
 
@@ -18,7 +26,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from nonebot_plugin_orm import get_session
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 
@@ -27,11 +34,17 @@ from ...infra.locks import PartitionLocks
 from ...prompting.group_window import WindowEntry
 from ...prompting.labels import make_label, named_label
 from ..models import GroupMemberLabel, GroupSetting, db_now
+from ..shared.coherence import SAFETY_EXPIRY, Coherence, setting_of, setting_row
+from ..shared.keyed import KeyedCache
+from ..shared.sessions import orm_session
 
 __all__ = ["LABEL_ATTEMPTS", "GroupDirectory"]
 
 LABEL_ATTEMPTS = 8
 """New labels tried for one member when other processes keep taking them first."""
+
+KIND = "group"
+"""The setting kind of a group's feed rows (its anonymisation switch)."""
 
 
 class _Labels:
@@ -46,40 +59,63 @@ class _Labels:
         self.taken.add(label)
 
 
+async def _read_switch(group_id: str) -> bool | None:
+    async with orm_session() as session:
+        row = await session.get(GroupSetting, group_id)
+        return row.anonymize if row is not None else None
+
+
 class GroupDirectory:
     """Anonymisation switches and member labels of every group."""
 
     def __init__(self, config: GroupContextConfig) -> None:
         self.config = config
-        self._anonymize: dict[str, bool | None] = {}
-        """The group's own switch; ``None``: follow ``[group_context] anonymize``."""
+        self._anonymize: KeyedCache[tuple[bool | None]] = KeyedCache(4096)
+        """The group's own switch; ``(None,)``: follow ``[group_context] anonymize``."""
         self._labels: dict[str, _Labels] = {}
         self._locks = PartitionLocks()
+        self.coherence = Coherence(GroupSetting.__tablename__)
+        """The process's change feed in remote mode (:meth:`share`); inactive otherwise."""
+
+    def share(self, coherence: Coherence) -> None:
+        """Follow other processes' changes of the switches (remote mode)."""
+        self.coherence = coherence
+        coherence.follow_with(self._changed_elsewhere, self._anonymize.clear)
+        self._anonymize.ttl = SAFETY_EXPIRY
+
+    def _changed_elsewhere(self, row: str) -> None:
+        group_id = setting_of(row, KIND)
+        if group_id is not None:
+            self._anonymize.invalidate(group_id)
 
     # -- anonymisation --------------------------------------------------------------
 
     async def anonymize(self, group_id: str) -> bool:
         """Whether the group's blocks show labels (``True``) or nicknames."""
-        if group_id not in self._anonymize:
-            async with get_session() as session:
-                row = await session.get(GroupSetting, group_id)
-                self._anonymize[group_id] = row.anonymize if row is not None else None
-        own = self._anonymize[group_id]
+        await self.coherence.fresh()
+        cached = self._anonymize.get(group_id)
+        if cached is None:
+            generation = self._anonymize.generation
+            cached = (await self.coherence.run(_read_switch(group_id), "读取群设置"),)
+            self._anonymize.put(group_id, cached, since=generation)
+        own = cached[0]
         return self.config.anonymize if own is None else own
 
     async def set_anonymize(self, group_id: str, value: bool) -> None:
         async with self._locks.hold(f"setting:{group_id}"):
-            async with get_session() as session:
-                row = await session.get(GroupSetting, group_id)
-                if row is None:
-                    session.add(
-                        GroupSetting(group_id=group_id, anonymize=value, updated_at=db_now())
-                    )
-                else:
-                    row.anonymize = value
-                    row.updated_at = db_now()
-                await session.commit()
-            self._anonymize[group_id] = value
+            await self.coherence.run(self._write_switch(group_id, value), "修改群设置")
+            self._anonymize.written(group_id, (value,))
+
+    async def _write_switch(self, group_id: str, value: bool) -> None:
+        async with orm_session() as session:
+            row = await session.get(GroupSetting, group_id)
+            if row is None:
+                session.add(GroupSetting(group_id=group_id, anonymize=value, updated_at=db_now()))
+            else:
+                row.anonymize = value
+                row.updated_at = db_now()
+            await self.coherence.note(session, [setting_row(KIND, group_id)])
+            await session.commit()
 
     # -- labels --------------------------------------------------------------------------
 
@@ -102,7 +138,7 @@ class GroupDirectory:
         for _ in range(LABEL_ATTEMPTS):
             label = make_label(user_id, known.taken)
             try:
-                async with get_session() as session:
+                async with orm_session() as session:
                     session.add(GroupMemberLabel(group_id=group_id, user_id=user_id, label=label))
                     await session.commit()
             except IntegrityError:
@@ -146,7 +182,7 @@ class GroupDirectory:
     async def _load(self, group_id: str) -> _Labels:
         known = _Labels()
         stmt = select(GroupMemberLabel).where(GroupMemberLabel.group_id == group_id)
-        async with get_session() as session:
+        async with orm_session() as session:
             for row in (await session.scalars(stmt)).all():
                 known.add(row.user_id, row.label)
         self._labels[group_id] = known
@@ -157,7 +193,7 @@ class GroupDirectory:
     async def labels_of(self, user_id: str) -> dict[str, str]:
         """The label of member ``user_id`` in every group that gave one: ``{group id: label}``."""
         stmt = select(GroupMemberLabel).where(GroupMemberLabel.user_id == user_id)
-        async with get_session() as session:
+        async with orm_session() as session:
             rows = (await session.scalars(stmt)).all()
         return {row.group_id: row.label for row in sorted(rows, key=lambda r: r.group_id)}
 
@@ -173,7 +209,7 @@ class GroupDirectory:
         removed = 0
         for group_id in await self.labels_of(user_id):
             async with self._locks.hold(f"labels:{group_id}"):
-                async with get_session() as session:
+                async with orm_session() as session:
                     result = await session.execute(
                         delete(GroupMemberLabel).where(
                             GroupMemberLabel.group_id == group_id,

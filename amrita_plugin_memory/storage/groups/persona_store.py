@@ -8,8 +8,8 @@ extractions in two groups both land. ``learning_off`` is the member's
 opt-out (``/memory persona off``): nothing is merged while it is set.
 
 In remote mode (:meth:`PersonaStore.share`) the bots on one database share the
-table: every write publishes a change-feed row for the user's personal partition
-(after the commit, under the user's lock) and a feed row for it drops the cached
+table: every write commits a change-feed row for the user's personal partition
+with it (in its transaction, under the user's lock) and a feed row for it drops the cached
 persona in every other process, so a forget or a ``/memory persona off`` through
 one bot leaves no persona in another bot's group prompts a second later.
 """
@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from nonebot_plugin_orm import get_session
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 
@@ -30,6 +29,7 @@ from ..keys import user_key, user_of_key
 from ..models import MemberPersona, db_now
 from ..shared.coherence import SAFETY_EXPIRY, Coherence
 from ..shared.keyed import KeyedCache
+from ..shared.sessions import orm_session
 
 __all__ = ["Persona", "PersonaStore"]
 
@@ -47,6 +47,13 @@ def _from_row(user_id: str, row: MemberPersona | None) -> Persona:
     if row is None:
         return Persona(user_id)
     return Persona(user_id, fields_from_json(row.fields), bool(row.learning_off))
+
+
+async def _read_many(user_ids: list[str]) -> dict[str, Persona]:
+    """The stored personas of ``user_ids`` (users without a row left out)."""
+    stmt = select(MemberPersona).where(MemberPersona.user_id.in_(user_ids))
+    async with orm_session() as session:
+        return {r.user_id: _from_row(r.user_id, r) for r in (await session.scalars(stmt)).all()}
 
 
 class PersonaStore:
@@ -74,10 +81,6 @@ class PersonaStore:
         """Whether the persona of ``user_id`` is in this process's cache (tests)."""
         return user_id in self._cache
 
-    async def _announce(self, user_id: str) -> None:
-        if self.coherence.active:
-            await self.coherence.announce([user_key(user_id)])
-
     async def get(self, user_id: str) -> Persona:
         return (await self.get_many([user_id]))[user_id]
 
@@ -94,17 +97,20 @@ class PersonaStore:
                 out[user_id] = cached
         if missing:
             generation = self._cache.generation
-            stmt = select(MemberPersona).where(MemberPersona.user_id.in_(missing))
-            async with get_session() as session:
-                rows = {r.user_id: r for r in (await session.scalars(stmt)).all()}
+            found = await self.coherence.run(_read_many(missing), "读取成员画像")
             for user_id in missing:
-                persona = _from_row(user_id, rows.get(user_id))
+                persona = found.get(user_id, Persona(user_id))
                 self._cache.put(user_id, persona, since=generation)
                 out[user_id] = persona
         return out
 
     async def _write(self, persona: Persona) -> None:
-        async with get_session() as session:
+        await self.coherence.run(self._store(persona), "写入成员画像")
+        self._cache.written(persona.user_id, persona)
+
+    async def _store(self, persona: Persona) -> None:
+        """The row written, its feed row committed with it (:meth:`Coherence.note`)."""
+        async with orm_session() as session:
             row = await session.get(MemberPersona, persona.user_id)
             data = fields_to_json(persona.fields)
             if row is None:
@@ -120,15 +126,15 @@ class PersonaStore:
                 row.fields = data
                 row.learning_off = persona.learning_off
                 row.updated_at = db_now()
+            await self.coherence.note(session, [user_key(persona.user_id)])
             await session.commit()
-        self._cache.written(persona.user_id, persona)
-        await self._announce(persona.user_id)
 
     async def _fresh(self, user_id: str) -> Persona:
         """The row as it is now, cached unless anything was invalidated meanwhile."""
         generation = self._cache.generation
-        async with get_session() as session:
-            persona = _from_row(user_id, await session.get(MemberPersona, user_id))
+        persona = (await self.coherence.run(_read_many([user_id]), "读取成员画像")).get(
+            user_id, Persona(user_id)
+        )
         self._cache.put(user_id, persona, since=generation)
         return persona
 
@@ -161,31 +167,37 @@ class PersonaStore:
         """Write ``persona``'s fields only while learning is on, in one statement: another
         process's ``/memory persona off`` in between is never overwritten. ``False``:
         learning is off now; ``None``: the row appeared meanwhile (read it again)."""
-        data = fields_to_json(persona.fields)
         try:
-            async with get_session() as session:
-                result = await session.execute(
-                    update(MemberPersona)
-                    .where(
-                        MemberPersona.user_id == persona.user_id,
-                        MemberPersona.learning_off.is_(False),
-                    )
-                    .values(fields=data, updated_at=db_now())
-                )
-                if not getattr(result, "rowcount", 0):
-                    if await session.get(MemberPersona, persona.user_id) is not None:
-                        return False  # switched off meanwhile (by any process)
-                    session.add(
-                        MemberPersona(
-                            user_id=persona.user_id, fields=data, learning_off=False,
-                            updated_at=db_now(),
-                        )
-                    )  # fmt: skip
-                await session.commit()
+            written = await self.coherence.run(self._store_learning(persona), "写入成员画像")
         except IntegrityError:
             return None
-        self._cache.written(persona.user_id, persona)
-        await self._announce(persona.user_id)
+        if written:
+            self._cache.written(persona.user_id, persona)
+        return written
+
+    async def _store_learning(self, persona: Persona) -> bool:
+        """:meth:`_write_learning`'s transaction, its feed row committed with it."""
+        data = fields_to_json(persona.fields)
+        async with orm_session() as session:
+            result = await session.execute(
+                update(MemberPersona)
+                .where(
+                    MemberPersona.user_id == persona.user_id,
+                    MemberPersona.learning_off.is_(False),
+                )
+                .values(fields=data, updated_at=db_now())
+            )
+            if not getattr(result, "rowcount", 0):
+                if await session.get(MemberPersona, persona.user_id) is not None:
+                    return False  # switched off meanwhile (by any process)
+                session.add(
+                    MemberPersona(
+                        user_id=persona.user_id, fields=data, learning_off=False,
+                        updated_at=db_now(),
+                    )
+                )  # fmt: skip
+            await self.coherence.note(session, [user_key(persona.user_id)])
+            await session.commit()
         return True
 
     async def clear(self, user_id: str) -> bool:
@@ -217,9 +229,12 @@ class PersonaStore:
                 if current.fields:
                     await self._write(Persona(user_id, [], True))
                 return len(current.fields)
-            async with get_session() as session:
-                await session.execute(delete(MemberPersona).where(MemberPersona.user_id == user_id))
-                await session.commit()
+            await self.coherence.run(self._delete(user_id), "删除成员画像")
             self._cache.written(user_id, Persona(user_id))
-            await self._announce(user_id)
             return len(current.fields)
+
+    async def _delete(self, user_id: str) -> None:
+        async with orm_session() as session:
+            await session.execute(delete(MemberPersona).where(MemberPersona.user_id == user_id))
+            await self.coherence.note(session, [user_key(user_id)])
+            await session.commit()

@@ -36,9 +36,11 @@ class GroupStores:
         coherence: Coherence | None = None,
         forgotten: ForgottenUsers | None = None,
     ) -> GroupStores:
-        """The stores; ``coherence`` (remote mode) keeps the persona cache coherent with
-        other processes' (``PersonaStore.share``); ``forgotten``: the tombstones the
-        windows honour (no stored message of a member from before their forget)."""
+        """The stores; ``coherence`` (remote mode) keeps the persona cache, the groups'
+        anonymisation switches and the self memory coherent with other processes'
+        (``PersonaStore.share``, ``GroupDirectory.share``, ``SelfMemoryStore.share``);
+        ``forgotten``: the tombstones the windows honour (no stored message of a member
+        from before their forget)."""
         stores = cls(
             windows=GroupWindowStore(config.group_context, forgotten),
             directory=GroupDirectory(config.group_context),
@@ -47,6 +49,8 @@ class GroupStores:
         )
         if coherence is not None and coherence.active:
             stores.personas.share(coherence)
+            stores.directory.share(coherence)  # the anonymisation switches
+            stores.self_memory.share(coherence)
             coherence.follow_with(stores._forgotten_elsewhere, _keep_data)
         return stores
 

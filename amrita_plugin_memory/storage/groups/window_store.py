@@ -26,7 +26,6 @@ import asyncio
 from datetime import UTC, datetime
 
 from nonebot import logger
-from nonebot_plugin_orm import get_session
 from sqlalchemy import delete, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -34,6 +33,7 @@ from ...core.config import GroupContextConfig
 from ...infra.locks import PartitionLocks
 from ...prompting.group_window import GroupWindow, WindowEntry, cut_text
 from ..models import GroupMessage
+from ..shared.sessions import orm_session
 from ..users.tombstones import ForgottenUsers, parse_time
 
 __all__ = ["CompactReport", "GroupWindowStore"]
@@ -142,7 +142,7 @@ class GroupWindowStore:
             .order_by(GroupMessage.id.desc())
             .limit(window.capacity)
         )
-        async with get_session() as session:
+        async with orm_session() as session:
             rows = list((await session.scalars(stmt)).all())
         rows.reverse()
         entries = [
@@ -192,7 +192,7 @@ class GroupWindowStore:
             if not entries:
                 return True
             try:
-                async with get_session() as session:
+                async with orm_session() as session:
                     session.add_all(
                         GroupMessage(
                             group_id=group_id,
@@ -239,7 +239,7 @@ class GroupWindowStore:
         """Forget the group's window, in memory and stored."""
         window = self._window(group_id)
         async with self._locks.hold(group_id):
-            async with get_session() as session:
+            async with orm_session() as session:
                 await session.execute(delete(GroupMessage).where(GroupMessage.group_id == group_id))
                 await session.commit()
             window.clear()
@@ -255,7 +255,7 @@ class GroupWindowStore:
             .where(GroupMessage.user_id == user_id, GroupMessage.is_bot.is_(False))
             .order_by(GroupMessage.id)
         )
-        async with get_session() as session:
+        async with orm_session() as session:
             rows = list((await session.scalars(stmt)).all())
         out = [
             (
@@ -284,7 +284,7 @@ class GroupWindowStore:
         stmt = select(GroupMessage.group_id).where(
             GroupMessage.user_id == user_id, GroupMessage.is_bot.is_(False)
         )
-        async with get_session() as session:
+        async with orm_session() as session:
             groups = set((await session.scalars(stmt.distinct())).all())
         groups |= {
             g
@@ -294,7 +294,7 @@ class GroupWindowStore:
         removed = 0
         for group_id in sorted(groups):
             async with self._locks.hold(group_id):
-                async with get_session() as session:
+                async with orm_session() as session:
                     result = await session.execute(
                         delete(GroupMessage).where(
                             GroupMessage.group_id == group_id,
@@ -328,7 +328,7 @@ class GroupWindowStore:
         """Cut what is stored beyond the current limits (once, at start-up)."""
         report = CompactReport()
         config = self._config
-        async with get_session() as session:
+        async with orm_session() as session:
             groups = list((await session.scalars(select(GroupMessage.group_id).distinct())).all())
             for group_id in groups:
                 report.dropped += await self._trim(session, group_id, config.context_message_count)

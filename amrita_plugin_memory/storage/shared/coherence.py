@@ -11,8 +11,16 @@ write gate (maintenance of this process), the partition's asyncio lock (this
 process), the partition's lease (every process; so a limit or a repeat is
 decided by one writer at a time, wherever it runs), a poll of the feed (the
 counts and vectors the decision reads include every write committed
-elsewhere), the block, and last the feed row naming the partition (written
-even when the block failed: the Chroma write may have landed).
+elsewhere), the intent row (the others stop caching the partition until the
+write ends; when it cannot be written the write is refused), the block, and
+last the feed row naming the partition (written even when the block failed:
+the Chroma write may have landed). Every step that reaches the database is
+bounded (:mod:`.sessions`, :mod:`.leases`, :mod:`.feed`): the section ends,
+or refuses, within its bounds; it never hangs inside the lock and the gate.
+
+A row cache's write (memo, opt-out, persona, a group's setting, the self memory)
+adds its feed row to its own transaction (:meth:`Coherence.note`), and its
+other database work is waited for with a bound (:meth:`Coherence.run`).
 """
 
 from __future__ import annotations
@@ -20,10 +28,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-from collections.abc import AsyncIterator, Callable, Iterable
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from typing import Any, Protocol, TypeVar
 
 from nonebot.log import logger
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from ...core.config import EnvConfig
 from ...core.text import short_error
@@ -31,6 +40,7 @@ from ...infra.gate import WriteGate
 from ...infra.locks import PartitionLocks
 from .feed import ALL_PARTITIONS, ChangeFeed
 from .leases import Leases
+from .sessions import SharedDatabaseError, SharedWork
 
 __all__ = [
     "PARTITION_LEASE_TTL",
@@ -39,13 +49,20 @@ __all__ = [
     "Coherence",
     "forgotten_of",
     "forgotten_row",
+    "setting_of",
+    "setting_row",
 ]
+
+T = TypeVar("T")
 
 PARTITION_LEASE_TTL = 15.0
 """Seconds a partition's write lease lasts without renewal (a killed writer's, at most)."""
 
 PARTITION_LEASE_WAIT = 30.0
 """Seconds a write waits for another process's partition lease before it gives up."""
+
+EXCLUSIVE_WAIT = 10.0
+"""Seconds a change of a shared setting or list waits for another process's (:meth:`Coherence.exclusive`)."""
 
 SAFETY_EXPIRY = 600.0
 """Seconds a cached partition is trusted at most while the feed runs (a backstop for a
@@ -67,6 +84,22 @@ def forgotten_of(row: str) -> str | None:
     return row[len(FORGOTTEN) :] if row.startswith(FORGOTTEN) else None
 
 
+SETTING = "setting:"
+"""Prefix of the feed row of a run-time setting or list (a group's anonymisation switch,
+the self memory): no partition, so the partition caches ignore it."""
+
+
+def setting_row(kind: str, key: str = "") -> str:
+    """The feed row telling every process that setting ``kind`` (of ``key``) changed."""
+    return f"{SETTING}{kind}:{key}"
+
+
+def setting_of(row: str, kind: str) -> str | None:
+    """The key of a row of setting ``kind`` (``None``: another row)."""
+    prefix = f"{SETTING}{kind}:"
+    return row[len(prefix) :] if row.startswith(prefix) else None
+
+
 class FollowingCache(Protocol):
     """A cache the feed invalidates (:class:`~..partition.cache.PartitionCache`)."""
 
@@ -84,6 +117,9 @@ class Coherence:
         self.collection = collection
         self.feed = feed
         self.leases = leases
+        self.work = SharedWork()
+        """Other database work of the stores that follow this feed, each waited for with a
+        bound (:meth:`run`)."""
         self._later: set[asyncio.Task[Any]] = set()
 
     @classmethod
@@ -128,6 +164,33 @@ class Coherence:
         """Tell the other processes that ``partitions`` changed (``*``: all)."""
         if self.feed is not None:
             await self.feed.publish(partitions)
+
+    async def run(self, work: Coroutine[Any, Any, T], what: str) -> T:
+        """``work`` on the shared tables, waited for with a bound (:class:`.sessions.SharedWork`:
+        a :class:`~.sessions.SharedDatabaseError` naming ``what`` after it); one process
+        (inactive): simply awaited."""
+        if self.feed is None:
+            return await work
+        return await self.work.run(work, what)
+
+    async def note(self, session: AsyncSession, partitions: Iterable[str]) -> None:
+        """In the transaction of a row cache's write, before its commit: the feed rows
+        telling the other processes, committed with the data (:meth:`.feed.ChangeFeed.note`)."""
+        if self.feed is not None:
+            await self.feed.note(session, partitions)
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self, name: str, what: str) -> AsyncIterator[None]:
+        """Hold lease ``name`` for the block when other processes share the store (a
+        read-modify-write of a shared table: the self memory's size limit, a knowledge
+        entry); nothing to take in one process."""
+        if self.leases is None:
+            yield
+            return
+        async with self.leases.hold(
+            f"{self.collection}:{name}", ttl=PARTITION_LEASE_TTL, wait=EXCLUSIVE_WAIT, what=what
+        ):
+            yield
 
     async def announce(self, partitions: Iterable[str]) -> None:
         """:meth:`changed` after a committed write of a row cache (memo, consent, persona;
@@ -188,13 +251,19 @@ class Coherence:
                     )
             await self.feed.poll()
             try:
+                await self.feed.intend(keys)
+            except Exception as exc:  # the others could not be told: nothing is written
+                raise SharedDatabaseError(
+                    f"写入分区 {', '.join(keys)} 未执行：无法通知其他进程（{short_error(exc)}）"
+                ) from exc
+            try:
                 yield
             finally:  # also after an error: the Chroma write may have landed
                 await self._publish(keys)
 
     async def _publish(self, keys: list[str]) -> None:
         """The feed row of a write section; a failure is logged (the write stands; other
-        processes see it after their caches' safety expiry)."""
+        processes drop the partition until the section's intent expires)."""
         assert self.feed is not None
         try:
             await self.feed.publish(keys)
@@ -215,6 +284,7 @@ class Coherence:
         rollback SQLAlchemy's pool reports), and a cancelled feed row never tells
         the other processes. The store keeps working on the next loop."""
         await self.settled()
+        await self.work.settle()
         if self.feed is not None:
             await self.feed.settle()
         if self.leases is not None:

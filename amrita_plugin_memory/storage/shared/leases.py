@@ -11,9 +11,19 @@ takes it.
 
 Every holder gets its own token, so two holds in one process exclude each
 other too. Waits are bounded: :meth:`Leases.hold` raises :class:`LeaseTimeout`
-(a :class:`~...core.errors.VectorStoreError`, its message meant for humans).
-Waiting polls the row (portable; no event crosses processes), every
-:data:`RETRY_MIN` seconds at first, backing off to :data:`RETRY_MAX`.
+(a :class:`~...core.errors.VectorStoreError`, its message meant for humans)
+after ``wait`` seconds, whatever the database does meanwhile. Waiting polls the
+row (portable; no event crosses processes), every :data:`RETRY_MIN` seconds at
+first, backing off to :data:`RETRY_MAX`.
+
+A peer frozen between its ``UPDATE`` of the row and its ``COMMIT`` holds the
+row's lock: our statement then gives up after the session's lock limit
+(:data:`~.sessions.LOCK_WAIT`, counted as "not now"), and each attempt is also
+waited for at most the time left (:func:`~.sessions.bounded`). An attempt still
+running when the wait ends is left to finish (never cancelled); if it took the
+lease after all, the lease is released at once. The renewals and the release
+are bounded the same way: leaving the block never waits more than
+:data:`RELEASE_WAIT` (a release that did not happen expires by itself).
 """
 
 from __future__ import annotations
@@ -26,16 +36,19 @@ from collections.abc import AsyncIterator
 
 from nonebot.log import logger
 from sqlalchemy import delete, update
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from ...core.errors import VectorStoreError
 from ...core.text import short_error
-from .sessions import Detached, SessionFactory, orm_session, wall_ms
+from .sessions import OPERATION_LIMIT, Detached, SessionFactory, bounded, busy, orm_session, wall_ms
 
 __all__ = ["LeaseTimeout", "Leases", "SharedTablesUnavailable"]
 
 RETRY_MIN = 0.02
 RETRY_MAX = 0.25
+
+RELEASE_WAIT = 2.0
+"""Seconds the end of a held block waits for the last renewal and the release."""
 
 
 class LeaseTimeout(VectorStoreError):
@@ -100,13 +113,32 @@ class Leases:
         :class:`SharedTablesUnavailable`."""
         try:
             return await self.try_take(name, holder, ttl)
-        except OperationalError as exc:
-            if "locked" in str(exc).lower() or "busy" in str(exc).lower():
+        except DBAPIError as exc:
+            if busy(exc):
                 logger.debug(f"[Memory] 租约 {name}：数据库忙，稍后重试：{short_error(exc)}")
                 return False
             raise SharedTablesUnavailable(short_error(exc)) from exc
-        except DBAPIError as exc:
-            raise SharedTablesUnavailable(short_error(exc)) from exc
+
+    async def _try_within(self, name: str, holder: str, ttl: float, seconds: float) -> bool:
+        """:meth:`_try`, waited for at most ``seconds``; an attempt that takes the lease after
+        its wait ended releases it again (nobody holds it)."""
+        attempt = self._work.start(self._try(name, holder, ttl))
+        done, _ = await asyncio.wait({attempt}, timeout=max(seconds, 0.0))
+        if done:
+            return attempt.result()
+
+        def late(task: asyncio.Task[bool]) -> None:
+            if not task.cancelled() and task.exception() is None and task.result():
+                self._work.start(self._release_quietly(name, holder))
+
+        attempt.add_done_callback(late)
+        return False
+
+    async def _release_quietly(self, name: str, holder: str) -> None:
+        try:
+            await self.release(name, holder)
+        except Exception as exc:  # it expires by itself
+            logger.warning(f"[Memory] 释放租约 {name} 失败（将自动过期）：{short_error(exc)}")
 
     async def renew(self, name: str, holder: str, ttl: float) -> bool:
         """Move the expiry of a held lease forward; ``False`` if it was lost (expired, taken)."""
@@ -141,7 +173,7 @@ class Leases:
             if stop.is_set():
                 return
             try:
-                if not await self.renew(name, holder, ttl):
+                if not await bounded(self._work, self.renew(name, holder, ttl), ttl / 3):
                     logger.warning(f"[Memory] 租约 {name} 已失效（续期时已被其他进程取得）")
                     return
             except Exception as exc:
@@ -150,10 +182,7 @@ class Leases:
     async def _end(self, keeper: asyncio.Task[None], name: str, holder: str) -> None:
         """After the block: the keeper's last renewal, then the release."""
         await asyncio.wait({keeper})
-        try:
-            await self.release(name, holder)
-        except Exception as exc:  # it expires by itself
-            logger.warning(f"[Memory] 释放租约 {name} 失败（将自动过期）：{short_error(exc)}")
+        await self._release_quietly(name, holder)
 
     @contextlib.asynccontextmanager
     async def _held(self, name: str, holder: str, ttl: float) -> AsyncIterator[None]:
@@ -167,7 +196,12 @@ class Leases:
             yield
         finally:
             stop.set()
-            await asyncio.shield(self._work.start(self._end(keeper, name, holder)))
+            end = self._work.start(self._end(keeper, name, holder))
+            await asyncio.wait({end}, timeout=RELEASE_WAIT)  # not cancellable, bounded
+            if not end.done():
+                logger.warning(
+                    f"[Memory] 释放租约 {name} 超过 {RELEASE_WAIT:g} 秒未完成（继续在后台进行，否则自动过期）"
+                )
 
     @contextlib.asynccontextmanager
     async def hold(self, name: str, *, ttl: float, wait: float, what: str) -> AsyncIterator[None]:
@@ -177,7 +211,7 @@ class Leases:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         pause = RETRY_MIN
-        while not await self._try(name, holder, ttl):
+        while not await self._try_within(name, holder, ttl, deadline - loop.time()):
             if loop.time() + pause > deadline:
                 raise LeaseTimeout(
                     f"{what}：另一个进程一直占用（等待 {wait:g} 秒后放弃），请稍后重试"
@@ -191,7 +225,7 @@ class Leases:
     async def attempt(self, name: str, *, ttl: float) -> AsyncIterator[bool]:
         """Hold ``name`` for the block if it is free now: yields whether it is held (no wait)."""
         holder = self.token()
-        if not await self._try(name, holder, ttl):
+        if not await self._try_within(name, holder, ttl, OPERATION_LIMIT):
             yield False
             return
         async with self._held(name, holder, ttl):

@@ -1,24 +1,45 @@
-"""The L3 loop's user profile as a user's export and forget see it: one file about the target user.
+"""The L3 loop's user profile as stored: one text about the target user, in one home.
 
-The loop keeps what it learned about its target user in ``<data_dir>/user_profile.md``
+The loop keeps what it learned about its target user as a ``summary---body`` text
 (edited line by line by ``subconscious.profile_store.ProfileStore``, which
 implements :class:`LoopProfile` under its own lock while a loop runs in this
-process); :class:`ProfileFile` is the same file for a process without the
-loop (the command line). A forget of the target user deletes the file.
+process). Where that text lives is its *home*, one of two (:func:`profile_home`):
+
+* :class:`ProfileFile`: ``<data_dir>/user_profile.md``, when one process owns the
+  store (the embedded or local Chroma modes);
+* :class:`ProfileRow`: a row of the shared database (``kind`` ``profile``,
+  :mod:`..shared.documents`), when several processes share it (remote mode): a
+  bot on another host reads and edits the same profile, and a forget through any
+  process removes it for all. The first use copies an existing ``user_profile.md``
+  of this data directory into the row (unless the row already has a text: the
+  file is then only kept) and moves the file to ``user_profile.md.migrated-<time>``,
+  its backup.
+
+A forget of the target user deletes the profile (the file, or the row).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Protocol
+
+from nonebot.log import logger
+
+from ...infra.files import atomic_write_text
+from ..shared.coherence import Coherence
+from ..shared.documents import Migration, SharedDocuments, move_to_backup
 
 __all__ = [
     "PROFILE_FILE",
     "PROFILE_SEPARATOR",
     "LoopProfile",
     "ProfileFile",
+    "ProfileHome",
+    "ProfileRow",
+    "profile_home",
     "profile_lines",
     "read_profile",
     "remove_profile",
@@ -28,6 +49,8 @@ PROFILE_FILE = "user_profile.md"
 """The profile's file name in the plugin's data directory."""
 PROFILE_SEPARATOR = "---"
 """The line between the profile's summary and its body."""
+KIND = "profile"
+"""The documents' kind of the profile (:mod:`..shared.documents`); its one name is ``""``."""
 
 
 def profile_lines(text: str) -> int:
@@ -64,7 +87,7 @@ class LoopProfile(Protocol):
 
 
 class ProfileFile:
-    """The profile file itself, for a process in which no loop runs."""
+    """The profile file itself (one process owns the store)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -76,5 +99,78 @@ class ProfileFile:
     async def text(self) -> str:
         return await asyncio.to_thread(read_profile, self.path)
 
+    async def write(self, text: str) -> None:
+        await asyncio.to_thread(atomic_write_text, self.path, text)
+
+    async def exists(self) -> bool:
+        return await asyncio.to_thread(self.path.exists)
+
     async def remove(self) -> int:
         return await asyncio.to_thread(remove_profile, self.path)
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self, what: str) -> AsyncIterator[None]:
+        """Nothing to take: no other process edits this file."""
+        yield
+
+
+class ProfileRow:
+    """The profile as a row of the shared database (several processes share the store)."""
+
+    def __init__(self, documents: SharedDocuments, legacy: Path) -> None:
+        self.documents = documents
+        self.legacy = legacy
+        """``user_profile.md`` of this data directory: copied in once, then moved away."""
+        self._ready = Migration(documents, legacy.exists, self._migrate, "迁移用户画像").ready
+
+    async def _migrate(self) -> None:
+        text = await asyncio.to_thread(read_profile, self.legacy)
+        if not text:
+            return  # moved meanwhile by another process of this host
+        copied = await self.documents.put("", text, only_new=True)
+        backup = await asyncio.to_thread(move_to_backup, self.legacy)
+        if backup is None:
+            return
+        if copied:
+            logger.info(f"[Subconscious] 用户画像已迁入共享数据库，原文件备份为 {backup}")
+        else:
+            logger.warning(
+                f"[Subconscious] 共享数据库中已有用户画像，本机的 {self.legacy.name} 未迁入，"
+                f"已备份为 {backup}"
+            )
+
+    async def text(self) -> str:
+        await self._ready()
+        return await self.documents.get("") or ""
+
+    async def write(self, text: str) -> None:
+        await self._ready()
+        await self.documents.put("", text)
+
+    async def exists(self) -> bool:
+        await self._ready()
+        return await self.documents.get("") is not None
+
+    async def remove(self) -> int:
+        await self._ready()
+        lines = profile_lines(await self.documents.get("") or "")
+        await self.documents.delete("")
+        return lines
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self, what: str) -> AsyncIterator[None]:
+        """The lease of every process's edits (a line edit reads, then writes, the text)."""
+        async with self.documents.exclusive(what):
+            yield
+
+
+ProfileHome = ProfileFile | ProfileRow
+"""Where the profile's text lives (:func:`profile_home`)."""
+
+
+def profile_home(data_dir: Path, coherence: Coherence | None = None) -> ProfileHome:
+    """The profile's home: the shared database when ``coherence`` is active (remote mode),
+    else the file in ``data_dir``."""
+    if coherence is not None and coherence.active:
+        return ProfileRow(SharedDocuments(KIND, coherence), data_dir / PROFILE_FILE)
+    return ProfileFile.in_dir(data_dir)

@@ -35,11 +35,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from nonebot_plugin_orm import get_session
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ..models import ForgottenUser, LoopItem, SubconsciousState, db_now
+from ..shared.sessions import orm_session
 
 __all__ = [
     "LOOP_STATE_UID",
@@ -122,7 +122,7 @@ class LoopStateRow:
         """The document as stored now; ``bury``: the items of users forgotten since their
         work began are deleted first (the loop's own reads; a user's export and forget
         see and count everything stored)."""
-        async with get_session() as session:
+        async with orm_session() as session:
             if bury and await self._bury(session):
                 await session.commit()
             state = await session.get(SubconsciousState, self.uid)
@@ -193,7 +193,7 @@ class LoopStateRow:
         runs = _runs(after.get(RUNS))
         if not (inserts or deletes or rewrites) and runs <= _runs(before.get(RUNS)):
             return
-        async with get_session() as session:
+        async with orm_session() as session:
             await self._change_rows(session, deletes, rewrites, runs)
             session.add_all(inserts)
             try:
@@ -238,12 +238,12 @@ class LoopStateRow:
         inserts: list[LoopItem],
         runs: int,
     ) -> None:
-        async with get_session() as session:
+        async with orm_session() as session:
             await self._change_rows(session, deletes, rewrites, runs)
             await session.commit()
         for row in inserts:
             try:
-                async with get_session() as session:
+                async with orm_session() as session:
                     session.add(row)
                     await session.commit()
             except IntegrityError:

@@ -25,7 +25,11 @@ With ``sessions`` (the runtime's), every entry is also a row of the table
 forget in one process (or on another host sharing the database) is seen by every
 other process's fences and restores. The entries are the union of both (the later
 time wins); the first read copies the file's entries into the table (those written
-before the table existed), and a forget writes both.
+before the table existed), and a forget writes both. Every reading and writing of
+the table is waited for at most :data:`~..shared.sessions.OPERATION_LIMIT` seconds
+(:class:`~..shared.sessions.SharedWork`): past it a restore refuses and a fence
+voids the work it guards (:class:`~..shared.sessions.SharedDatabaseError`), rather
+than wait without end or guess.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from sqlalchemy.exc import IntegrityError
 
 from ...core.records import META_AUTHOR
 from ...infra.files import atomic_write_text
-from ..shared.sessions import SessionFactory
+from ..shared.sessions import SessionFactory, SharedWork
 
 __all__ = [
     "FORGOTTEN_FILE_NAME",
@@ -126,23 +130,33 @@ class Tombstones:
 class ForgottenUsers:
     """The tombstone file of one data directory."""
 
-    def __init__(self, path: Path, sessions: SessionFactory | None = None) -> None:
+    def __init__(
+        self, path: Path, sessions: SessionFactory | None = None, work: SharedWork | None = None
+    ) -> None:
         self.path = path
         self.sessions = sessions
+        self.work = work or SharedWork()
+        """Waits for the table with a bound (the runtime's store's, settled with it)."""
         self._lock = asyncio.Lock()
         self._copied = False
 
     @classmethod
-    def in_dir(cls, data_dir: Path, sessions: SessionFactory | None = None) -> ForgottenUsers:
-        return cls(data_dir / FORGOTTEN_FILE_NAME, sessions)
+    def in_dir(
+        cls, data_dir: Path, sessions: SessionFactory | None = None, work: SharedWork | None = None
+    ) -> ForgottenUsers:
+        return cls(data_dir / FORGOTTEN_FILE_NAME, sessions, work)
 
     async def _rows(self) -> dict[str, dict[str, str]]:
         """The table's entries (empty without ``sessions``)."""
         if self.sessions is None:
             return {}
+        return await self.work.run(self._read_rows(self.sessions), "读取遗忘记录")
+
+    @staticmethod
+    async def _read_rows(sessions: SessionFactory) -> dict[str, dict[str, str]]:
         from ..models import ForgottenUser  # lazily: importable without NoneBot
 
-        async with self.sessions() as session:
+        async with sessions() as session:
             rows = (await session.scalars(select(ForgottenUser))).all()
         return {
             r.user_id: {"partition": r.partition, "at": _from_us(r.at_us).isoformat()} for r in rows
@@ -152,12 +166,16 @@ class ForgottenUsers:
         """Record ``user_id`` in the table, moving its time forward only (portable upsert)."""
         if self.sessions is None:
             return
+        await self.work.run(self._upsert(self.sessions, user_id, partition, at), "写入遗忘记录")
+
+    @staticmethod
+    async def _upsert(sessions: SessionFactory, user_id: str, partition: str, at: datetime) -> None:
         from ..models import ForgottenUser  # lazily: importable without NoneBot
 
         us = _to_us(at)
         for _ in range(3):
             try:
-                async with self.sessions() as session:
+                async with sessions() as session:
                     row = await session.get(ForgottenUser, user_id)
                     if row is None:
                         session.add(ForgottenUser(user_id=user_id, partition=partition, at_us=us))
