@@ -21,7 +21,16 @@ __all__ = [
     "runtime",
     "runtime_with",
     "system_prompt",
+    "view_of",
 ]
+
+
+def view_of(partition: str, origins: Any = None) -> Any:
+    """What a test's store read may see: every memory of ``partition`` (an operator's
+    view), or only those ``origins`` (a ``core.records.OriginFilter``) lets through."""
+    from amrita_plugin_memory.storage.scope import View, operator_view
+
+    return operator_view(partition) if origins is None else View(partition, origins)
 
 
 def runtime() -> Any:

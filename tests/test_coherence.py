@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import EMBED, EMBED_MODEL, WORK, env_for
+from tests.helpers import view_of
 
 ROOT = Path(__file__).resolve().parent.parent
 P = "QQPlatform_Private_30001"
@@ -83,7 +84,7 @@ class Lag:
 
 
 async def _contents(store: Any, partition: str, text: str) -> list[str]:
-    return [r.content for r in await store.query(partition, text, top_k=20)]
+    return [r.content for r in await store.query(view_of(partition), text, top_k=20)]
 
 
 async def test_b_sees_a_write_in_a_partition_it_has_cached(pair: list[Any]) -> None:
@@ -177,19 +178,19 @@ async def test_the_limit_holds_when_both_write_at_once(pair: list[Any]) -> None:
 
     done = await asyncio.gather(*(write(s, k) for k in range(4) for s in (a, b)))
     assert sum(done) == limit - 2
-    assert await a.count(P) == limit
+    assert await a.count(view_of(P)) == limit
 
 
 async def test_a_repeat_written_by_both_at_once_is_stored_once(pair: list[Any]) -> None:
     a, b = pair
     await a.add(P, "user", "用户在学吉他")
-    await b.query(P, "吉他")  # both have the partition cached
-    await a.query(P, "吉他")
+    await b.query(view_of(P), "吉他")  # both have the partition cached
+    await a.query(view_of(P), "吉他")
     results = await asyncio.gather(
         a.remember(P, "user", "用户每天练习钢琴"), b.remember(P, "user", "用户每天练习钢琴")
     )
     assert sorted(r.merged for r in results) == [False, True]
-    assert await a.count(P) == 2
+    assert await a.count(view_of(P)) == 2
 
 
 async def test_two_processes_never_sweep_at_once(pair: list[Any]) -> None:
@@ -220,7 +221,7 @@ async def test_two_processes_never_sweep_at_once(pair: list[Any]) -> None:
         result = await first
     assert result.archived == 3
     assert (await sweep(b, lifetime)).archived == 0  # free again, nothing left
-    assert await a.count(P) == 0 and len(await a.archive.list(P, limit=10)) == 3
+    assert await a.count(view_of(P)) == 0 and len(await a.archive.list(P, limit=10)) == 3
 
 
 # ---------------------------------------------------------------------------

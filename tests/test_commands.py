@@ -9,7 +9,7 @@ import pytest
 from tests.chat import BotRecorder, make_bot, run_turn
 from tests.conftest import SUPERUSER
 from tests.events import group_event, private_event
-from tests.helpers import runtime
+from tests.helpers import runtime, view_of
 from tests.lazy import lazy_import
 
 M = lazy_import("amrita_plugin_memory.tools.commands")
@@ -70,14 +70,14 @@ async def test_private_list_search_delete() -> None:
     assert rec.texts("private") == [
         f"已删除个人记忆 {gone}（已存入归档，可用 /memory user archive restore {gone} 恢复）"
     ]
-    assert await store.get(key, gone) is None
+    assert await store.get(view_of(key), gone) is None
     (row,) = await store.archive.list(key, memory_id=gone)  # deletes lose nothing
     assert (row.id, row.reason, row.record.content) == (gone, "deleted", records[0].content)
     rec = await command(private_event(uid, "/memory user archive"))
     assert f"{gone}  [已删除，归档于" in rec.texts("private")[0]
     rec = await command(private_event(uid, f"/memory user archive restore {gone}"))
     assert rec.texts("private") == [f"已恢复记忆 {gone}"]
-    assert (await store.get(key, gone)).content == records[0].content
+    assert (await store.get(view_of(key), gone)).content == records[0].content
     await store.delete(key, gone)
 
     rec = await command(private_event(uid, "/memory user list 9"))
@@ -139,11 +139,11 @@ async def test_group_delete_permission(role: str, user_id: int, allowed: bool) -
     (reply,) = rec.texts("group")
     if allowed:
         assert reply == f"已删除群共享记忆 {note.id}（已存入归档）"
-        assert await store.get(key, note.id) is None
+        assert await store.get(view_of(key), note.id) is None
         assert await store.archive.ids([note.id]) == {note.id}
     else:
         assert reply.startswith("删除失败") and "管理员" in reply
-        assert await store.get(key, note.id) is not None
+        assert await store.get(view_of(key), note.id) is not None
         await store.delete(key, note.id)
 
 
@@ -168,8 +168,11 @@ async def test_hostile_command_arguments() -> None:
         (reply,) = rec.texts("private")
         assert expected in reply, (text, reply)
         assert "Traceback" not in reply
-    assert (await store.get("QQPlatform_Private_12041", other.id)).content == "别人的记忆"
-    assert await store.count(key) == 1 and (await store.get(key, mine.id)) is not None
+    assert (await store.get(view_of("QQPlatform_Private_12041"), other.id)).content == "别人的记忆"
+    assert (
+        await store.count(view_of(key)) == 1
+        and (await store.get(view_of(key), mine.id)) is not None
+    )
 
 
 async def test_help() -> None:

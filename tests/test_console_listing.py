@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import view_of
 from tests.lazy import lazy_import
 
 L = lazy_import(
@@ -91,7 +92,7 @@ async def test_write_gate_refuses_writes_during_maintenance(store: Any) -> None:
             async with gate.closed("恢复备份"):
                 pass
     assert [r.content for r in (await L.newest_page(store, P, limit=5))[0]] == ["before"]
-    assert (await store.get(P, first.id)).importance == "medium"
+    assert (await store.get(view_of(P), first.id)).importance == "medium"
 
 
 async def test_write_gate_waits_for_running_writes() -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.botproject import ALICE, NOMIC, make_runtime
+from tests.helpers import view_of
 from tests.lazy import lazy_import
 from tests.servers import EmbeddingServer
 
@@ -58,14 +59,14 @@ async def test_prefixes_reach_the_server_for_documents_and_queries(
     )
     record = await rt.store.add(ALICE, "user", "我家的猫叫年糕", tags=["宠物"])
     await rt.store.update(ALICE, record.id, content="我家的猫叫年糕，三岁了")
-    await rt.store.query(ALICE, "猫叫什么", top_k=1)
+    await rt.store.query(view_of(ALICE), "猫叫什么", top_k=1)
     assert inputs(embed_server) == [
         (["passage: 我家的猫叫年糕"], None),
         (["passage: 我家的猫叫年糕，三岁了"], None),
         (["query: 猫叫什么"], None),
     ]
     # What is stored is the text itself, never the prefix.
-    stored = await rt.store.get(ALICE, record.id)
+    stored = await rt.store.get(view_of(ALICE), record.id)
     assert stored is not None and stored.content == "我家的猫叫年糕，三岁了"
 
 
@@ -74,7 +75,7 @@ async def test_no_prefix_by_default_sends_raw_text(
 ) -> None:
     rt = runtimes(tmp_path, embedding_model_name=NOMIC)
     await rt.store.add(ALICE, "user", "住在越秀区", tags=["住址"])
-    await rt.store.query(ALICE, "住在哪", top_k=1)
+    await rt.store.query(view_of(ALICE), "住在哪", top_k=1)
     assert inputs(embed_server) == [(["住在越秀区"], None), (["住在哪"], None)]
 
 
@@ -85,7 +86,7 @@ async def test_input_type_e5_is_sent_with_openai_only(
         tmp_path, embedding_proctol="openai", embedding_model_name=NOMIC, embedding_input_type="e5"
     )
     await rt.store.add(ALICE, "user", "喜欢喝乌龙茶", tags=["饮品"])
-    await rt.store.query(ALICE, "爱喝什么茶", top_k=1)
+    await rt.store.query(view_of(ALICE), "爱喝什么茶", top_k=1)
     assert inputs(embed_server) == [(["喜欢喝乌龙茶"], "passage"), (["爱喝什么茶"], "query")]
 
 

@@ -24,7 +24,7 @@ from tests.active_helpers import active, answer_rule, extractions, settle, shown
 from tests.chat import tool_results
 from tests.events import group_event, private_event
 from tests.group_helpers import block, say, turn_prompts
-from tests.helpers import partition, runtime
+from tests.helpers import partition, runtime, view_of
 from tests.lazy import lazy_import
 from tests.servers import ChatServer, Reply
 
@@ -132,7 +132,7 @@ async def test_a_memory_stays_with_the_chat_it_was_said_in(
         chat_server, private_event(uid, "记住我喜欢猫"), write("私聊：用户喜欢猫")
     )
     assert written["ok"]
-    stored = await rt.store.get(partition(uid), written["memory"]["id"])
+    stored = await rt.store.get(view_of(partition(uid)), written["memory"]["id"])
     assert stored is not None and stored.origin == "private"
 
     read, listed = await turn(chat_server, group_event(uid, group_a, "我喜欢什么？"), READ, LIST)
@@ -143,7 +143,7 @@ async def test_a_memory_stays_with_the_chat_it_was_said_in(
         chat_server, group_event(uid, group_a, "我喜欢篮球"), write("群聊：用户喜欢篮球")
     )
     said_in_a = in_a["memory"]["id"]
-    stored = await rt.store.get(partition(uid), said_in_a)
+    stored = await rt.store.get(view_of(partition(uid)), said_in_a)
     assert stored is not None and stored.origin == f"group:{group_a}"
     read, listed = await turn(chat_server, group_event(uid, group_a, "我喜欢什么？"), READ, LIST)
     assert contents(read) == {"群聊：用户喜欢篮球"} and listed["total"] == 1
@@ -161,7 +161,7 @@ async def test_a_memory_stays_with_the_chat_it_was_said_in(
     )
     assert not updated["ok"] and "不存在" in updated["error"]
     assert "篮球" not in json.dumps(updated, ensure_ascii=False)
-    unchanged = await rt.store.get(partition(uid), said_in_a)
+    unchanged = await rt.store.get(view_of(partition(uid)), said_in_a)
     assert unchanged is not None and unchanged.importance == "medium"
     (updated,) = await turn(
         chat_server,
@@ -220,7 +220,7 @@ async def test_active_memory_keeps_what_was_learned_in_a_group_to_that_group(
     chat_server.set_rule(answer_rule(lambda _: {"memories": [{"op": "add", "content": learned}]}))
     await say(group_event(uid, group_a, "我家橘猫年糕今年三岁了"))
     await service.drain()
-    (memory,) = await runtime().store.list(partition(uid))
+    (memory,) = await runtime().store.list(view_of(partition(uid)))
     assert memory.content == learned and memory.origin == f"group:{group_a}"
 
     def chat_in(group_id: int | None) -> Any:

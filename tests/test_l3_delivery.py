@@ -26,7 +26,7 @@ import pytest
 
 from tests.chat import BotRecorder, connect_bot, disconnect_bot, request_tool_results, run_turn
 from tests.events import BOT_ID, group_event
-from tests.helpers import partition, runtime
+from tests.helpers import partition, runtime, view_of
 from tests.servers import ChatServer, EmbeddingServer, Reply
 
 SECOND_BOT_ID = BOT_ID + 1
@@ -198,11 +198,11 @@ async def test_duplicate_helper_uses_stored_vectors_in_one_query(
         await rt.store.add(part, "user", text)
 
     # The groups as the helper found them before: each memory re-embedded and queried alone.
-    records = await rt.store.list(part, limit=50)
+    records = await rt.store.list(view_of(part), limit=50)
     k = min(DUPLICATE_NEIGHBOURS + 1, len(records))
     neighbours = {
         r.id: await rt.store.query_vector(
-            part, (await rt.embedder.embed([r.content], "query"))[0], top_k=k
+            view_of(part), (await rt.embedder.embed([r.content], "query"))[0], top_k=k
         )
         for r in records
     }

@@ -24,6 +24,7 @@ import pytest
 from tests.botproject import make_runtime
 from tests.chat import BotRecorder, make_bot
 from tests.events import private_event
+from tests.helpers import view_of
 from tests.lazy import lazy_import
 
 E = lazy_import("amrita_plugin_memory.embedding")
@@ -260,7 +261,7 @@ async def test_local_store_is_fingerprinted_at_startup(
         MODEL,
         "local",
     )
-    hits = await again.store.query("QQPlatform_Private_36999", "宠物叫什么名字", top_k=1)
+    hits = await again.store.query(view_of("QQPlatform_Private_36999"), "宠物叫什么名字", top_k=1)
     assert hits[0].content == "我家的猫叫年糕"
 
 

@@ -27,7 +27,7 @@ from tests.botproject import NOMIC, BotProject, make_runtime, sample_memories, s
 from tests.chat import BotRecorder, make_bot
 from tests.conftest import SUPERUSER
 from tests.events import group_event, private_event
-from tests.helpers import runtime
+from tests.helpers import runtime, view_of
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 from tests.servers import ChromaServer, EmbeddingServer
@@ -56,7 +56,7 @@ V = lazy_import(
 async def fingerprint_of_store(store: Any) -> tuple[int, str]:
     """(count, checksum) over ids, documents and metadatas of a whole collection."""
     rows = []
-    async for page in store.iter_records(with_documents=True):
+    async for page in store.iter_all_records(with_documents=True):
         rows += [
             (r.id, r.content, json.dumps(r.to_metadata(), sort_keys=True, ensure_ascii=False))
             for r in page
@@ -98,7 +98,7 @@ async def test_hundred_concurrent_writes_respect_the_limit() -> None:
     refusals = [r["error"] for r in writes if not r["ok"]]
     assert len(refusals) == 50 and all("已达上限" in e and "50/50" in e for e in refusals)
     assert all(r["ok"] for r in reads)  # reads during writes never fail
-    assert await rt.store.count("QQPlatform_Private_14001") == 50
+    assert await rt.store.count(view_of("QQPlatform_Private_14001")) == 50
 
 
 # ---------------------------------------------------------------------------
@@ -138,7 +138,7 @@ async def test_embedding_faults_during_write_and_read(
         update = await rt.tools.update_memory(
             caller,
             {
-                "id": (await rt.store.list("QQPlatform_Private_14100"))[0].id,
+                "id": (await rt.store.list(view_of("QQPlatform_Private_14100")))[0].id,
                 "scope": "user",
                 "content": "改写",
             },
@@ -250,7 +250,7 @@ async def kept_texts(rt: Any) -> dict[str, str]:
     """``{memory id: text}`` of the memories live or archived as themselves (not versions)."""
     rt.store.invalidate()
     kept: dict[str, str] = {}
-    async for page in rt.store.iter_records(with_documents=True):
+    async for page in rt.store.iter_all_records(with_documents=True):
         kept |= {r.id: r.content for r in page}
     for row in await rt.store.archive.list(limit=10_000):
         if not row.is_version:
@@ -319,7 +319,7 @@ async def test_a_delete_under_a_fault_loses_nothing(
         lost = [i for i, text in before.items() if after.get(i) != text]
         STATS.items_lost += len(lost)
         assert not lost, (result, lost)
-        live = await rt.store.get(f"QQPlatform_Private_{uid}", ids[0])
+        live = await rt.store.get(view_of(f"QQPlatform_Private_{uid}"), ids[0])
         if fault == "embedding_down":  # a delete needs no embedding
             assert result == {"ok": True, "deleted": ids[0]} and live is None
         else:
@@ -435,7 +435,7 @@ async def test_property_commands_never_raise_or_change_others(
 ) -> None:
     rt = runtime()
     victim = "QQPlatform_Private_14301"
-    if await rt.store.count(victim) == 0:
+    if await rt.store.count(view_of(victim)) == 0:
         await rt.store.add(victim, "user", "不应被动到的记忆")
     before = await fingerprint_of_store_partition(rt.store, victim)
 
@@ -468,7 +468,7 @@ def _own_data_commands(rt: Any) -> Any:
 
 
 async def fingerprint_of_store_partition(store: Any, partition: str) -> list[tuple[str, str]]:
-    return sorted((r.id, r.content) for r in await store.list(partition, limit=1000))
+    return sorted((r.id, r.content) for r in await store.list(view_of(partition), limit=1000))
 
 
 # ---------------------------------------------------------------------------
@@ -527,7 +527,9 @@ async def test_permission_matrix(role: str, uid: int, where: str, tool: str) -> 
         assert result["ok"] is manager
         if not manager:
             assert "管理员" in result["error"]
-            assert (await rt.store.get(f"QQPlatform_Group_{gid}", shared.id)).importance == "medium"
+            assert (
+                await rt.store.get(view_of(f"QQPlatform_Group_{gid}"), shared.id)
+            ).importance == "medium"
 
 
 # ---------------------------------------------------------------------------

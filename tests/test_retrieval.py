@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.botproject import make_runtime
-from tests.helpers import LoopStalls
+from tests.helpers import LoopStalls, view_of
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 
@@ -190,7 +190,7 @@ async def test_keyword_channel_keeps_partition_and_filters(rt: Any) -> None:
     await rt.store.add(me, "user", "用户喜欢喝乌龙茶", importance="high")
     assert "Z9981" not in "".join(await top(rt, "Z9981"))
     assert await top(rt, "Z9981", uid=10002) == ["用户的门禁卡号是Z9981"]
-    hits = await rt.store.query(me, "Z1234", importance="high")
+    hits = await rt.store.query(view_of(me), "Z1234", importance="high")
     assert [h.content for h in hits] == ["用户喜欢喝乌龙茶"]
     # Group chat: the speaker's private memories stay out, keyword match or not.
     gid = 5555
@@ -252,7 +252,7 @@ async def test_a_repeated_fact_is_merged_not_copied(rt: Any) -> None:
     again = await write(rt, "用户很喜欢喝咖啡。", tags=["咖啡"], importance="high")
     assert again["merged"] is True and "merged" not in first
     assert again["memory"]["id"] == first["memory"]["id"]
-    [stored] = await rt.store.list(me)
+    [stored] = await rt.store.list(view_of(me))
     assert stored.content == "用户很喜欢喝咖啡。"  # the newer text
     assert stored.tags == ["饮食", "咖啡"] and stored.importance == "high"
     assert stored.updated_at == at(-1)() and stored.created_at == NOW.isoformat(timespec="seconds")
@@ -269,7 +269,7 @@ async def test_different_values_are_not_merged(rt: Any) -> None:
     for text in ("用户住在越秀区", "用户住在天河区", "用户的房间号是1602", "用户的房间号是1603",
                  "用户喜欢吃火锅", "用户不喜欢吃火锅"):  # fmt: skip
         assert "merged" not in await write(rt, text)
-    assert await rt.store.count(me) == 6
+    assert await rt.store.count(view_of(me)) == 6
 
 
 async def test_a_merge_is_accepted_by_a_full_partition_and_keeps_scopes_apart(rt: Any) -> None:
@@ -290,7 +290,7 @@ async def test_merging_can_be_switched_off(rt: Any) -> None:
     settings(rt, dedup=False)
     await write(rt, "用户的猫叫年糕")
     assert "merged" not in await write(rt, "用户的猫叫年糕")
-    assert await rt.store.count(K.user_key("10001")) == 2
+    assert await rt.store.count(view_of(K.user_key("10001"))) == 2
 
 
 async def test_a_failed_history_write_changes_nothing(rt: Any) -> None:
@@ -305,7 +305,7 @@ async def test_a_failed_history_write_changes_nothing(rt: Any) -> None:
     STATS.faults_injected += 1
     result = await rt.tools.write_memory(caller(), {"content": "用户的猫叫年糕呀", "tags": ["t"]})
     assert result["ok"] is False
-    [stored] = await rt.store.list(me)
+    [stored] = await rt.store.list(view_of(me))
     if stored.content != "用户的猫叫年糕":
         STATS.items_lost += 1
     assert stored.content == "用户的猫叫年糕"

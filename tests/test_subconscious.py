@@ -21,7 +21,7 @@ import pytest
 
 from tests.chat import offered, request_tool_results
 from tests.conftest import captured_logs
-from tests.helpers import partition, runtime
+from tests.helpers import partition, runtime, view_of
 from tests.servers import ChatServer, Reply
 
 _users = iter(range(31001, 31999))
@@ -130,7 +130,7 @@ async def test_full_cycle_merges_duplicates(
     assert result.number == 1
     assert result.actions == {"update": 1, "delete": 1}
     # The store afterwards: one merged memory, the unrelated one untouched.
-    records = {r.id: r for r in await rt.store.list(part)}
+    records = {r.id: r for r in await rt.store.list(view_of(part))}
     assert set(records) == {a.id, other.id}
     assert records[a.id].content == merged and records[a.id].tags == ["饮食", "偏好"]
     assert records[other.id].content == "用户的生日是5月1日"
@@ -335,7 +335,7 @@ async def test_target_message_during_a_cycle(
 
     assert result.outcome == "interrupted"
     # The tool call the model asked for after the interruption was not executed.
-    assert await rt.store.get(part, record.id) is not None
+    assert await rt.store.get(view_of(part), record.id) is not None
     assert len(loop_requests(chat_server)) == 1
     # Consistent state: the run is counted with its abstract, the penalty stays,
     # and the run planned by the message stands.

@@ -17,7 +17,7 @@ import pytest
 from tests.chat import model_requests, tool_results, turn
 from tests.chat import offered as offered_in
 from tests.events import private_event
-from tests.helpers import runtime
+from tests.helpers import runtime, view_of
 from tests.servers import ChatServer, Reply
 
 SIX = {
@@ -85,7 +85,7 @@ async def test_the_worked_example_a_tool_with_a_config_switch(chat_server: ChatS
                 origins = scope.origins(kind)
                 return {
                     "ok": True,
-                    "count": await self.store.count(scope.partition(kind), origins=origins),
+                    "count": await self.store.count(view_of(scope.partition(kind), origins)),
                 }
 
             return await self._guard("count_memory", run)
@@ -131,5 +131,5 @@ async def test_the_worked_example_a_tool_with_a_config_switch(chat_server: ChatS
         for name in (*SIX, "count_memory"):
             manager.remove_tool(name)
         register_surface_tools(rt.tools, lambda: rt.scopes)  # the session's own tools again
-        for record in await rt.store.list(f"QQPlatform_Private_{uid}", limit=10):
+        for record in await rt.store.list(view_of(f"QQPlatform_Private_{uid}"), limit=10):
             await rt.store.delete(f"QQPlatform_Private_{uid}", record.id)

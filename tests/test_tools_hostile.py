@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import runtime
+from tests.helpers import runtime, view_of
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 
@@ -40,7 +40,7 @@ async def snapshot() -> dict[str, Any]:
     for p in parts:
         out[p] = sorted(
             (r.id, r.content, tuple(r.tags), r.importance, r.updated_at)
-            for r in await rt.store.list(p, limit=1000)
+            for r in await rt.store.list(view_of(p), limit=1000)
         )
     out["memo"] = await rt.memo.get(f"QQPlatform_Private_{UID}")
     return out
@@ -59,7 +59,7 @@ async def seeded() -> AsyncIterator[dict[str, Any]]:
         f"QQPlatform_Group_{GID}",
         f"QQPlatform_Private_{OTHER}",
     ):
-        for r in await rt.store.list(key, limit=1000):
+        for r in await rt.store.list(view_of(key), limit=1000):
             await rt.store.delete(key, r.id)
 
 

@@ -26,7 +26,7 @@ from tests.active_helpers import active
 from tests.botproject import make_runtime, snapshot
 from tests.chat import BotRecorder, make_bot, run_turn
 from tests.events import group_event, private_event
-from tests.helpers import partition, runtime
+from tests.helpers import partition, runtime, view_of
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 from tests.servers import ChromaServer, EmbeddingServer
@@ -104,7 +104,7 @@ async def holdings(rt: Any, groups: Any, uid: int, gid: int) -> dict[str, Any]:
     """Everything kept about ``uid``, read straight from the stores."""
     key = partition(uid)
     return {
-        "memories": await rt.store.count(key),
+        "memories": await rt.store.count(view_of(key)),
         "archive": await rt.store.archive.count(key),
         "memo": await rt.memo.get(key),
         "persona": [f.value for f in (await groups.personas.get(str(uid))).fields],
@@ -299,7 +299,7 @@ async def test_forget_removes_every_kind_and_leaves_others_intact() -> None:
         "labels": {},
     }
     group_key = f"QQPlatform_Group_{gid}"
-    kept = await rt.store.get(group_key, mine["group_memory"])
+    kept = await rt.store.get(view_of(group_key), mine["group_memory"])
     assert kept is not None and kept.content == "丙定下群规：周五聚餐" and kept.author == ""
     assert await holdings(rt, groups, other, gid) == before_other
     now = await snapshot(rt, rt.store.name)
@@ -314,7 +314,7 @@ async def test_forget_removes_every_kind_and_leaves_others_intact() -> None:
 
     # Talking again afterwards is remembered as usual.
     again = await rt.store.add(partition(me), "user", "丙回来了，喜欢柚子")
-    assert await rt.store.get(partition(me), again.id) is not None
+    assert await rt.store.get(view_of(partition(me)), again.id) is not None
     forgotten = await rt.forgotten.entries()
     assert forgotten[str(me)]["partition"] == partition(me)
 
@@ -330,15 +330,15 @@ async def test_forget_confirmation_expires_and_arguments_are_checked(tmp_path: P
     assert "个人记忆 1 条" in await users.forget(caller, "")
     clock[0] += U.CONFIRM_SECONDS + 1
     assert (await users.forget(caller, "confirm")).startswith("没有待确认的删除")
-    assert await rt.store.count(partition(me)) == 1
+    assert await rt.store.count(view_of(partition(me))) == 1
     for bad in ("yes", "confirm now", "确认 一下", "x" * 300):
         assert (await users.forget(caller, bad)).startswith("用法：")
         STATS.inputs_tried += 1
-    assert await rt.store.count(partition(me)) == 1
+    assert await rt.store.count(view_of(partition(me))) == 1
     await users.forget(caller, "")
     clock[0] += U.CONFIRM_SECONDS - 1
     assert (await users.forget(caller, "确认")).startswith("已删除机器人保存的你的数据")
-    assert await rt.store.count(partition(me)) == 0
+    assert await rt.store.count(view_of(partition(me))) == 0
 
 
 # ---------------------------------------------------------------------------
@@ -517,7 +517,7 @@ async def test_an_archive_restore_never_brings_back_a_forgotten_users_row(
         )
         with pytest.raises(U.ArchiveRestoreError, match="归档中没有"):
             await U.restore(rt.store, row.id, partition=partition(me))
-        assert await rt.store.count(partition(me)) == 0
+        assert await rt.store.count(view_of(partition(me))) == 0
         STATS.inputs_tried += 1
     finally:
         await rt.close()
@@ -532,7 +532,7 @@ async def test_a_corrupt_tombstone_file_stops_every_restore(tmp_path: Path) -> N
         rt.forgotten.path.write_text("{not json", encoding="utf-8")
         with pytest.raises(U.ForgottenFileError, match="已损坏"):
             await U.restore_backup(rt.maintenance, info.path)
-        assert await rt.store.count(partition(18181)) == 1
+        assert await rt.store.count(view_of(partition(18181))) == 1
         STATS.faults_injected += 1
     finally:
         await rt.close()

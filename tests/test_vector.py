@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import env_for
-from tests.helpers import LoopStalls
+from tests.helpers import LoopStalls, view_of
 from tests.lazy import lazy_import
 from tests.servers import EmbeddingServer
 
@@ -28,7 +28,7 @@ GROUP = "QQPlatform_Group_20001"
 async def test_add_get_list_count(store: Any) -> None:
     rec = await store.add(ALICE, "user", "用户喜欢吃苹果", tags=["饮食", "偏好"], importance="high")
     assert len(rec.id) == 32 and rec.created_at.endswith("+00:00")
-    got = await store.get(ALICE, rec.id)
+    got = await store.get(view_of(ALICE), rec.id)
     assert got is not None
     assert (got.content, got.partition, got.scope, got.tags, got.importance) == (
         "用户喜欢吃苹果",
@@ -40,22 +40,24 @@ async def test_add_get_list_count(store: Any) -> None:
     assert got.created_at == got.updated_at == rec.created_at
     await store.add(ALICE, "user", "用户住在上海")
     await store.add(BOB, "user", "Bob 喜欢猫")
-    assert await store.count(ALICE) == 2
-    assert await store.count(BOB) == 1
-    assert await store.count() == 3
-    listed = await store.list(ALICE, limit=10)
+    assert await store.count(view_of(ALICE)) == 2
+    assert await store.count(view_of(BOB)) == 1
+    assert await store.count_all() == 3
+    listed = await store.list(view_of(ALICE), limit=10)
     assert [r.content for r in listed] == ["用户喜欢吃苹果", "用户住在上海"]
-    assert [r.content for r in await store.list(ALICE, limit=1, offset=1)] == ["用户住在上海"]
+    assert [r.content for r in await store.list(view_of(ALICE), limit=1, offset=1)] == [
+        "用户住在上海"
+    ]
 
 
 async def test_query_orders_by_distance_within_partition(store: Any) -> None:
     await store.add(ALICE, "user", "我喜欢吃苹果")
     await store.add(ALICE, "user", "明天去北京出差")
     await store.add(BOB, "user", "我很喜欢吃苹果")  # closer, but Bob's
-    hits = await store.query(ALICE, "我很喜欢吃苹果", top_k=5)
+    hits = await store.query(view_of(ALICE), "我很喜欢吃苹果", top_k=5)
     assert [h.content for h in hits] == ["我喜欢吃苹果", "明天去北京出差"]
     assert hits[0].distance is not None and hits[0].distance < hits[1].distance
-    exact = await store.query(BOB, "我很喜欢吃苹果", top_k=1)
+    exact = await store.query(view_of(BOB), "我很喜欢吃苹果", top_k=1)
     assert exact[0].distance == pytest.approx(0, abs=1e-3)
 
 
@@ -63,19 +65,19 @@ async def test_importance_filter_combines_with_partition(store: Any) -> None:
     await store.add(ALICE, "user", "重要的事", importance="high")
     await store.add(ALICE, "user", "琐碎的事", importance="low")
     await store.add(BOB, "user", "Bob 重要的事", importance="high")
-    hits = await store.query(ALICE, "事", top_k=10, importance="high")
+    hits = await store.query(view_of(ALICE), "事", top_k=10, importance="high")
     assert [h.content for h in hits] == ["重要的事"]
-    assert await store.query(GROUP, "事", top_k=10, importance="high") == []
+    assert await store.query(view_of(GROUP), "事", top_k=10, importance="high") == []
 
 
 async def test_other_partition_ids_are_not_found(store: Any) -> None:
     rec = await store.add(ALICE, "user", "Alice 的秘密")
-    assert await store.get(BOB, rec.id) is None
+    assert await store.get(view_of(BOB), rec.id) is None
     assert await store.update(BOB, rec.id, content="被篡改") is None
     assert await store.delete(BOB, rec.id) is False
-    assert await store.get(ALICE, "0" * 32) is None
+    assert await store.get(view_of(ALICE), "0" * 32) is None
     assert await store.delete(ALICE, "does-not-exist") is False
-    still = await store.get(ALICE, rec.id)
+    still = await store.get(view_of(ALICE), rec.id)
     assert still is not None and still.content == "Alice 的秘密"
 
 
@@ -87,23 +89,23 @@ async def test_update_reembeds_and_keeps_created_at(
     rec = await store.add(ALICE, "user", "喜欢喝咖啡", tags=["饮品"])
     updated = await store.update(ALICE, rec.id, content="喜欢喝绿茶", importance="high")
     assert updated is not None
-    got = await store.get(ALICE, rec.id)
+    got = await store.get(view_of(ALICE), rec.id)
     assert got.content == "喜欢喝绿茶" and got.tags == ["饮品"] and got.importance == "high"
     assert got.created_at == rec.created_at and got.updated_at > rec.created_at
-    hits = await store.query(ALICE, "喜欢喝绿茶", top_k=1)
+    hits = await store.query(view_of(ALICE), "喜欢喝绿茶", top_k=1)
     assert hits[0].id == rec.id and hits[0].distance == pytest.approx(0, abs=1e-3)
     # Metadata-only updates do not call the embedding service.
     before = embed_server.embed_calls
     await store.update(ALICE, rec.id, tags=["茶"])
     assert embed_server.embed_calls == before
-    assert (await store.get(ALICE, rec.id)).tags == ["茶"]
+    assert (await store.get(view_of(ALICE), rec.id)).tags == ["茶"]
 
 
 async def test_delete(store: Any) -> None:
     rec = await store.add(GROUP, "group", "群规：不刷屏")
     assert await store.delete(GROUP, rec.id) is True
-    assert await store.get(GROUP, rec.id) is None
-    assert await store.count(GROUP) == 0
+    assert await store.get(view_of(GROUP), rec.id) is None
+    assert await store.count(view_of(GROUP)) == 0
 
 
 async def test_limit_is_atomic_under_concurrency(store: Any) -> None:
@@ -117,13 +119,11 @@ async def test_limit_is_atomic_under_concurrency(store: Any) -> None:
 
     results = await asyncio.gather(*(write(i) for i in range(20)))
     assert results.count("ok") == 5 and results.count("refused") == 15
-    assert await store.count(ALICE) == 5
+    assert await store.count(view_of(ALICE)) == 5
 
 
 async def test_limit_follows_deletes_and_key_rewrites(store: Any) -> None:
     """The kept count tracks our own adds and deletes; a refusal is always re-counted."""
-    from amrita_plugin_memory.upkeep.rekey import rewrite_memory_keys
-
     ids = [(await store.add(ALICE, "user", f"记忆 {i}", limit=3)).id for i in range(3)]
     assert store.counts.get(ALICE) == 3
     with pytest.raises(V.MemoryLimitReached):
@@ -134,10 +134,10 @@ async def test_limit_follows_deletes_and_key_rewrites(store: Any) -> None:
     with pytest.raises(V.MemoryLimitReached, match="3/3"):
         await store.add(ALICE, "user", "又满了", limit=3)
     # Key migration moves memories between partitions: every kept count is dropped.
-    await rewrite_memory_keys(store, {ids[1]: BOB})
+    await store.rewrite_keys({ids[1]: BOB})
     assert len(store.counts) == 0
     await store.add(ALICE, "user", "迁走一条后还能写", limit=3)
-    assert await store.count(ALICE) == 3 and await store.count(BOB) == 1
+    assert await store.count(view_of(ALICE)) == 3 and await store.count(view_of(BOB)) == 1
 
 
 async def test_limit_sees_writes_of_another_process(store: Any) -> None:
@@ -150,13 +150,13 @@ async def test_limit_sees_writes_of_another_process(store: Any) -> None:
     store.counts.ttl = 0.0
     with pytest.raises(V.MemoryLimitReached, match="3/3"):
         await store.add(ALICE, "user", "超出上限", limit=3)
-    assert await store.count(ALICE) == 3
+    assert await store.count(view_of(ALICE)) == 3
     # A refusal from a stale "full" count is re-checked too.
     store.counts.ttl = 60.0
     store.counts.set(ALICE, 3)
-    await other.delete(ALICE, (await other.list(ALICE, limit=1))[0].id)
+    await other.delete(ALICE, (await other.list(view_of(ALICE), limit=1))[0].id)
     await store.add(ALICE, "user", "对方删除后可以写", limit=3)
-    assert await store.count(ALICE) == 3
+    assert await store.count(view_of(ALICE)) == 3
 
 
 def test_partition_counts_are_bounded() -> None:
@@ -172,7 +172,7 @@ def test_partition_counts_are_bounded() -> None:
 
 async def test_embedding_failure_writes_nothing(store: Any, embed_server: EmbeddingServer) -> None:
     await store.add(ALICE, "user", "已有记忆")
-    rec = (await store.list(ALICE))[0]
+    rec = (await store.list(view_of(ALICE)))[0]
     embed_server.set_mode("error500")
     from amrita_plugin_memory.core.errors import EmbeddingHTTPError
 
@@ -181,8 +181,8 @@ async def test_embedding_failure_writes_nothing(store: Any, embed_server: Embedd
     with pytest.raises(EmbeddingHTTPError):
         await store.update(ALICE, rec.id, content="改写")
     embed_server.set_mode("ok")
-    assert await store.count(ALICE) == 1
-    assert (await store.get(ALICE, rec.id)).content == "已有记忆"
+    assert await store.count(view_of(ALICE)) == 1
+    assert (await store.get(view_of(ALICE), rec.id)).content == "已有记忆"
 
 
 async def test_collection_metadata_is_merged(store: Any) -> None:
@@ -204,14 +204,14 @@ async def test_distribution_and_paging(store: Any) -> None:
         await store.add(GROUP, "group", f"G{i}")
     assert await memory_distribution(store) == {(ALICE, "user"): 7, (GROUP, "group"): 3}
     seen, sizes = [], []
-    async for page in store.iter_records(with_documents=True, page_size=4):
+    async for page in store.iter_all_records(with_documents=True, page_size=4):
         seen += [r.content for r in page]
         sizes.append(len(page))
     assert sizes == [4, 4, 2]
     assert sorted(seen) == sorted([f"A{i}" for i in range(7)] + [f"G{i}" for i in range(3)])
     own = [
         r.content
-        async for page in store.iter_records(ALICE, with_documents=True, page_size=3)
+        async for page in store.iter_records(view_of(ALICE), with_documents=True, page_size=3)
         for r in page
     ]
     assert sorted(own) == [f"A{i}" for i in range(7)]
@@ -222,7 +222,9 @@ async def test_chroma_calls_do_not_block_the_event_loop(store: Any) -> None:
     for i in range(20):
         await store.add(ALICE, "user", f"记忆 {i}")
     async with LoopStalls(min_ticks=40) as stalls:  # this process's work, not a loaded machine
-        await asyncio.gather(*(store.query(ALICE, f"记忆 {i}", top_k=5) for i in range(30)))
+        await asyncio.gather(
+            *(store.query(view_of(ALICE), f"记忆 {i}", top_k=5) for i in range(30))
+        )
     assert stalls.worst < 0.25, sorted(stalls.stalls)[-5:]
 
 
@@ -253,9 +255,9 @@ async def test_remote_server_down_is_a_clear_error_and_recovers(
         rec = await s.add(ALICE, "user", "服务器重启前的记忆")
         chroma_server.stop()
         with pytest.raises(V.VectorStoreError, match="向量数据库"):
-            await s.get(ALICE, rec.id)
+            await s.get(view_of(ALICE), rec.id)
         chroma_server.start()
-        got = await s.get(ALICE, rec.id)
+        got = await s.get(view_of(ALICE), rec.id)
         assert got is not None and got.content == "服务器重启前的记忆"
     finally:
         if not chroma_server.running:

@@ -154,11 +154,7 @@ class MemoryExtractor:
         vector = (await self.store.embedder.embed([text], "query"))[0]
         scope = self.scope(key)
         return await self.store.search(
-            scope.partition("user"),
-            text,
-            vector,
-            top_k=self.related_memories,
-            origins=scope.origins("user"),
+            scope.view("user"), text, vector, top_k=self.related_memories
         )
 
     async def prepare(

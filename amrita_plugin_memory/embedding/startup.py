@@ -160,7 +160,7 @@ async def run_startup_check_async(
             logger.info(f"[Memory] 已迁移 {migration.rewritten} 条记忆的分区键到当前格式")
         stored = await stored_fingerprint(maint.store)
         knowledge = await open_collection(maint.connection, maint.covered[0].name)
-        count = await maint.store.count()
+        count = await maint.store.count_all()
         if knowledge is not None:
             count += await count_of(maint.connection, knowledge)
     except DataDirLocked as exc:

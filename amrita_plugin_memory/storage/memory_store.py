@@ -7,6 +7,12 @@ that id alone and check the stored partition before anything is returned or
 changed (a ``where`` next to ``ids`` makes Chroma evaluate the filter over the
 whole partition, which made by-id cost grow with its size).
 
+Reads fail closed: every read and count takes a :class:`~.scope.View` (a partition and
+the origins it may show, built by :class:`~.scope.Scope` only) and refuses anything else
+(``TypeError``); there is no default that means "everything". The whole collection is
+read only by methods that say so (``count_all``, ``iter_all_records``, ``scan_all``,
+``fetch_anywhere``), for operators and the work on stored memories as a whole.
+
 It is the only door into memories from outside ``storage/``: the partition index and
 ranking, merging, room-making, removal and paging are private to ``storage/`` (checked by
 ``.ci/check_architecture.py``); the few of their names the layers above need are
@@ -23,16 +29,17 @@ from typing import Any
 from ..core.errors import VectorStoreError
 from ..core.protocols import Embedder, Fence, TextKind
 from ..core.records import ORIGIN_PRIVATE, MemoryRecord, OriginFilter, utc_now, where_partition
-from .archive.removal import deleted_count, move_to_archive, row_state, unchanged_where
+from .archive.removal import move_to_archive, row_state, unchanged_where
 from .archive.store import REASON_DELETED, REASON_OUTDATED, REASON_UPDATED
 from .chroma.connection import ChromaConnection
 from .chroma.paging import READ_PAGE_SIZE, Item, iter_pages
-from .memory_collection import MemoryCollection
+from .memory_collection import MemoryCollection, Row
 from .merge import MERGE_NEIGHBOURS, WriteResult, merge_repeat
 from .partition.counts import PartitionCounts
 from .partition.index import query_records
 from .partition.retrieval import RetrievalSettings, search
 from .room import EXPLICIT, make_room
+from .scope import View, operator_view
 from .users.tombstones import ForgottenUsers
 
 # Besides the store: the names of storage's private modules that the layers above use
@@ -47,9 +54,11 @@ __all__ = [
     "MemoryStore",
     "PartitionCounts",
     "RetrievalSettings",
+    "Row",
+    "View",
     "WriteResult",
-    "deleted_count",
     "iter_pages",
+    "operator_view",
     "row_state",
     "unchanged_where",
 ]
@@ -200,7 +209,7 @@ class MemoryStore(MemoryCollection):
         async with self.writing(partition):
             if fence is not None:
                 await fence()
-            current = await self.get(partition, memory_id)
+            current = await self._get(partition, memory_id)
             if current is None:
                 return None
             if content is not None and content != current.content:
@@ -219,7 +228,7 @@ class MemoryStore(MemoryCollection):
                 kwargs.update(documents=[current.content], embeddings=[vector])
             try:
                 await self._write(lambda c: c.update(**kwargs))
-                if await self.vanished(memory_id):
+                if await self._vanished(memory_id):
                     raise VectorStoreError(f"记忆 {memory_id} 刚被另一个进程移入归档，修改未生效")
             except BaseException:
                 self.drop_views(partition)
@@ -283,7 +292,9 @@ class MemoryStore(MemoryCollection):
         never both add it. The index is loaded before (a load takes the lock)."""
         vector = (await self._embed([content]))[0]
         if self.settings.dedup:  # loads the index (errors: Chroma answers, through the guard)
-            await self.query_vector(partition, vector, top_k=MERGE_NEIGHBOURS)
+            await self._query_vector(
+                partition, vector, top_k=MERGE_NEIGHBOURS, importance=None, origins=OriginFilter.ALL
+            )
         return await self._store(
             partition, scope, content, vector, tags=tags, importance=importance, limit=limit,
             origin=origin, source=source, author=author, displace=displace, fence=fence,
@@ -306,15 +317,22 @@ class MemoryStore(MemoryCollection):
         # written into an archive that the remap would then not cover.
         await self.guard.for_write(self.name)
         if vector is None:
-            vector = await self.stored_vector(previous.id)
+            vector = await self._stored_vector(previous.id)
             if vector is None:
                 raise VectorStoreError("读取原记忆的向量失败，未修改记忆")
         await self.archive.save_version(previous, vector, reason=reason)
 
-    # -- reads ------------------------------------------------------------------------
+    # -- reads (each names what it may see: a View built by storage/scope) ----------
 
-    async def get(self, partition: str, memory_id: str) -> MemoryRecord | None:
-        """The memory ``memory_id`` if it belongs to ``partition``, else ``None``.
+    async def get(self, view: View, memory_id: str) -> MemoryRecord | None:
+        """The memory ``memory_id`` if ``view`` shows it, else ``None`` (also for an id of
+        another partition, or of an origin the view leaves out: like a missing id)."""
+        View.check(view)
+        record = await self._get(view.partition, memory_id)
+        return record if record is not None and view.origins.allows(record.origin) else None
+
+    async def _get(self, partition: str, memory_id: str) -> MemoryRecord | None:
+        """The memory ``memory_id`` if it belongs to ``partition`` (any origin), else ``None``.
 
         Fetches by id alone and compares the stored partition: as cheap in a
         10,000-memory partition as in an empty one. A memory of another
@@ -330,52 +348,59 @@ class MemoryStore(MemoryCollection):
         return MemoryRecord.from_chroma(res["ids"][0], docs[0], meta)
 
     async def query(
-        self,
-        partition: str,
-        text: str,
-        *,
-        top_k: int = 5,
-        importance: str | None = None,
-        origins: OriginFilter = OriginFilter.ALL,
+        self, view: View, text: str, *, top_k: int = 5, importance: str | None = None
     ) -> list[MemoryRecord]:
-        """The best memories of ``partition`` for ``text`` (of the ``origins`` given): vector
-        and keyword channels, age decay (:mod:`.partition.retrieval`; ``distance`` is the vector distance)."""
+        """The best memories ``view`` shows for ``text``: vector and keyword channels, age
+        decay (:mod:`.partition.retrieval`; ``distance`` is the vector distance)."""
+        View.check(view)
         vector = (await self._embed([text], "query"))[0]
-        return await self.search(
-            partition, text, vector, top_k=top_k, importance=importance, origins=origins
-        )
+        return await self.search(view, text, vector, top_k=top_k, importance=importance)
 
     async def search(
         self,
-        partition: str,
+        view: View,
         text: str,
         vector: Sequence[float],
         *,
         top_k: int = 5,
         importance: str | None = None,
-        origins: OriginFilter = OriginFilter.ALL,
     ) -> list[MemoryRecord]:
         """:meth:`query` for a caller that has embedded ``text`` already (``vector``):
         active memory's recall and extraction reuse their one query embedding."""
+        View.check(view)
         return await search(
             self,
-            partition,
+            view.partition,
             text,
             vector,
             top_k=top_k,
             importance=importance,
-            origins=origins,
+            origins=view.origins,
             settings=self.settings,
         )
 
     async def query_vector(
         self,
-        partition: str,
+        view: View,
         vector: Sequence[float],
         *,
         top_k: int = 5,
         importance: str | None = None,
-        origins: OriginFilter = OriginFilter.ALL,
+    ) -> list[MemoryRecord]:
+        """The nearest memories ``view`` shows (vector distance only)."""
+        View.check(view)
+        return await self._query_vector(
+            view.partition, vector, top_k=top_k, importance=importance, origins=view.origins
+        )
+
+    async def _query_vector(
+        self,
+        partition: str,
+        vector: Sequence[float],
+        *,
+        top_k: int,
+        importance: str | None,
+        origins: OriginFilter,
         load: bool = True,
     ) -> list[MemoryRecord]:
         """The nearest memories; ``load=False`` inside the partition's write section."""
@@ -387,21 +412,12 @@ class MemoryStore(MemoryCollection):
         include: Any = ["documents", "metadatas", "distances"]
         return query_records(await self._run(lambda c: c.query(**q, include=include)))
 
-    async def list(
-        self,
-        partition: str,
-        *,
-        limit: int = 20,
-        offset: int = 0,
-        origins: OriginFilter = OriginFilter.ALL,
-    ) -> list[MemoryRecord]:
-        """Memories of ``partition`` (of the ``origins`` given), oldest first."""
+    async def list(self, view: View, *, limit: int = 20, offset: int = 0) -> list[MemoryRecord]:
+        """Memories ``view`` shows, oldest first."""
+        where = View.check(view).where()
         res = await self._run(
             lambda c: c.get(
-                where=where_partition(partition, origins=origins),
-                limit=limit,
-                offset=offset,
-                include=["documents", "metadatas"],
+                where=where, limit=limit, offset=offset, include=["documents", "metadatas"]
             )
         )
         docs = res.get("documents") or [None] * len(res["ids"])
@@ -411,12 +427,17 @@ class MemoryStore(MemoryCollection):
             for i, d, m in zip(res["ids"], docs, metas, strict=False)
         ]
 
-    async def count(
-        self, partition: str | None = None, *, origins: OriginFilter = OriginFilter.ALL
-    ) -> int:
-        """Memories in ``partition`` (of the ``origins`` given), or in the whole collection."""
-        if partition is None:
-            return await self._run(lambda c: c.count())
-        where = where_partition(partition, origins=origins)
+    async def count(self, view: View) -> int:
+        """Memories ``view`` shows (the whole collection: :meth:`count_all`)."""
+        View.check(view)
+        if not view.origins.narrows:
+            return await self._count(view.partition)
+        where = view.where()
+        res = await self._run(lambda c: c.get(where=where, include=[]))
+        return len(res["ids"])
+
+    async def _count(self, partition: str) -> int:
+        """Memories in ``partition``, every origin (the limit counts them all)."""
+        where = where_partition(partition)
         res = await self._run(lambda c: c.get(where=where, include=[]))
         return len(res["ids"])

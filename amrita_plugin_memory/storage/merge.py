@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from ..core.records import IMPORTANCE_LEVELS, MemoryRecord
+from ..core.records import IMPORTANCE_LEVELS, MemoryRecord, OriginFilter
 from ..ranking.repeats import cosine, repeats_memory
 from .archive.store import REASON_MERGED
 from .partition.retrieval import RetrievalSettings
@@ -49,9 +49,9 @@ class MergeStore(Protocol):
     index: PartitionIndex
     clock: Callable[[], str]
 
-    async def get(self, partition: str, memory_id: str) -> MemoryRecord | None: ...
+    async def _get(self, partition: str, memory_id: str) -> MemoryRecord | None: ...
 
-    async def stored_vector(self, memory_id: str) -> list[float] | None: ...
+    async def _stored_vector(self, memory_id: str) -> list[float] | None: ...
 
     async def keep_history(
         self, previous: MemoryRecord, vector: Sequence[float] | None, *, reason: str
@@ -59,10 +59,17 @@ class MergeStore(Protocol):
 
     async def _write(self, fn: Callable[[Any], T]) -> T: ...
 
-    async def vanished(self, memory_id: str) -> bool: ...
+    async def _vanished(self, memory_id: str) -> bool: ...
 
-    async def query_vector(
-        self, partition: str, vector: Sequence[float], *, top_k: int = 5, load: bool = True
+    async def _query_vector(
+        self,
+        partition: str,
+        vector: Sequence[float],
+        *,
+        top_k: int,
+        importance: str | None,
+        origins: OriginFilter,
+        load: bool = True,
     ) -> list[MemoryRecord]: ...
 
 
@@ -131,10 +138,10 @@ async def merge_into(
     lock); ``None`` when it is gone (also when another process archived it just
     before the refresh landed), no longer repeated by ``content`` (changed
     meanwhile) or its stored vector is not close enough."""
-    current = await store.get(partition, memory_id)
+    current = await store._get(partition, memory_id)
     if current is None or not repeats_memory(current, content, scope=scope, origin=origin):
         return None
-    stored = await store.stored_vector(memory_id)
+    stored = await store._stored_vector(memory_id)
     if stored is None or not is_close(stored, vector, store.settings):
         return None
     record, text_changed = merged_record(
@@ -147,7 +154,7 @@ async def merge_into(
         kwargs.update(documents=[record.content], embeddings=[list(vector)])
     try:
         await store._write(lambda c: c.update(**kwargs))
-        gone = await store.vanished(memory_id)
+        gone = await store._vanished(memory_id)
     except BaseException:
         store.index.drop(partition)
         raise
@@ -172,7 +179,14 @@ async def merge_repeat(
     """In the partition's write section: the memory ``content`` repeats, refreshed, or
     ``None``. The neighbours are read as of now (every process's writes applied): from
     the index when it is cached, else from Chroma (a load would take the lock held)."""
-    near = await store.query_vector(partition, vector, top_k=MERGE_NEIGHBOURS, load=False)
+    near = await store._query_vector(
+        partition,
+        vector,
+        top_k=MERGE_NEIGHBOURS,
+        importance=None,
+        origins=OriginFilter.ALL,
+        load=False,
+    )
     for candidate in merge_candidates(near, content, scope=scope, origin=origin):
         merged = await merge_into(
             store, partition, candidate.id, content, vector,

@@ -20,7 +20,7 @@ from amrita_core import FunctionDefinitionSchema
 from nonebot import logger
 
 from ..core.config import ConfigFile
-from ..core.records import IMPORTANCE_LEVELS, SCOPES, OriginFilter
+from ..core.records import IMPORTANCE_LEVELS, SCOPES
 from ..storage.memo_store import MemoService
 from ..storage.memory_store import EXPLICIT, MemoryStore
 from ..storage.scope import Scope
@@ -198,11 +198,7 @@ class MemoryTools:
             kind = parse_enum(args, "scope", SCOPES, "user")
             assert query is not None and kind
             hits = await self.store.query(
-                scope.partition(kind),
-                query,
-                top_k=top_k,
-                importance=importance,
-                origins=scope.origins(kind),
+                scope.view(kind), query, top_k=top_k, importance=importance
             )
             return results.found(kind, hits)
 
@@ -220,10 +216,9 @@ class MemoryTools:
             if content is None and tags is None and importance is None:
                 raise ToolArgError("至少提供 content、tags、importance 之一")
             partition = await scope.require("update", kind)
-            origins = scope.origins(kind)
-            if origins.narrows and not await self._readable(
-                partition, memory_id, origins
-            ):  # its answer shows the memory: one this chat may not read is missing here
+            view = scope.view(kind)
+            if view.origins.narrows and await self.store.get(view, memory_id) is None:
+                # its answer shows the memory: one this chat may not read is missing here
                 raise ToolArgError(f"记忆 {memory_id} 不存在（或不属于 scope={kind} 的当前分区）")
             record = await self.store.update(
                 partition, memory_id, content=content, tags=tags, importance=importance
@@ -234,10 +229,6 @@ class MemoryTools:
             return results.updated(record)
 
         return await self._guard("update_memory", run)
-
-    async def _readable(self, partition: str, memory_id: str, origins: OriginFilter) -> bool:
-        current = await self.store.get(partition, memory_id)
-        return current is not None and origins.allows(current.origin)
 
     @surface_tool(delete_memory_schema)
     async def delete_memory(self, scope: Scope, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -262,10 +253,9 @@ class MemoryTools:
             offset = parse_int(args, "offset", low=0, high=1_000_000, default=0)
             kind = parse_enum(args, "scope", SCOPES, "user")
             assert kind
-            partition = scope.partition(kind)
-            origins = scope.origins(kind)
-            records = await self.store.list(partition, limit=limit, offset=offset, origins=origins)
-            total = await self.store.count(partition, origins=origins)
+            view = scope.view(kind)
+            records = await self.store.list(view, limit=limit, offset=offset)
+            total = await self.store.count(view)
             return results.listed(kind, total, offset, records)
 
         return await self._guard("list_memory", run)

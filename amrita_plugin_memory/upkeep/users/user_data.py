@@ -53,7 +53,7 @@ from ...storage.consent_store import ConsentStore
 from ...storage.groups.stores import GroupStores
 from ...storage.keys import user_key
 from ...storage.memo_store import MemoService
-from ...storage.memory_store import MemoryStore
+from ...storage.memory_store import MemoryStore, operator_view
 from ...storage.shared.coherence import forgotten_row
 from ...storage.users.loop_profile import LoopProfile, profile_lines
 from ...storage.users.loop_state_row import LoopStateAccess, drop_user_items, user_items
@@ -323,7 +323,7 @@ class UserData:
         authored = len(await authored_records(self.store, user_id))
         authored += len(await authored_archived(self.store, user_id))
         return ForgetCounts(
-            memories=await self.store.count(partition),
+            memories=await self.store.count(operator_view(partition)),
             archived=await self.store.archive.count(partition),
             memo=1 if await self.memo.get(partition) else 0,
             persona_fields=len(persona.fields),
