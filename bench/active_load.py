@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from tests.helpers import view_of
+from tests.helpers import new_memory, view_of
 
 from .harness import bench_env
 
@@ -110,7 +110,7 @@ async def _latency(rt: Any, texts: list[str]) -> tuple[float, float]:
     partition = user_key(7_500_000)
     if await rt.store.count(view_of(partition)) == 0:
         for text in texts[:200]:
-            await rt.store.add(partition, "user", text)
+            await rt.store.add(new_memory(partition, "user", text))
     recall = MemoryRecall(
         rt.store,
         top_k=3,

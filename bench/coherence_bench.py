@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from tests.helpers import view_of
+from tests.helpers import new_memory, view_of
 
 from .harness import bench_env
 from .stats import Summary, fmt_ms
@@ -104,7 +104,7 @@ async def run(size: int, reps: int, writes: int) -> None:
             await b.store.query_vector(view_of(P), _unit(rng), top_k=1)  # B has it cached again
             seen.clear()
             began = time.perf_counter()
-            await a.store.add(P, "user", "新写入", vector=_unit(rng))
+            await a.store.add(new_memory(P, "user", "新写入"), vector=_unit(rng))
             done = time.perf_counter()
             write_on.append(done - began)
             await asyncio.wait_for(seen.wait(), 10)
@@ -114,7 +114,7 @@ async def run(size: int, reps: int, writes: int) -> None:
         write_off: list[float] = []
         for _ in range(writes):
             began = time.perf_counter()
-            await a.store.add(P, "user", "新写入", vector=_unit(rng))
+            await a.store.add(new_memory(P, "user", "新写入"), vector=_unit(rng))
             write_off.append(time.perf_counter() - began)
         a.store.coherence = a_on
 

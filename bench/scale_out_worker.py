@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import nonebot_kwargs as base_kwargs
-from tests.helpers import view_of
+from tests.helpers import new_memory, view_of
 
 VENV_BIN = Path(sys.executable).parent
 MARK = "SCALE "
@@ -68,7 +68,7 @@ class Worker:
         self.written = 0
 
     async def write(self, partition: str, content: str) -> dict[str, Any]:
-        record = await self.store.add(partition, "user", content, tags=["bench"])
+        record = await self.store.add(new_memory(partition, "user", content, tags=["bench"]))
         self.written += 1
         return {"id": record.id, "partition": partition, "content": content}
 

@@ -21,6 +21,8 @@ import json
 import sys
 from typing import Any
 
+from tests.helpers import new_memory, write_rules
+
 
 def _reply(value: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(value) + "\n")
@@ -34,7 +36,8 @@ async def _serve(rt: Any) -> None:
         if cmd["op"] == "add":
             try:
                 rec = await rt.store.add(
-                    cmd["partition"], "user", cmd["text"], limit=cmd.get("limit")
+                    new_memory(cmd["partition"], "user", cmd["text"]),
+                    write_rules(limit=cmd.get("limit")),
                 )
                 _reply({"id": rec.id})
             except Exception as exc:

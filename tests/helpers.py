@@ -17,11 +17,13 @@ from tests.servers import ChatServer
 __all__ = [
     "LoopStalls",
     "chat_requests",
+    "new_memory",
     "partition",
     "runtime",
     "runtime_with",
     "system_prompt",
     "view_of",
+    "write_rules",
 ]
 
 
@@ -31,6 +33,20 @@ def view_of(partition: str, origins: Any = None) -> Any:
     from amrita_plugin_memory.storage.scope import View, operator_view
 
     return operator_view(partition) if origins is None else View(partition, origins)
+
+
+def new_memory(partition: str, scope: str, content: str, **fields: Any) -> Any:
+    """A ``core.writes.NewMemory`` (what a test writes with ``MemoryStore.add`` / ``write``)."""
+    from amrita_plugin_memory.core.writes import NewMemory
+
+    return NewMemory(partition, scope, content, **fields)
+
+
+def write_rules(**rules: Any) -> Any:
+    """A ``core.writes.WriteRules`` (``merge``, ``limit``, ``displace``, ``fence``)."""
+    from amrita_plugin_memory.core.writes import WriteRules
+
+    return WriteRules(**rules)
 
 
 def runtime() -> Any:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import view_of
+from tests.helpers import new_memory, view_of, write_rules
 from tests.lazy import lazy_import
 
 A = lazy_import(
@@ -41,7 +41,7 @@ async def stored_vector(store: Any, memory_id: str) -> list[float]:
 
 async def add_at(store: Any, when: str, partition: str, text: str, importance: str) -> Any:
     store.clock = lambda: when
-    return await store.add(partition, "user", text, importance=importance, tags=["t"])
+    return await store.add(new_memory(partition, "user", text, importance=importance, tags=["t"]))
 
 
 @pytest.fixture(autouse=True)
@@ -58,7 +58,7 @@ async def live_ids(store: Any) -> set[str]:
 
 
 async def test_update_keeps_the_previous_text_in_the_archive(store: Any) -> None:
-    rec = await store.add(ALICE, "user", "用户喜欢吃苹果", tags=["饮食"])
+    rec = await store.add(new_memory(ALICE, "user", "用户喜欢吃苹果", tags=["饮食"]))
     old_vector = await stored_vector(store, rec.id)
     await store.update(ALICE, rec.id, content="用户喜欢吃香蕉")
     await store.update(ALICE, rec.id, tags=["水果"])  # no text change: no version
@@ -77,7 +77,7 @@ async def test_update_changes_nothing_when_the_history_cannot_be_saved(store: An
     """The archive refuses writes (a remap marker on it): the update is refused too."""
     from tests.reliability_stats import STATS
 
-    rec = await store.add(ALICE, "user", "用户住在上海")
+    rec = await store.add(new_memory(ALICE, "user", "用户住在上海"))
     archive = await store.connection.get_collection(store.archive.name, create=True)
     await store.connection.run(lambda: archive.modify(metadata={"reembed_running": "test"}))
     STATS.faults_injected += 1
@@ -138,7 +138,7 @@ async def test_restore_round_trip_keeps_id_text_and_vector(store: Any) -> None:
 
 
 async def test_restoring_a_version_brings_the_old_text_back(store: Any) -> None:
-    rec = await store.add(ALICE, "user", "用户最喜欢的颜色是蓝色")
+    rec = await store.add(new_memory(ALICE, "user", "用户最喜欢的颜色是蓝色"))
     await store.update(ALICE, rec.id, content="用户最喜欢的颜色是红色")
     (version,) = await store.archive.list(ALICE)
 
@@ -154,8 +154,10 @@ async def test_partition_limit_counts_live_memories_only(store: Any) -> None:
     old = await add_at(store, days_ago(30), ALICE, "一个月前的小事", "low")
     await A.sweep(store, lifetime, now=NOW)
     store.clock = lambda: NOW.isoformat(timespec="seconds")
-    await store.add(ALICE, "user", "新的记忆一", limit=2)
-    await store.add(ALICE, "user", "新的记忆二", limit=2)  # the archived one does not count
+    await store.add(new_memory(ALICE, "user", "新的记忆一"), write_rules(limit=2))
+    await store.add(
+        new_memory(ALICE, "user", "新的记忆二"), write_rules(limit=2)
+    )  # the archived one does not count
     with pytest.raises(A.MemoryLimitReached):
         await A.restore(store, old.id, partition=ALICE, limit=2)
     assert await store.count(view_of(ALICE)) == 2
@@ -193,7 +195,7 @@ async def test_a_chat_write_waits_for_one_chunk_not_for_the_sweep(store: Any) ->
         async with asyncio.timeout(120):  # hang guard only
             while await store.archive.count() < A.WRITE_CHUNK and not task.done():  # noqa: ASYNC110
                 await asyncio.sleep(0.01)
-            new = await store.add(ALICE, "user", "清理进行中写入的新记忆")
+            new = await store.add(new_memory(ALICE, "user", "清理进行中写入的新记忆"))
             assert not task.done(), "the write waited for the whole sweep"
             result = await task
     finally:

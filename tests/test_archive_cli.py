@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tests.botproject import ALICE, BGE, BotProject, ambot_ok, make_runtime, memory_meta
-from tests.helpers import view_of
+from tests.helpers import new_memory, view_of
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 from tests.servers import ChromaServer, EmbeddingServer
@@ -52,9 +52,9 @@ async def test_chat_archive_lists_and_restores_own_memories_only() -> None:
 
     store = runtime().store
     me, other = partition(16001), partition(16002)
-    mine = await store.add(me, "user", "我的旧爱好是集邮")
+    mine = await store.add(new_memory(me, "user", "我的旧爱好是集邮"))
     await store.update(me, mine.id, content="我的爱好是摄影")
-    theirs = await store.add(other, "user", "别人的秘密")
+    theirs = await store.add(new_memory(other, "user", "别人的秘密"))
     await store.update(other, theirs.id, content="别人的新秘密")
     (their_version,) = await store.archive.list(other, memory_id=theirs.id)
 
@@ -185,7 +185,7 @@ async def test_cli_sweep_list_restore_and_status(
     old = expired_items(12)
     try:
         await add_raw(rt, old)
-        await rt.store.add(ALICE, "user", "今天刚记住的事")
+        await rt.store.add(new_memory(ALICE, "user", "今天刚记住的事"))
     finally:
         await rt.close()
 
@@ -297,7 +297,7 @@ async def test_backup_restore_and_reindex_cover_the_archive(
     archive_name = rt.store.archive.name
     try:
         await seed(rt, rt.store.name, expired_items(6))
-        fresh = await rt.store.add(ALICE, "user", "用户最近在学日语")
+        fresh = await rt.store.add(new_memory(ALICE, "user", "用户最近在学日语"))
         await rt.store.update(ALICE, fresh.id, content="用户最近在学韩语")
         await A.reset_fingerprint(rt.maintenance)
         assert (await A.sweep(rt.store, rt.config.file.lifetime_days)).archived == 6
@@ -341,7 +341,7 @@ async def test_the_bot_schedules_the_sweep_and_a_run_archives(
     rt = make_runtime(tmp_path)  # its own store: the session's memories are left alone
     try:
         rt.store.clock = lambda: "2020-01-01T00:00:00+00:00"
-        old = await rt.store.add(ALICE, "user", "很久以前的一件小事", importance="low")
+        old = await rt.store.add(new_memory(ALICE, "user", "很久以前的一件小事", importance="low"))
         result = await ArchiveSweeper(rt, scheduler).run_once()
         assert result is not None and result.archived == 1
         assert await rt.store.get(view_of(ALICE), old.id) is None

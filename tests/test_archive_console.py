@@ -36,7 +36,7 @@ from tests.console_bot import (
     seeded_bot,
     webui_session,
 )
-from tests.helpers import view_of
+from tests.helpers import new_memory, view_of
 from tests.reliability_stats import STATS
 
 CAROL = "QQPlatform_Private_10003"
@@ -67,7 +67,7 @@ def bot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningBot]:
 
     async def versions(rt: Any) -> None:
         # A previous version of a live memory (reason "updated").
-        coffee = await rt.store.add(BOB, "user", "鲍勃喜欢喝咖啡")
+        coffee = await rt.store.add(new_memory(BOB, "user", "鲍勃喜欢喝咖啡"))
         await rt.store.update(BOB, coffee.id, content="鲍勃改喝茶了")
         # A version of a memory that the first sweep will archive itself.
         carol = await rt.store.get(view_of(CAROL), "carol-old")

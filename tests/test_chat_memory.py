@@ -13,7 +13,7 @@ import pytest
 from tests.chat import BotRecorder, model_requests, tool_results, turn, write_call
 from tests.conftest import SUPERUSER
 from tests.events import group_event, private_event
-from tests.helpers import runtime, system_prompt, view_of
+from tests.helpers import new_memory, runtime, system_prompt, view_of
 from tests.servers import ChatServer, EmbeddingServer, Reply
 
 # ---------------------------------------------------------------------------
@@ -112,7 +112,7 @@ async def test_group_delete_and_update_permissions(
 ) -> None:
     gid = 21002
     rt = runtime()
-    record = await rt.store.add(f"QQPlatform_Group_{gid}", "group", "群公告：禁止刷屏")
+    record = await rt.store.add(new_memory(f"QQPlatform_Group_{gid}", "group", "群公告：禁止刷屏"))
     recorder = BotRecorder(roles={(gid, user_id): role})
     await turn(
         chat_server,
@@ -141,7 +141,7 @@ async def test_group_delete_and_update_permissions(
 
 async def test_foreign_ids_and_bad_enums_through_a_turn(chat_server: ChatServer) -> None:
     rt = runtime()
-    foreign = await rt.store.add("QQPlatform_Private_11021", "user", "别人的秘密")
+    foreign = await rt.store.add(new_memory("QQPlatform_Private_11021", "user", "别人的秘密"))
     await turn(
         chat_server,
         private_event(11020, "删掉那条"),

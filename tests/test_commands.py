@@ -9,7 +9,7 @@ import pytest
 from tests.chat import BotRecorder, make_bot, run_turn
 from tests.conftest import SUPERUSER
 from tests.events import group_event, private_event
-from tests.helpers import runtime, view_of
+from tests.helpers import new_memory, runtime, view_of
 from tests.lazy import lazy_import
 
 M = lazy_import("amrita_plugin_memory.tools.commands")
@@ -47,7 +47,7 @@ async def test_private_list_search_delete() -> None:
     key = f"QQPlatform_Private_{uid}"
     store = runtime().store
     records = [
-        await store.add(key, "user", f"第{i}条记忆：喜欢第{i}种水果", tags=["水果"])
+        await store.add(new_memory(key, "user", f"第{i}条记忆：喜欢第{i}种水果", tags=["水果"]))
         for i in range(12)
     ]
 
@@ -87,7 +87,7 @@ async def test_private_list_search_delete() -> None:
 async def test_personal_listing_never_reaches_a_group() -> None:
     uid, gid = 12010, 22010
     store = runtime().store
-    await store.add(f"QQPlatform_Private_{uid}", "user", "私密：身份证尾号 1234")
+    await store.add(new_memory(f"QQPlatform_Private_{uid}", "user", "私密：身份证尾号 1234"))
 
     rec = await command(group_event(uid, gid, "/memory user list"))
     assert rec.texts("group") == ["个人记忆已通过私聊发送给你"]
@@ -105,7 +105,7 @@ async def test_personal_listing_never_reaches_a_group() -> None:
 async def test_group_commands() -> None:
     gid = 22020
     store = runtime().store
-    note = await store.add(f"QQPlatform_Group_{gid}", "group", "群规：周末不发工作消息")
+    note = await store.add(new_memory(f"QQPlatform_Group_{gid}", "group", "群规：周末不发工作消息"))
 
     rec = await command(group_event(12020, gid, "/memory group list"))
     (reply,) = rec.texts("group")
@@ -131,7 +131,7 @@ async def test_group_delete_permission(role: str, user_id: int, allowed: bool) -
     gid = 22030
     key = f"QQPlatform_Group_{gid}"
     store = runtime().store
-    note = await store.add(key, "group", "群公告")
+    note = await store.add(new_memory(key, "group", "群公告"))
     rec = await command(
         group_event(user_id, gid, f"/memory group delete {note.id}", role=role),
         BotRecorder(roles={(gid, user_id): role}),
@@ -151,8 +151,8 @@ async def test_hostile_command_arguments() -> None:
     uid = 12040
     key = f"QQPlatform_Private_{uid}"
     store = runtime().store
-    mine = await store.add(key, "user", "我的记忆")
-    other = await store.add("QQPlatform_Private_12041", "user", "别人的记忆")
+    mine = await store.add(new_memory(key, "user", "我的记忆"))
+    other = await store.add(new_memory("QQPlatform_Private_12041", "user", "别人的记忆"))
     cases = {
         "/memory user list -1": "页码必须是正整数",
         "/memory user list abc": "页码必须是正整数",

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 # The archive tests' helpers; their autouse ``drop_archive`` cleans the shared remote server here too.
-from tests.helpers import view_of
+from tests.helpers import new_memory, view_of
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 from tests.test_archive import (
@@ -67,7 +67,9 @@ def after_first_archive_save(store: Any, meanwhile: Callable[[], Awaitable[Any]]
 
 
 async def test_delete_keeps_the_memory_and_restore_brings_it_back(store: Any) -> None:
-    rec = await store.add(ALICE, "user", "用户养了一只叫团子的猫", tags=["宠物"], importance="high")
+    rec = await store.add(
+        new_memory(ALICE, "user", "用户养了一只叫团子的猫", tags=["宠物"], importance="high")
+    )
     vector = await stored_vector(store, rec.id)
     assert await store.count(view_of(ALICE)) == 1  # warms the cached count
 
@@ -99,7 +101,7 @@ async def test_delete_keeps_the_memory_and_restore_brings_it_back(store: Any) ->
 
 
 async def test_a_delete_of_another_partitions_memory_archives_nothing(store: Any) -> None:
-    rec = await store.add(BOB, "user", "Bob 的秘密")
+    rec = await store.add(new_memory(BOB, "user", "Bob 的秘密"))
     assert await store.delete(ALICE, rec.id) is False
     assert await store.delete(ALICE, "no-such-id") is False
     assert await store.get(view_of(BOB), rec.id) is not None
@@ -108,7 +110,7 @@ async def test_a_delete_of_another_partitions_memory_archives_nothing(store: Any
 
 async def test_a_delete_that_cannot_archive_deletes_nothing(store: Any) -> None:
     """The archive refuses writes (a remap marker on it): the delete is refused too."""
-    rec = await store.add(ALICE, "user", "用户住在上海")
+    rec = await store.add(new_memory(ALICE, "user", "用户住在上海"))
     archive = await store.connection.get_collection(store.archive.name, create=True)
     await store.connection.run(lambda: archive.modify(metadata={"reembed_running": "test"}))
     STATS.faults_injected += 1
@@ -130,8 +132,8 @@ async def test_the_sweep_leaves_a_memory_another_process_changed_meanwhile(
     store: Any, other_keeps_history: bool
 ) -> None:
     store.clock = lambda: days_ago(100)
-    old = await store.add(ALICE, "user", "用户住在上海", importance="medium")
-    gone = await store.add(BOB, "user", "Bob 很久以前的事", importance="medium")
+    old = await store.add(new_memory(ALICE, "user", "用户住在上海", importance="medium"))
+    gone = await store.add(new_memory(BOB, "user", "Bob 很久以前的事", importance="medium"))
     store.clock = lambda: NOW.isoformat(timespec="seconds")
     other = another_process(store)
     other.keep_versions = other_keeps_history
@@ -165,7 +167,7 @@ async def test_the_sweep_leaves_a_memory_another_process_changed_meanwhile(
 async def test_a_delete_archives_what_another_process_wrote_meanwhile(store: Any) -> None:
     # ``updated_at`` counts seconds: the memory was written before this second.
     store.clock = lambda: days_ago(1)
-    rec = await store.add(ALICE, "user", "用户喜欢蓝色")
+    rec = await store.add(new_memory(ALICE, "user", "用户喜欢蓝色"))
     other = another_process(store)
     new_vector = (await store.embedder.embed(["用户喜欢红色"]))[0]
     changed = after_first_archive_save(
@@ -190,7 +192,7 @@ async def test_an_update_racing_a_delete_of_another_process_is_refused(store: An
     """Chroma drops an update of a missing id silently: the update says so instead."""
     if store.connection.mode != "remote":
         pytest.skip("a local store belongs to one process")
-    rec = await store.add(ALICE, "user", "用户在学吉他")
+    rec = await store.add(new_memory(ALICE, "user", "用户在学吉他"))
     other = another_process(store)
     deleted = after_first_archive_save(store, lambda: other.delete(ALICE, rec.id))
     STATS.faults_injected += 1

@@ -27,7 +27,7 @@ from tests.botproject import (
     seed,
     snapshot,
 )
-from tests.helpers import view_of
+from tests.helpers import new_memory, view_of
 from tests.lazy import lazy_import
 from tests.servers import ChromaServer, EmbeddingServer
 
@@ -604,7 +604,7 @@ async def test_restore_round_trip_replaces_current_contents(
     backup = await E.create_backup(rt.maintenance)
     # Change things after the backup.
     await rt.store.delete(ALICE, "m0001")
-    await rt.store.add(ALICE, "user", "备份之后的新记忆")
+    await rt.store.add(new_memory(ALICE, "user", "备份之后的新记忆"))
     await rt.store.update(ALICE, "m0002", content="改过的内容", tags=["新"])
     assert await snapshot(rt, MEM) != mem_before
     await rt.close()

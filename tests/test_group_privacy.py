@@ -24,7 +24,7 @@ from tests.active_helpers import active, answer_rule, extractions, settle, shown
 from tests.chat import tool_results
 from tests.events import group_event, private_event
 from tests.group_helpers import block, say, turn_prompts
-from tests.helpers import partition, runtime, view_of
+from tests.helpers import new_memory, partition, runtime, view_of
 from tests.lazy import lazy_import
 from tests.servers import ChatServer, Reply
 
@@ -255,7 +255,7 @@ async def test_group_listing_command_answers_privately_with_everything(
     chat_server: ChatServer,
 ) -> None:
     uid, gid = 4501002, 45003
-    await runtime().store.add(partition(uid), "user", "私聊里说的秘密")
+    await runtime().store.add(new_memory(partition(uid), "user", "私聊里说的秘密"))
     rec = await say(group_event(uid, gid, "/memory user list"))
     assert rec.texts("group") == ["个人记忆已通过私聊发送给你"]
     assert "私聊里说的秘密" in rec.texts("private")[0]  # a private reply may show private memories

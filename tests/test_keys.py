@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tests.events import group_event, private_event
-from tests.helpers import view_of
+from tests.helpers import new_memory, view_of
 from tests.lazy import lazy_import
 
 K = lazy_import(
@@ -72,10 +72,10 @@ def test_target_from_group_event() -> None:
 
 
 async def test_migration_rewrites_legacy_keys_once(store: Any) -> None:
-    legacy_user = await store.add("user_10001", "user", "旧格式个人记忆")
-    legacy_group = await store.add("group_20002", "group", "旧格式群记忆")
-    current = await store.add("QQPlatform_Private_10003", "user", "新格式记忆")
-    odd = await store.add("not-a-key", "user", "无法解析的键")
+    legacy_user = await store.add(new_memory("user_10001", "user", "旧格式个人记忆"))
+    legacy_group = await store.add(new_memory("group_20002", "group", "旧格式群记忆"))
+    current = await store.add(new_memory("QQPlatform_Private_10003", "user", "新格式记忆"))
+    odd = await store.add(new_memory("not-a-key", "user", "无法解析的键"))
     # An archived version under the legacy key follows its partition too.
     await store.update("user_10001", legacy_user.id, content="旧格式个人记忆（改）")
     [version] = await store.archive.list("user_10001")

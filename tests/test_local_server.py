@@ -28,7 +28,7 @@ import pytest
 from tests.botproject import ALICE, BotProject, make_runtime, memory_meta, seed
 from tests.conftest import EMBED
 from tests.console_bot import RunningBot
-from tests.helpers import view_of
+from tests.helpers import new_memory, view_of
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 from tests.servers import ChromaServer
@@ -87,7 +87,7 @@ async def _wait_gone(pid: int) -> None:
 async def test_the_local_store_is_served_by_a_child_and_shares_its_files(tmp_path: Path) -> None:
     served = make_runtime(tmp_path, vector_db_local_server=True)
     try:
-        record = await served.store.add(ALICE, "user", "用户养的猫叫年糕")
+        record = await served.store.add(new_memory(ALICE, "user", "用户养的猫叫年糕"))
         server = served.connection.server
         assert served.connection.served and not served.connection.in_process
         assert server is not None and server.alive() and server.pid != os.getpid()
@@ -127,7 +127,7 @@ async def test_a_killed_child_is_a_clear_error_then_a_new_one_serves(tmp_path: P
         # The next call starts a new child on the same directory: nothing lost.
         assert await rt.store.count_all() == len(items)
         assert rt.connection.server is not None and rt.connection.server.pid != old_pid
-        written = await rt.store.add(ALICE, "user", "用户的生日是3月5日")
+        written = await rt.store.add(new_memory(ALICE, "user", "用户的生日是3月5日"))
         assert (await rt.store.get(view_of(ALICE), written.id)) is not None
     finally:
         await rt.close()
@@ -275,7 +275,7 @@ async def test_starting_a_child_does_not_hold_the_connection_lock(tmp_path: Path
 
 async def test_shutdown_closes_in_a_worker_thread_and_stays_closed(tmp_path: Path) -> None:
     rt = make_runtime(tmp_path, vector_db_local_server=True)
-    record = await rt.store.add(ALICE, "user", "用户喜欢爬山")
+    record = await rt.store.add(new_memory(ALICE, "user", "用户喜欢爬山"))
     server = rt.connection.server
     assert server is not None and server.pid is not None
     pid = server.pid

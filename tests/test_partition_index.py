@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import env_for
-from tests.helpers import view_of
+from tests.helpers import new_memory, view_of
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 
@@ -153,7 +153,9 @@ async def test_index_equals_chroma_with_writes(store: Any) -> None:
     loads = store.index.loads
     # Writes through the store keep the cached partitions in step (no reload).
     for k in range(6):
-        await store.add("p_mid", "user", f"新记忆 {k}", importance="high", origin="group:9")
+        await store.add(
+            new_memory("p_mid", "user", f"新记忆 {k}", importance="high", origin="group:9")
+        )
     mids = [r.id for r in await store.list(view_of("p_mid"), limit=20)]
     for memory_id in mids[:4]:
         await store.update("p_mid", memory_id, content="改过的内容", importance="low")
@@ -287,12 +289,12 @@ async def test_remote_write_of_another_store_seen_after_ttl(
     mine.index.clock = lambda: now[0]
     assert mine.index.ttl is not None
     try:
-        await mine.add("a", "user", "第一条记忆")
+        await mine.add(new_memory("a", "user", "第一条记忆"))
         probe = (await mine.embedder.embed(["另一个进程写的"]))[0]
         assert [h.content for h in await mine.query_vector(view_of("a"), probe, top_k=5)] == [
             "第一条记忆"
         ]
-        await other.add("a", "user", "另一个进程写的")
+        await other.add(new_memory("a", "user", "另一个进程写的"))
         now[0] += mine.index.ttl / 2  # still trusted: the cached answer
         assert [h.content for h in await mine.query_vector(view_of("a"), probe, top_k=5)] == [
             "第一条记忆"
@@ -325,7 +327,7 @@ async def test_writes_racing_a_load_are_not_lost(store: Any) -> None:
     texts = [f"并发写入 {k}" for k in range(8)]
     results = await asyncio.gather(
         store.query_vector(view_of("a"), q),
-        *(store.add("a", "user", t) for t in texts),
+        *(store.add(new_memory("a", "user", t)) for t in texts),
         store.query_vector(view_of("a"), q),
     )
     added = {r.id for r in results[1:-1]}
@@ -346,7 +348,7 @@ async def test_cosine_collection_is_left_to_chroma(store: Any) -> None:
         embedding_function=None,
     )
     for text in ("喜欢猫", "住在上海", "明天出差"):
-        await store.add("a", "user", text)
+        await store.add(new_memory("a", "user", text))
     probe = (await store.embedder.embed(["喜欢猫"]))[0]
     hits = await store.query_vector(view_of("a"), probe, top_k=3)
     assert [h.id for h in hits] == [i for i, _ in await _raw(store, "a", probe, 3)]
@@ -373,9 +375,9 @@ async def test_writes_are_cheap_and_never_change_a_snapshot(store: Any) -> None:
     assert held is not None
     frozen = _rows_by_id(held)
     # The first add makes room; the next ones write into that room, no copy.
-    await store.add("a", "user", "第一条新记忆")
+    await store.add(new_memory("a", "user", "第一条新记忆"))
     grown = store.index.peek("a")
-    await store.add("a", "user", "第二条新记忆")
+    await store.add(new_memory("a", "user", "第二条新记忆"))
     assert store.index.peek("a").arena is grown.arena
     ids = [r.id for r in await store.list(view_of("a"), limit=40)]
     for k, memory_id in enumerate(ids[:10]):
@@ -385,7 +387,7 @@ async def test_writes_are_cheap_and_never_change_a_snapshot(store: Any) -> None:
     for memory_id in ids[15:40]:
         assert await store.delete("a", memory_id)
     for k in range(40):
-        await store.add("a", "user", f"更多新记忆 {k}", importance="low")
+        await store.add(new_memory("a", "user", f"更多新记忆 {k}", importance="low"))
     assert store.index.loads == 1  # kept in step, never reloaded
     # The snapshot held by a reader is exactly what it was.
     assert _rows_by_id(held) == frozen

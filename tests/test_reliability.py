@@ -27,7 +27,7 @@ from tests.botproject import NOMIC, BotProject, make_runtime, sample_memories, s
 from tests.chat import BotRecorder, make_bot
 from tests.conftest import SUPERUSER
 from tests.events import group_event, private_event
-from tests.helpers import runtime, view_of
+from tests.helpers import new_memory, runtime, view_of
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 from tests.servers import ChromaServer, EmbeddingServer
@@ -109,8 +109,10 @@ async def test_hundred_concurrent_writes_respect_the_limit() -> None:
 @pytest.fixture
 async def fault_runtime(tmp_path: Path, embed_server: EmbeddingServer) -> Any:
     rt = make_runtime(tmp_path, embedding_timeout_seconds=0.5)
-    await rt.store.add("QQPlatform_Private_14100", "user", "故障前的记忆一", tags=["a"])
-    await rt.store.add("QQPlatform_Private_14100", "user", "故障前的记忆二", importance="high")
+    await rt.store.add(new_memory("QQPlatform_Private_14100", "user", "故障前的记忆一", tags=["a"]))
+    await rt.store.add(
+        new_memory("QQPlatform_Private_14100", "user", "故障前的记忆二", importance="high")
+    )
     yield rt
     await rt.close()
 
@@ -436,7 +438,7 @@ async def test_property_commands_never_raise_or_change_others(
     rt = runtime()
     victim = "QQPlatform_Private_14301"
     if await rt.store.count(view_of(victim)) == 0:
-        await rt.store.add(victim, "user", "不应被动到的记忆")
+        await rt.store.add(new_memory(victim, "user", "不应被动到的记忆"))
     before = await fingerprint_of_store_partition(rt.store, victim)
 
     async def manage() -> bool:
@@ -495,9 +497,11 @@ async def test_permission_matrix(role: str, uid: int, where: str, tool: str) -> 
     # Personal scope: always the caller's own partition, always allowed (on a memory this
     # chat may read: said here; a private one is not found from a group, see below).
     origin = f"group:{gid}" if where == "group" else "private"
-    own = await rt.store.add(f"QQPlatform_Private_{uid}", "user", "自己的记忆", origin=origin)
+    own = await rt.store.add(
+        new_memory(f"QQPlatform_Private_{uid}", "user", "自己的记忆", origin=origin)
+    )
     if where == "group" and tool == "update_memory":
-        hidden = await rt.store.add(f"QQPlatform_Private_{uid}", "user", "私聊里说的")
+        hidden = await rt.store.add(new_memory(f"QQPlatform_Private_{uid}", "user", "私聊里说的"))
         refused = await rt.tools.update_memory(caller, {"id": hidden.id, "importance": "high"})
         assert refused["ok"] is False and "私聊里说的" not in str(refused)
     args = {
@@ -509,7 +513,7 @@ async def test_permission_matrix(role: str, uid: int, where: str, tool: str) -> 
     assert (await getattr(rt.tools, tool)(caller, args))["ok"] is True
 
     # Group scope: writing is open to members, changing needs a manager.
-    shared = await rt.store.add(f"QQPlatform_Group_{gid}", "group", "群记忆")
+    shared = await rt.store.add(new_memory(f"QQPlatform_Group_{gid}", "group", "群记忆"))
     group_args = {
         "write_memory": {"content": "群新记忆", "tags": [], "scope": "group"},
         "update_memory": {"id": shared.id, "scope": "group", "importance": "high"},

@@ -42,7 +42,7 @@ from tests.botproject import (
     seed,
     snapshot,
 )
-from tests.helpers import view_of
+from tests.helpers import new_memory, view_of
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 from tests.servers import ChromaEndpoint, ChromaProxy, ChromaServer, EmbeddingServer, embed_text
@@ -89,7 +89,7 @@ async def test_reopened_store_finds_what_another_process_wrote(
 ) -> None:
     rt = make_runtime(tmp_path)
     try:
-        first = await rt.store.add(ALICE, "user", "用户喜欢吃草莓蛋糕")
+        first = await rt.store.add(new_memory(ALICE, "user", "用户喜欢吃草莓蛋糕"))
         hits = await rt.store.query(view_of(ALICE), "用户喜欢吃草莓蛋糕", top_k=1)
         assert [h.id for h in hits] == [first.id]  # this process has indexed the collection
         rt.connection.close()
@@ -179,13 +179,13 @@ async def test_a_vanished_collection_is_never_recreated(
     rt = make_runtime(tmp_path)
     conn, name = rt.connection, rt.store.name
     try:
-        await rt.store.add(ALICE, "user", "第一条记忆")
+        await rt.store.add(new_memory(ALICE, "user", "第一条记忆"))
         # A remap between its delete and its rename: the temporary exists, the name does not.
         await conn.create_collection(name + "__reembed", {"reembed_complete": True})
         await conn.delete_collection(name)
         STATS.faults_injected += 1
         with pytest.raises(E.MaintenanceInProgress):
-            await rt.store.add(ALICE, "user", "第二条记忆")
+            await rt.store.add(new_memory(ALICE, "user", "第二条记忆"))
         result = await rt.tools.write_memory(_caller(), {"content": "第三条记忆", "tags": ["测试"]})
         assert result == {"ok": False, "error": "记忆库维护中，请稍后再试（本次操作未执行）"}
         assert name not in await conn.list_collections()
@@ -194,7 +194,7 @@ async def test_a_vanished_collection_is_never_recreated(
         await conn.delete_collection(name + "__reembed")
         STATS.faults_injected += 1
         with pytest.raises(E.VectorStoreError, match="不存在"):
-            await rt.store.add(ALICE, "user", "第四条记忆")
+            await rt.store.add(new_memory(ALICE, "user", "第四条记忆"))
         assert name not in await conn.list_collections()
     finally:
         await rt.close()

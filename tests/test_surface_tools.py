@@ -17,7 +17,7 @@ import pytest
 from tests.chat import model_requests, tool_results, turn
 from tests.chat import offered as offered_in
 from tests.events import private_event
-from tests.helpers import runtime, view_of
+from tests.helpers import new_memory, runtime, view_of
 from tests.servers import ChatServer, Reply
 
 SIX = {
@@ -95,8 +95,8 @@ async def test_the_worked_example_a_tool_with_a_config_switch(chat_server: ChatS
         rt.store, rt.memo, memory_limit=rt.tools.memory_limit, config=WithSwitch()
     )
     uid = 17101
-    await rt.store.add(f"QQPlatform_Private_{uid}", "user", "喜欢爬山")
-    await rt.store.add(f"QQPlatform_Private_{uid}", "user", "住在杭州")
+    await rt.store.add(new_memory(f"QQPlatform_Private_{uid}", "user", "喜欢爬山"))
+    await rt.store.add(new_memory(f"QQPlatform_Private_{uid}", "user", "住在杭州"))
     manager = ToolsManager()
     for name in SIX:  # registered from the new object below (Amrita refuses a second name)
         manager.remove_tool(name)

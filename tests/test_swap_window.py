@@ -26,7 +26,7 @@ from typing import Any, cast
 import pytest
 
 from tests.botproject import ALICE, make_runtime
-from tests.helpers import view_of
+from tests.helpers import new_memory, view_of
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 from tests.servers import ChromaProxy, ChromaServer, EmbeddingServer
@@ -103,7 +103,7 @@ async def test_a_read_that_meets_the_dropped_original_is_retried_on_the_new_coll
 ) -> None:
     rt, name = _runtime(tmp_path, chroma_proxy)
     try:
-        first = await rt.store.add(ALICE, "user", "用户喜欢吃草莓蛋糕")
+        first = await rt.store.add(new_memory(ALICE, "user", "用户喜欢吃草莓蛋糕"))
         assert (await rt.store.get(view_of(ALICE), first.id)) is not None  # the handle is cached
         old_id = await asyncio.to_thread(_swap, chroma_server, name, "after-swap")
         # The reply to the next call left Chroma while it dropped the original.
@@ -125,14 +125,14 @@ async def test_calls_that_meet_the_drop_in_progress_are_refused_and_nothing_is_a
     rt, name = _runtime(tmp_path, chroma_proxy)
     caller = T.ScopeRules().of_chat(T.target_from_ids(10001))  # partition ALICE
     try:
-        first = await rt.store.add(ALICE, "user", "用户的猫叫做团子")
+        first = await rt.store.add(new_memory(ALICE, "user", "用户的猫叫做团子"))
         dropping = await _held_drop(chroma_proxy, name)
         try:
             STATS.faults_injected += 1
             # A write past the marker check (none is set here: the check passed
             # before the remap began) reaches the original while it is deleted.
             with pytest.raises(E.MaintenanceInProgress) as info:
-                await rt.store.add(ALICE, "user", "迟到的写入")
+                await rt.store.add(new_memory(ALICE, "user", "迟到的写入"))
             assert not info.value.ambiguous
             # Reads are never refused by the markers; here they meet the drop.
             with pytest.raises(E.MaintenanceInProgress):
@@ -192,7 +192,7 @@ async def test_a_scan_starts_again_on_the_new_collection_and_is_refused_half_way
     rt, name = _runtime(tmp_path, chroma_proxy)
     try:
         for text in ("第一条记忆", "第二条记忆", "第三条记忆"):
-            await rt.store.add(ALICE, "user", text)
+            await rt.store.add(new_memory(ALICE, "user", text))
         assert await rt.store.count(view_of(ALICE)) == 3  # the handle is cached
         await asyncio.to_thread(_swap, chroma_server, name, "after-swap")
         STATS.faults_injected += 1

@@ -26,7 +26,7 @@ from tests.active_helpers import active
 from tests.botproject import make_runtime, snapshot
 from tests.chat import BotRecorder, make_bot, run_turn
 from tests.events import group_event, private_event
-from tests.helpers import partition, runtime, view_of
+from tests.helpers import new_memory, partition, runtime, view_of
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 from tests.servers import ChromaServer, EmbeddingServer
@@ -71,10 +71,10 @@ async def command(event: Any, recorder: BotRecorder | None = None) -> BotRecorde
 async def seed_user(rt: Any, groups: Any, uid: int, gid: int, tag: str) -> dict[str, Any]:
     """One user's data of every kind; what was written, by kind."""
     key = partition(uid)
-    first = await rt.store.add(key, "user", f"{tag}喜欢青柠")
+    first = await rt.store.add(new_memory(key, "user", f"{tag}喜欢青柠"))
     await rt.store.update(key, first.id, content=f"{tag}改喜欢柠檬了")  # an update-history row
     said_in_group = await rt.store.add(
-        key, "user", f"{tag}在群里说过住在杭州", origin=f"group:{gid}"
+        new_memory(key, "user", f"{tag}在群里说过住在杭州", origin=f"group:{gid}")
     )
     caller = U.ScopeRules().of_chat(U.target_from_ids(uid, gid))
     written = await rt.tools.write_memory(
@@ -200,7 +200,7 @@ async def test_a_forget_from_the_chat_drops_the_console_caches(tmp_path: Path) -
 
     rt, groups = runtime(), stores()
     me = 18211
-    await rt.store.add(partition(me), "user", "卯喜欢茉莉花茶")
+    await rt.store.add(new_memory(partition(me), "user", "卯喜欢茉莉花茶"))
     data = rt.user_data(groups)
     console = ConsoleService(rt, None, groups, data)
     assert partition(me) in (await console.catalog.get()).partitions  # cached now
@@ -217,7 +217,7 @@ async def test_export_falls_back_to_text_pages_where_files_cannot_be_sent() -> N
     rt = runtime()
     me = 18111
     for i in range(12):  # ~40,000 characters: more pages than one reply sends
-        await rt.store.add(partition(me), "user", f"第{i}段长记忆：" + "青" * 3000)
+        await rt.store.add(new_memory(partition(me), "user", f"第{i}段长记忆：" + "青" * 3000))
 
     rec = await command(private_event(me, "/memory user export"), BotRecorder(fail_upload=True))
     assert rec.uploads == []
@@ -313,7 +313,7 @@ async def test_forget_removes_every_kind_and_leaves_others_intact() -> None:
     )  # one confirmation, one forget
 
     # Talking again afterwards is remembered as usual.
-    again = await rt.store.add(partition(me), "user", "丙回来了，喜欢柚子")
+    again = await rt.store.add(new_memory(partition(me), "user", "丙回来了，喜欢柚子"))
     assert await rt.store.get(view_of(partition(me)), again.id) is not None
     forgotten = await rt.forgotten.entries()
     assert forgotten[str(me)]["partition"] == partition(me)
@@ -322,7 +322,7 @@ async def test_forget_removes_every_kind_and_leaves_others_intact() -> None:
 async def test_forget_confirmation_expires_and_arguments_are_checked(tmp_path: Path) -> None:
     rt, groups = runtime(), stores()
     me = 18131
-    await rt.store.add(partition(me), "user", "戊喜欢山楂")
+    await rt.store.add(new_memory(partition(me), "user", "戊喜欢山楂"))
     clock = [1000.0]
     users = U.UserCommands(rt.user_data(groups), tmp_path, clock=lambda: clock[0])
     caller = U.ScopeRules().of_chat(U.target_from_ids(me))
@@ -488,7 +488,7 @@ async def test_backups_are_rewritten_and_an_older_backup_never_brings_the_user_b
             assert lost == 0
             assert await rt.store.archive.count(partition(other)) == 1
         # The user talks again after the forget: that is kept, backed up and restored.
-        await rt.store.add(partition(me), "user", "庚又回来了，喜欢石榴")
+        await rt.store.add(new_memory(partition(me), "user", "庚又回来了，喜欢石榴"))
         newer = await U.create_backup(rt.maintenance)
         await U.restore_backup(rt.maintenance, newer.path)
         texts = [
@@ -507,7 +507,7 @@ async def test_an_archive_restore_never_brings_back_a_forgotten_users_row(
     me = 18171
     rt = make_runtime(tmp_path / "data")
     try:
-        record = await rt.store.add(partition(me), "user", "壬喜欢桂花")
+        record = await rt.store.add(new_memory(partition(me), "user", "壬喜欢桂花"))
         await rt.store.update(partition(me), record.id, content="壬喜欢荷花")
         (row,) = await rt.store.archive.list(partition(me))
         got = await rt.store.archive.get(row.id, with_vector=True)
@@ -526,7 +526,7 @@ async def test_an_archive_restore_never_brings_back_a_forgotten_users_row(
 async def test_a_corrupt_tombstone_file_stops_every_restore(tmp_path: Path) -> None:
     rt = make_runtime(tmp_path / "data")
     try:
-        await rt.store.add(partition(18181), "user", "癸喜欢菊花")
+        await rt.store.add(new_memory(partition(18181), "user", "癸喜欢菊花"))
         await U.reset_fingerprint(rt.maintenance)
         info = await U.create_backup(rt.maintenance)
         rt.forgotten.path.write_text("{not json", encoding="utf-8")

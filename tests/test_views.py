@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import new_memory
 from tests.lazy import lazy_import
 
 S = lazy_import("amrita_plugin_memory.storage.scope", "amrita_plugin_memory.core.records")
@@ -83,7 +84,7 @@ def test_a_read_without_a_view_does_not_type_check(tmp_path: Path) -> None:
 
 
 async def test_a_read_without_a_view_raises(store: Any) -> None:
-    await store.add(P, "user", "用户喜欢喝乌龙茶")
+    await store.add(new_memory(P, "user", "用户喜欢喝乌龙茶"))
     for name, call in UNVIEWED_READS.items():
         with pytest.raises(TypeError, match="View"):
             await eval(call, {"store": store, "P": P})  # the snippet's calls, run for real
@@ -96,9 +97,9 @@ async def test_a_read_without_a_view_raises(store: Any) -> None:
 
 
 async def test_a_narrowed_view_hides_other_origins_through_every_door(store: Any) -> None:
-    mine = await store.add(P, "user", "在 A 群说过：用户喜欢喝乌龙茶", origin=GROUP_A)
-    other = await store.add(P, "user", "在 B 群说过：用户喜欢喝乌龙茶", origin=GROUP_B)
-    secret = await store.add(P, "user", "私聊说过：用户喜欢喝乌龙茶")
+    mine = await store.add(new_memory(P, "user", "在 A 群说过：用户喜欢喝乌龙茶", origin=GROUP_A))
+    other = await store.add(new_memory(P, "user", "在 B 群说过：用户喜欢喝乌龙茶", origin=GROUP_B))
+    secret = await store.add(new_memory(P, "user", "私聊说过：用户喜欢喝乌龙茶"))
     in_a = S.ScopeRules().of_chat(S.ChatTarget("10001", P, "QQPlatform_Group_20001", "20001"))
     view = in_a.view("user")
     assert (view.partition, view.origins) == (P, S.OriginFilter.only(GROUP_A))

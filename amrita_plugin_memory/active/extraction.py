@@ -26,7 +26,7 @@ from ..core.records import ORIGIN_PRIVATE, SOURCE_AUTO, MemoryRecord
 from ..core.text import cut, single_line
 from ..prompting.labels import neutralize_brackets, neutralize_labels
 from ..prompting.memory_ops import MemoryOp, OpLimits, ParsedOps, parse_memory_ops, reference
-from ..storage.memory_store import REASON_OUTDATED, MemoryStore
+from ..storage.memory_store import REASON_OUTDATED, MemoryStore, NewMemory, WriteRules
 from ..storage.scope import Scope, ScopeRules
 from ..tools.args import LIMITS
 from .batches import BatchKey, Turn
@@ -215,12 +215,20 @@ class MemoryExtractor:
         fence: Fence | None,
     ) -> None:
         if op.op == "add":
-            written = await self.store.remember(
-                await scope.require("write", "user"), "user", op.content, tags=op.tags,
-                importance=op.importance, limit=self.memory_limit, origin=scope.origin,
+            memory = NewMemory(
+                await scope.require("write", "user"),
+                "user",
+                op.content,
+                tags=op.tags,
+                importance=op.importance,
+                origin=scope.origin,
                 source=SOURCE_AUTO,
-                displace=op.importance, fence=fence,
-            )  # fmt: skip
+            )
+            # Automatic: it displaces only an automatic memory of its importance or lower.
+            rules = WriteRules(
+                merge=True, limit=self.memory_limit, displace=op.importance, fence=fence
+            )
+            written = await self.store.write(memory, rules)
             (outcome.updated if written.merged else outcome.added).append(written.record.id)
             return
         target = by_ref[op.ref]

@@ -28,13 +28,14 @@ from typing import Any
 
 from ..core.errors import VectorStoreError
 from ..core.protocols import Embedder, Fence, TextKind
-from ..core.records import ORIGIN_PRIVATE, MemoryRecord, OriginFilter, utc_now, where_partition
+from ..core.records import MemoryRecord, OriginFilter, utc_now, where_partition
+from ..core.writes import NewMemory, WriteRules
 from .archive.removal import move_to_archive, row_state, unchanged_where
 from .archive.store import REASON_DELETED, REASON_OUTDATED, REASON_UPDATED
 from .chroma.connection import ChromaConnection
 from .chroma.paging import READ_PAGE_SIZE, Item, iter_pages
 from .memory_collection import MemoryCollection, Row
-from .merge import MERGE_NEIGHBOURS, WriteResult, merge_repeat
+from .merge import WriteResult, merge_repeat
 from .partition.counts import PartitionCounts
 from .partition.index import query_records
 from .partition.retrieval import RetrievalSettings, search
@@ -52,11 +53,13 @@ __all__ = [
     "REASON_OUTDATED",
     "Item",
     "MemoryStore",
+    "NewMemory",
     "PartitionCounts",
     "RetrievalSettings",
     "Row",
     "View",
     "WriteResult",
+    "WriteRules",
     "iter_pages",
     "operator_view",
     "row_state",
@@ -64,6 +67,9 @@ __all__ = [
 ]
 
 MEMORY_COLLECTION = "amrita_user_memory"
+
+PLAIN_WRITE = WriteRules()
+"""A plain add: no repeat merged, no limit, nothing displaced, no fence."""
 
 
 class MemoryStore(MemoryCollection):
@@ -94,76 +100,38 @@ class MemoryStore(MemoryCollection):
 
     # -- writes ---------------------------------------------------------------------
 
-    async def add(
+    async def write(
         self,
-        partition: str,
-        scope: str,
-        content: str,
+        memory: NewMemory,
+        rules: WriteRules = PLAIN_WRITE,
         *,
-        tags: Sequence[str] = (),
-        importance: str = "medium",
-        limit: int | None = None,
-        origin: str = ORIGIN_PRIVATE,
         vector: Sequence[float] | None = None,
-        source: str = "",
-        author: str = "",
-        displace: str | None = None,
-        fence: Fence | None = None,
-    ) -> MemoryRecord:
-        """Embed and store one memory; with ``limit``, refuse when the partition is full
-        (unless an automatic memory of importance ≤ ``displace`` gives way, :mod:`.room`).
+    ) -> WriteResult:
+        """Store ``memory`` as ``rules`` allow: the one write path of a new memory.
 
-        The count check and the add happen in the partition's write section
-        (:meth:`writing`): writers of any process cannot exceed the limit. The
-        text is embedded first (an embedding failure leaves nothing behind)
-        unless ``vector`` is given; ``author`` is who wrote a group memory;
-        ``fence`` is awaited in the section right before anything is written.
+        The text is embedded first (an embedding failure leaves nothing behind) unless
+        ``vector`` is given. Then, in the partition's write section (:meth:`writing`,
+        shared with writers of any process): the fence; with ``rules.merge`` (and
+        ``[retrieval] dedup`` on) a true repeat of a memory of the partition, written
+        with the same scope and origin, is refreshed instead (:mod:`.merge`; a merge adds
+        nothing, so a full partition accepts a repeated fact, and two writers of one
+        fact never both add it); with ``rules.limit`` a full partition refuses unless
+        an automatic memory gives way (:mod:`.room`); then the add.
         """
         if vector is None:
-            vector = (await self._embed([content]))[0]
-        result = await self._store(
-            partition, scope, content, vector, tags=tags, importance=importance, limit=limit,
-            origin=origin, source=source, author=author, displace=displace, fence=fence,
-            merge=False,
-        )  # fmt: skip
-        return result.record
-
-    async def _store(
-        self,
-        partition: str,
-        scope: str,
-        content: str,
-        vector: Sequence[float],
-        *,
-        tags: Sequence[str],
-        importance: str,
-        limit: int | None,
-        origin: str,
-        source: str,
-        author: str,
-        displace: str | None,
-        fence: Fence | None,
-        merge: bool,
-    ) -> WriteResult:
-        """In the write section: a merge into a memory it repeats (``merge``), else a new one."""
-        now = self.clock()
-        record = MemoryRecord(
-            id=uuid.uuid4().hex, content=content, partition=partition, scope=scope,
-            tags=list(tags), importance=importance, created_at=now, updated_at=now,
-            origin=origin, source=source, author=author,
-        )  # fmt: skip
+            vector = (await self._embed([memory.content]))[0]
+        merge = rules.merge and self.settings.dedup
+        partition = memory.partition
+        if merge:
+            await self._warm(partition)
         async with self.writing(partition):
-            if fence is not None:
-                await fence()
-            if merge:
-                merged = await merge_repeat(
-                    self, partition, content, vector,
-                    tags=tags, importance=importance, scope=scope, origin=origin,
-                )  # fmt: skip
-                if merged is not None:
-                    return WriteResult(merged, merged=True)
-            if limit is not None:
-                await make_room(self, partition, limit, displace)
+            if rules.fence is not None:
+                await rules.fence()
+            if merge and (merged := await merge_repeat(self, memory, vector)) is not None:
+                return WriteResult(merged, merged=True)
+            if rules.limit is not None:
+                await make_room(self, partition, rules.limit, rules.displace)
+            record = memory.record(uuid.uuid4().hex, self.clock())
             try:
                 await self._write(
                     lambda c: c.add(
@@ -180,6 +148,26 @@ class MemoryStore(MemoryCollection):
             self.recent.added(partition, record.id)
             self.index.added(partition, vector, record)
         return WriteResult(record)
+
+    async def add(
+        self,
+        memory: NewMemory,
+        rules: WriteRules = PLAIN_WRITE,
+        *,
+        vector: Sequence[float] | None = None,
+    ) -> MemoryRecord:
+        """:meth:`write` for a caller that wants only the stored record (an operator's
+        or a benchmark's plain add)."""
+        return (await self.write(memory, rules, vector=vector)).record
+
+    async def _warm(self, partition: str) -> None:
+        """Load the partition's index before the write section (a load takes the
+        partition's lock, which the section holds), so the repeat is looked for in
+        memory; a load that fails leaves it to Chroma, inside the section."""
+        try:
+            await self.index.snapshot(self, partition)
+        except Exception:
+            self.index.drop(partition)
 
     async def update(
         self,
@@ -267,39 +255,6 @@ class MemoryStore(MemoryCollection):
                 self.recent.removed(partition, memory_id)
                 self.index.removed(partition, memory_id)
         return moved
-
-    async def remember(
-        self,
-        partition: str,
-        scope: str,
-        content: str,
-        *,
-        tags: Sequence[str] = (),
-        importance: str = "medium",
-        limit: int | None = None,
-        origin: str = ORIGIN_PRIVATE,
-        source: str = "",
-        author: str = "",
-        displace: str | None = None,
-        fence: Fence | None = None,
-    ) -> WriteResult:
-        """:meth:`add`, except that a true repeat of a memory of the partition, written
-        with the same scope and origin, refreshes that memory (:mod:`.merge`) instead
-        of adding a copy.
-
-        A merge adds nothing (a full partition accepts a repeated fact). The repeat is
-        looked for in the write section: two writers of one fact (in any processes)
-        never both add it. The index is loaded before (a load takes the lock)."""
-        vector = (await self._embed([content]))[0]
-        if self.settings.dedup:  # loads the index (errors: Chroma answers, through the guard)
-            await self._query_vector(
-                partition, vector, top_k=MERGE_NEIGHBOURS, importance=None, origins=OriginFilter.ALL
-            )
-        return await self._store(
-            partition, scope, content, vector, tags=tags, importance=importance, limit=limit,
-            origin=origin, source=source, author=author, displace=displace, fence=fence,
-            merge=self.settings.dedup,
-        )  # fmt: skip
 
     async def keep_history(
         self, previous: MemoryRecord, vector: Sequence[float] | None, *, reason: str

@@ -22,7 +22,7 @@ from nonebot import logger
 from ..core.config import ConfigFile
 from ..core.records import IMPORTANCE_LEVELS, SCOPES
 from ..storage.memo_store import MemoService
-from ..storage.memory_store import EXPLICIT, MemoryStore
+from ..storage.memory_store import EXPLICIT, MemoryStore, NewMemory, WriteRules
 from ..storage.scope import Scope
 from . import results
 from .args import (
@@ -166,19 +166,19 @@ class MemoryTools:
             kind = parse_enum(args, "scope", SCOPES, "user")
             assert content is not None and tags is not None and importance and kind
             partition = await scope.require("write", kind)
-            written = await self.store.remember(
+            memory = NewMemory(
                 partition,
                 kind,
                 content,
                 tags=tags,
                 importance=importance,
-                limit=self.memory_limit,
                 origin=scope.origin,
                 # A group memory records who wrote it (their export lists it).
                 author=scope.user_id if kind == "group" else "",
-                # The user's own request: an automatic memory gives way (storage/room).
-                displace=EXPLICIT,
             )
+            # The user's own request: an automatic memory gives way (storage/room).
+            rules = WriteRules(merge=True, limit=self.memory_limit, displace=EXPLICIT)
+            written = await self.store.write(memory, rules)
             merged = " merged" if written.merged else ""
             logger.info(
                 f"[Memory] write_memory{merged} partition={partition} id={written.record.id}"

@@ -3,7 +3,7 @@
 A :class:`~...infra.fences.Ticket` is taken when background work takes its
 input (an extraction batch, a persona extraction); :meth:`UserFences.fence`
 turns it into the check a store awaits under the partition's lock right
-before it writes (``MemoryStore.add(fence=…)``). The check fails when, since
+before it writes (``WriteRules.fence`` of ``MemoryStore.write``). The check fails when, since
 the ticket was taken:
 
 * this process voided it (a forget, ``/memory auto off``: :class:`UserEpochs`);
