@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ..core.errors import ErrorKind, PluginError
 from ..infra.files import atomic_write_text
 from ..storage.users.loop_profile import (
     PROFILE_FILE,
@@ -35,8 +36,10 @@ MAX_WINDOW = 200
 Section = Literal["summary", "body"]
 
 
-class ProfileError(ValueError):
+class ProfileError(PluginError, ValueError):
     """A profile operation cannot be done; the message is meant for the model."""
+
+    kind = ErrorKind.INVALID
 
 
 def _escape(line: str) -> str:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...core.errors import MemoryLimitReached, VectorStoreError
+from ...core.errors import ErrorKind, MemoryLimitReached, VectorStoreError
 from ...core.records import MemoryRecord
 from ...storage.archive.store import ArchivedMemory
 from ...storage.keys import normalize_key
@@ -43,6 +43,8 @@ ROW_ID_CHARS = 80
 
 class ArchiveRestoreError(VectorStoreError):
     """The row cannot be restored (unknown id, another partition's, its memory archived)."""
+
+    kind = ErrorKind.NOT_FOUND
 
 
 def parse_row_id(value: object) -> str:

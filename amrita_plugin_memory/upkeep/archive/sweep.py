@@ -50,7 +50,7 @@ from typing import Any
 
 from nonebot.log import logger
 
-from ...core.errors import VectorStoreError
+from ...core.errors import ErrorKind, VectorStoreError
 from ...core.records import MemoryRecord
 from ...ranking.scores import parse_time
 from ...storage.archive.store import REASON_EXPIRED, REASON_UPDATED, history_id
@@ -79,6 +79,8 @@ def sweep_lease(store: MemoryStore) -> str:
 
 class SweepBusy(VectorStoreError):
     """Another process is sweeping this collection right now."""
+
+    kind = ErrorKind.CONFLICT
 
 
 WRITE_CHUNK = 25

@@ -48,6 +48,7 @@ from typing import Any, Protocol
 
 from nonebot import logger
 
+from ...core.errors import ErrorKind, PluginError
 from ...storage.archive.store import ArchivedMemory
 from ...storage.consent_store import ConsentStore
 from ...storage.groups.stores import GroupStores
@@ -86,9 +87,11 @@ AMRITA_HISTORY = (
 """What a forget does not remove, and how it is removed (Amrita's ``/session`` command)."""
 
 
-class ForgetBlocked(RuntimeError):
+class ForgetBlocked(PluginError, RuntimeError):
     """Work for the user still runs and a forget cannot fence it (a forget fence gave
     up waiting): the forget stopped before removing anything more; run it again."""
+
+    kind = ErrorKind.CONFLICT
 
 
 class BackupFiles(Protocol):
