@@ -17,16 +17,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ..core.records import IMPORTANCE_LEVELS, MemoryRecord, OriginFilter
 from ..core.writes import NewMemory
 from ..ranking.repeats import cosine, repeats_memory
 from .archive.store import REASON_MERGED
-from .partition.retrieval import RetrievalSettings
-
-if TYPE_CHECKING:
-    from .partition.index import PartitionIndex
+from .partition.retrieval import RetrievalSettings, SearchStore
 
 __all__ = [
     "MERGE_NEIGHBOURS",
@@ -43,12 +40,11 @@ MERGE_NEIGHBOURS = 5
 T = TypeVar("T")
 
 
-class MergeStore(Protocol):
-    """What a merge needs of :class:`~.memory_store.MemoryStore` (which imports this module)."""
+class MergeStore(SearchStore, Protocol):
+    """What a merge needs of :class:`~.memory_store.MemoryStore` (which imports this module):
+    the neighbours of a search (``SearchStore._query_vector``), and these."""
 
     settings: RetrievalSettings
-    index: PartitionIndex
-    clock: Callable[[], str]
 
     async def _get(self, partition: str, memory_id: str) -> MemoryRecord | None: ...
 
@@ -61,17 +57,6 @@ class MergeStore(Protocol):
     async def _write(self, fn: Callable[[Any], T]) -> T: ...
 
     async def _vanished(self, memory_id: str) -> bool: ...
-
-    async def _query_vector(
-        self,
-        partition: str,
-        vector: Sequence[float],
-        *,
-        top_k: int,
-        importance: str | None,
-        origins: OriginFilter,
-        load: bool = True,
-    ) -> list[MemoryRecord]: ...
 
 
 @dataclass(frozen=True, slots=True)
