@@ -42,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from tests.helpers import new_memory
+
 from .harness import bench_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -199,7 +201,7 @@ async def _cost(convs: list[dict[str, Any]], rt: Any) -> list[str]:
         obs = conv["observations"]
         partition = user_key(900_000 + c)
         for o in obs[:200]:
-            await rt.store.add(partition, "user", o["text"])
+            await rt.store.add(new_memory(partition, "user", o["text"]))
         key = BatchKey(str(900_000 + c), partition, ORIGIN_PRIVATE)
         tail = obs[200:] or obs[-8:]
         for i in range(0, len(tail) - 3, 4):

@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from tests.helpers import new_memory, view_of
+
 from .harness import bench_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,9 +108,9 @@ async def _latency(rt: Any, texts: list[str]) -> tuple[float, float]:
 
     target = target_from_ids(7_500_000, None)
     partition = user_key(7_500_000)
-    if await rt.store.count(partition) == 0:
+    if await rt.store.count(view_of(partition)) == 0:
         for text in texts[:200]:
-            await rt.store.add(partition, "user", text)
+            await rt.store.add(new_memory(partition, "user", text))
     recall = MemoryRecall(
         rt.store,
         top_k=3,

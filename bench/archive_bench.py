@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from tests.helpers import view_of
+
 from .harness import bench_env
 from .stats import GcProbe, LoopLagProbe, fmt_ms
 
@@ -81,7 +83,7 @@ async def _turns(rt: Any, rng: np.random.Generator, out: list[float], stop: asyn
     while not stop.is_set():
         vector = rng.standard_normal(DIM).astype(np.float32).tolist()
         started = time.perf_counter()
-        hits = await rt.store.query_vector(FRESH, vector, top_k=5)
+        hits = await rt.store.query_vector(view_of(FRESH), vector, top_k=5)
         out.append(time.perf_counter() - started)
         assert len(hits) == 5
         await asyncio.sleep(0.05)
@@ -106,7 +108,9 @@ async def main(total: int, partitions: int, mode: str, batch: int, freeze: bool)
         print(
             f"[archive {mode}] filled {total:,} expired + {FRESH_SIZE:,} fresh at {rate:,.0f} items/s"
         )
-        await rt.store.query_vector(FRESH, [0.0] * DIM, top_k=5)  # warm the partition index
+        await rt.store.query_vector(
+            view_of(FRESH), [0.0] * DIM, top_k=5
+        )  # warm the partition index
 
         probe = LoopLagProbe()
         gc_probe = GcProbe()
@@ -123,7 +127,7 @@ async def main(total: int, partitions: int, mode: str, batch: int, freeze: bool)
         stop.set()
         await turner
 
-        live = await rt.store.count()
+        live = await rt.store.count_all()
         archived = await rt.store.archive.count()
         ok = result.archived == total and archived == total and live == FRESH_SIZE
         lags = sorted(probe.lags)

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from tests.helpers import view_of
+
 from .harness import bench_env
 from .index_bench import DIM, TARGETS, _fill, _meta
 from .stats import Summary, fmt_ms
@@ -47,7 +49,9 @@ async def _measure(rt: Any, partition: str, size: int, reps: int) -> dict[str, S
     store.index.drop(partition)
     ours_v = await _victims(rt, partition, reps + 3, "ours")
     raw_v = await _victims(rt, partition, reps + 3, "raw")
-    await store.query_vector(partition, [0.0] * DIM, top_k=5)  # warm index, as after a search
+    await store.query_vector(
+        view_of(partition), [0.0] * DIM, top_k=5
+    )  # warm index, as after a search
     rng = random.Random(size)
     samples: dict[str, list[float]] = {f"{w}.{o}": [] for w in ("ours", "raw") for o in OPS}
 
@@ -64,7 +68,7 @@ async def _measure(rt: Any, partition: str, size: int, reps: int) -> dict[str, S
         for side in order:
             if side == 0:
                 t0 = clock()
-                await store.get(partition, mine)
+                await store.get(view_of(partition), mine)
                 t1 = clock()
                 await store.update(partition, mine, importance=level, tags=["基准", level])
                 t2 = clock()
@@ -91,7 +95,7 @@ async def main(total: int, partitions: int, mode: str, reps: int) -> None:
     async with bench_env() as env:
         rt = env.make_runtime("by_id", mode)
         fill = await _fill(rt, total, partitions, rng)
-        count = await rt.store.count()
+        count = await rt.store.count_all()
         print(f"{mode}: {count:,} memories over {partitions:,} partitions, filled in {fill:.0f} s")
         print(
             f"{'partition':>10} | {'op':>6} | {'MemoryStore p50/p95':>20} | "

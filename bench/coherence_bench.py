@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from tests.helpers import new_memory, view_of
+
 from .harness import bench_env
 from .stats import Summary, fmt_ms
 
@@ -74,7 +76,7 @@ async def run(size: int, reps: int, writes: int) -> None:
         await _fill(a, size, rng)
         on = b.store.coherence
         off = Coherence(b.store.name)
-        await b.store.query_vector(P, _unit(rng), top_k=5)  # loads the partition
+        await b.store.query_vector(view_of(P), _unit(rng), top_k=5)  # loads the partition
         with_feed: list[float] = []
         without: list[float] = []
         for _ in range(reps):
@@ -82,7 +84,7 @@ async def run(size: int, reps: int, writes: int) -> None:
             for coherence, out in ((on, with_feed), (off, without)):
                 b.store.coherence = coherence
                 began = time.perf_counter()
-                await b.store.query_vector(P, q, top_k=5)
+                await b.store.query_vector(view_of(P), q, top_k=5)
                 out.append(time.perf_counter() - began)
         b.store.coherence = on
         assert b.store.index.loads == 1, "the partition was reloaded during the read loop"
@@ -99,10 +101,10 @@ async def run(size: int, reps: int, writes: int) -> None:
         stale: list[float] = []
         write_on: list[float] = []
         for _ in range(writes):
-            await b.store.query_vector(P, _unit(rng), top_k=1)  # B has it cached again
+            await b.store.query_vector(view_of(P), _unit(rng), top_k=1)  # B has it cached again
             seen.clear()
             began = time.perf_counter()
-            await a.store.add(P, "user", "新写入", vector=_unit(rng))
+            await a.store.add(new_memory(P, "user", "新写入"), vector=_unit(rng))
             done = time.perf_counter()
             write_on.append(done - began)
             await asyncio.wait_for(seen.wait(), 10)
@@ -112,7 +114,7 @@ async def run(size: int, reps: int, writes: int) -> None:
         write_off: list[float] = []
         for _ in range(writes):
             began = time.perf_counter()
-            await a.store.add(P, "user", "新写入", vector=_unit(rng))
+            await a.store.add(new_memory(P, "user", "新写入"), vector=_unit(rng))
             write_off.append(time.perf_counter() - began)
         a.store.coherence = a_on
 

@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from tests.helpers import view_of
+
 from .harness import bench_env
 from .stats import Summary, fmt_ms
 
@@ -89,7 +91,9 @@ async def _measure(rt: Any, partition: str, reps: int, rng: np.random.Generator)
     col = await rt.store.collection()
     store = rt.store
     started = time.perf_counter()
-    await store.query_vector(partition, [0.0] * DIM, top_k=5)  # first use: loads the partition
+    await store.query_vector(
+        view_of(partition), [0.0] * DIM, top_k=5
+    )  # first use: loads the partition
     load = time.perf_counter() - started
     ours: list[float] = []
     raw: list[float] = []
@@ -99,7 +103,7 @@ async def _measure(rt: Any, partition: str, reps: int, rng: np.random.Generator)
         q /= np.linalg.norm(q)
         vec = q.tolist()
         t0 = time.perf_counter()
-        hits = await store.query_vector(partition, vec, top_k=5)
+        hits = await store.query_vector(view_of(partition), vec, top_k=5)
         t1 = time.perf_counter()
         res = await rt.connection.run(
             col.query,
@@ -135,7 +139,7 @@ async def main(
         rt = env.make_runtime("index", mode)
         rt.store.index.max_bytes = budget_mb * 1024 * 1024
         fill = await _fill(rt, total, partitions, rng)
-        count = await rt.store.count()
+        count = await rt.store.count_all()
         print(
             f"{mode}: {count:,} memories over {partitions:,} partitions, filled in {fill:.0f} s "
             f"({total / max(fill, 1e-9):,.0f} memories/s)"
@@ -176,7 +180,7 @@ async def _sweep(rt: Any, partitions: int, budget_mb: int) -> None:
     rss0, loads0, worst = _rss_mib(), index.loads, 0
     started = time.perf_counter()
     for i in range(partitions):
-        await rt.store.query_vector(f"p{i}", [0.0] * DIM, top_k=5)
+        await rt.store.query_vector(view_of(f"p{i}"), [0.0] * DIM, top_k=5)
         worst = max(worst, index.nbytes)
     took = time.perf_counter() - started
     loaded = index.loads - loads0

@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tests.helpers import view_of
+
 from .locomo_data import Conversation
 from .recall_run import EmbedTimer, Step, build_runtime
 
@@ -160,11 +162,11 @@ async def _write(
         turns.setdefault(str(result["memory"]["id"]), set()).update(obs.turns)
     part.turns = {memory_id: frozenset(t) for memory_id, t in turns.items()}
     partition = part.caller.target.user
-    async for page in rt.store.iter_records(partition):
+    async for page in rt.store.iter_records(view_of(partition)):
         part.ids.extend(r.id for r in page)
     rows = []
     for memory_id in part.ids:
-        vector = await rt.store.stored_vector(memory_id)
+        vector = await rt.store.stored_vector(view_of(partition), memory_id)
         if vector is None:
             raise RuntimeError(f"memory {memory_id} of {conv.name} has no stored vector")
         rows.append(vector)

@@ -22,6 +22,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tests.helpers import view_of
+
 from .recall_data import RecallDataset, UserData
 
 if TYPE_CHECKING:
@@ -185,7 +187,7 @@ async def _own_keys(rt: MemoryRuntime, user: UserData, first_key: dict[str, str]
     texts = user.text_keys()
     partition = _caller(user.index).target.user
     keys: dict[str, str] = {}
-    async for page in rt.store.iter_records(partition, with_documents=True):
+    async for page in rt.store.iter_records(view_of(partition), with_documents=True):
         for record in page:
             keys[record.id] = texts.get(record.content) or first_key.get(record.id, "?")
     return keys

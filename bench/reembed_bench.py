@@ -78,7 +78,7 @@ async def bench_startup(ctx: ModeContext, reps: int) -> None:
     if actions != {"match"}:
         raise RuntimeError(f"startup check did not match: {actions}")
     s = Summary.of(times[1:])
-    count = await rt.store.count()
+    count = await rt.store.count_all()
     ctx.row(
         "6",
         f"run_startup_check, fingerprint + keys current, {count:,} memories",
@@ -377,7 +377,7 @@ async def bench_reembed(ctx: ModeContext, env_url: str) -> None:
         ctx.row("4", "re-embedding", value="not available", verdict="SKIP")
         return
     ds, rt, scale = ctx.ds, ctx.rt, ctx.scale
-    total = await rt.store.count()
+    total = await rt.store.count_all()
     probe_docs = ds.docs[: scale.embed_probe]
     server_rate = await embedding_server_throughput(env_url, probe_docs, scale.batch)
     chroma_rate = ctx.fill_items_per_s
@@ -422,7 +422,7 @@ async def bench_reembed(ctx: ModeContext, env_url: str) -> None:
         obs = await _observed(lambda: emb.remap(rt.maintenance))
     child_mb = child.stop() if child is not None else None
     report, wall, lag, rss_mb = obs.result, obs.wall, obs.lag, obs.rss_mb
-    if report.total != total or await rt.store.count() != total:
+    if report.total != total or await rt.store.count_all() != total:
         raise RuntimeError(f"remap lost items: {report.total} / {total}")
     rate = total / wall
     r = rate / bound

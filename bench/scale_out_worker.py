@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import nonebot_kwargs as base_kwargs
+from tests.helpers import new_memory, view_of
 
 VENV_BIN = Path(sys.executable).parent
 MARK = "SCALE "
@@ -67,7 +68,7 @@ class Worker:
         self.written = 0
 
     async def write(self, partition: str, content: str) -> dict[str, Any]:
-        record = await self.store.add(partition, "user", content, tags=["bench"])
+        record = await self.store.add(new_memory(partition, "user", content, tags=["bench"]))
         self.written += 1
         return {"id": record.id, "partition": partition, "content": content}
 
@@ -99,7 +100,9 @@ class Worker:
                     rows.append(await self.write(user, fact(f"p{self.index}t{task}", n)))
                     writes.append(time.perf_counter() - started)
                 else:
-                    await self.store.query(user, f"{user} 喜欢{rng.choice(ITEMS)}", top_k=5)
+                    await self.store.query(
+                        view_of(user), f"{user} 喜欢{rng.choice(ITEMS)}", top_k=5
+                    )
                     reads.append(time.perf_counter() - started)
 
         await asyncio.gather(*(client(t) for t in range(concurrency)))
@@ -108,8 +111,8 @@ class Worker:
     async def warm(self, partitions: list[str]) -> dict[str, Any]:
         """Read each partition (search and list): its views are now cached here."""
         for partition in partitions:
-            await self.store.query(partition, "喜欢什么", top_k=5)
-            await self.store.list(partition, limit=100)
+            await self.store.query(view_of(partition), "喜欢什么", top_k=5)
+            await self.store.list(view_of(partition), limit=100)
         return {"warm": len(partitions)}
 
     async def poll(self, targets: list[dict[str, Any]], patience: float) -> dict[str, Any]:
@@ -118,7 +121,9 @@ class Worker:
 
         async def one(target: dict[str, Any]) -> float | None:
             while True:
-                hits = await self.store.query(target["partition"], target["content"], top_k=5)
+                hits = await self.store.query(
+                    view_of(target["partition"]), target["content"], top_k=5
+                )
                 if any(h.id == target["id"] for h in hits):
                     return time.time() - target["done"]
                 if time.time() - target["done"] > patience:
@@ -130,7 +135,7 @@ class Worker:
     async def census(self) -> dict[str, Any]:
         """Every stored memory, read from Chroma page by page (no cache)."""
         rows: list[list[str]] = []
-        async for page in self.store.iter_records(with_documents=True):
+        async for page in self.store.iter_all_records(with_documents=True):
             rows += [[r.id, r.content] for r in page]
         return {"rows": rows}
 

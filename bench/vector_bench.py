@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tests.helpers import view_of
+
 from .common import (
     ModeContext,
     caller_of,
@@ -152,7 +154,7 @@ async def bench_read(ctx: ModeContext) -> None:
                 _raw_query(ctx, p, v)
 
             async def our_query(v: list[float] = vector, p: str = partition) -> None:
-                await rt.store.query_vector(p, v, top_k=5)
+                await rt.store.query_vector(view_of(p), v, top_k=5)
 
             if k % 2:  # alternate which side runs first
                 t_raw = timed_sync(raw_query)
@@ -243,7 +245,7 @@ async def _by_id_samples(
         for partition in (small, big) if k % 2 else (big, small):
             idx = ds.indices(partition)
             mid = ds.ids[idx[rng.randrange(len(idx))]]
-            t_get = await timed(lambda p=partition, m=mid: store.get(p, m))
+            t_get = await timed(lambda p=partition, m=mid: store.get(view_of(p), m))
             level = ("low", "medium", "high")[k % 3]
             t_upd = await timed(
                 lambda p=partition, m=mid, lv=level: store.update(
@@ -387,7 +389,10 @@ async def bench_write(ctx: ModeContext) -> None:
     for partition in (ds.small, ds.big):
         s_ours, s_raw = await _write_round(ctx, tools, partition, text_iter, vectors, written)
         s_count = Summary.of(
-            [await timed(lambda p=partition: store.count(p)) for _ in range(ctx.scale.reps)]
+            [
+                await timed(lambda p=partition: store.count(view_of(p)))
+                for _ in range(ctx.scale.reps)
+            ]
         )
         tput_raw, tput_ours = 1 / s_raw.mean, 1 / s_ours.mean
         r = tput_ours / tput_raw

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import view_of
 from tests.servers import ChatServer, Reply
 
 MARKER = "[memory-extraction]"
@@ -97,7 +98,7 @@ async def live(uid: int) -> dict[str, Any]:
     from tests.helpers import runtime
 
     out: dict[str, Any] = {}
-    async for page in runtime().store.iter_records(user_key(uid), with_documents=True):
+    async for page in runtime().store.iter_records(view_of(user_key(uid)), with_documents=True):
         out.update({r.content: r for r in page})
     return out
 

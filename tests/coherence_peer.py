@@ -40,6 +40,8 @@ import os
 import sys
 from typing import Any
 
+from tests.helpers import new_memory, write_rules
+
 
 def _reply(value: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(value) + "\n")
@@ -76,7 +78,7 @@ async def _add_then_die(rt: Any, cmd: dict[str, Any]) -> None:
         os._exit(9)  # killed between the Chroma write and its feed row
 
     rt.store.coherence.feed.publish = die
-    await rt.store.add(cmd["partition"], "user", cmd["text"])
+    await rt.store.add(new_memory(cmd["partition"], "user", cmd["text"]))
 
 
 async def _groups(rt: Any, cmd: dict[str, Any], stores: list[Any]) -> dict[str, Any]:
@@ -136,7 +138,8 @@ async def _serve(rt: Any) -> None:
         elif cmd["op"] == "add":
             try:
                 rec = await rt.store.add(
-                    cmd["partition"], "user", cmd["text"], limit=cmd.get("limit")
+                    new_memory(cmd["partition"], "user", cmd["text"]),
+                    write_rules(limit=cmd.get("limit")),
                 )
                 _reply({"id": rec.id})
             except Exception as exc:

@@ -17,7 +17,7 @@ import shutil
 import sys
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ import pytest
 # Amrita's webui runs `uv --version` at import time (pitfall P1).
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
+from tests.quick_tier import ProcessGuard, mark_tiers
 from tests.servers import ChatServer, ChromaEndpoint, ChromaProxy, ChromaServer, EmbeddingServer
 from tests.servers.postgres import PostgresServer, find_bindir
 
@@ -67,7 +68,23 @@ def _write_bot_project(work: Path, chat_base_url: str) -> None:
     )
 
 
+def _session_process(command: Sequence[str]) -> bool:
+    """The child ``chroma run`` serving the session bot's local store (under ``WORK/data``),
+    started by whichever test first uses it."""
+    at = command.index("--path") + 1 if "--path" in command else len(command)
+    return at < len(command) and command[at].startswith(str(WORK / "data"))
+
+
+GUARD = ProcessGuard(_session_process)
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "quick: starts no process (the quick tier: pytest -m quick; tests/quick_tier.py)"
+    )
+    config.addinivalue_line("markers", "process: starts a bot or a server (not in the quick tier)")
+    GUARD.install()
+    config.pluginmanager.register(GUARD, "process-guard")  # sees session fixtures too
     EMBED.start()
     CHAT.start()
     _write_bot_project(WORK, CHAT.base_url)
@@ -87,6 +104,24 @@ def pytest_configure(config: pytest.Config) -> None:
         "embedding_timeout_seconds": 5,
         "embed_mismatch_policy": "never",
     }
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    mark_tiers(items)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    with GUARD.running(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    with GUARD.running(item):
+        result = yield
+    GUARD.check(item)
+    return result
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -17,13 +17,38 @@ from tests.servers import ChatServer
 __all__ = [
     "LoopStalls",
     "chat_requests",
+    "new_memory",
     "partition",
     "runtime",
     "runtime_with",
     "seen_by_model",
     "system_prompt",
     "turn_message",
+    "view_of",
+    "write_rules",
 ]
+
+
+def view_of(partition: str, origins: Any = None) -> Any:
+    """What a test's store read may see: every memory of ``partition`` (an operator's
+    view), or only those ``origins`` (a ``core.records.OriginFilter``) lets through."""
+    from amrita_plugin_memory.storage.scope import View, operator_view
+
+    return operator_view(partition) if origins is None else View(partition, origins)
+
+
+def new_memory(partition: str, scope: str, content: str, **fields: Any) -> Any:
+    """A ``core.writes.NewMemory`` (what a test writes with ``MemoryStore.add`` / ``write``)."""
+    from amrita_plugin_memory.core.writes import NewMemory
+
+    return NewMemory(partition, scope, content, **fields)
+
+
+def write_rules(**rules: Any) -> Any:
+    """A ``core.writes.WriteRules`` (``merge``, ``limit``, ``displace``, ``fence``)."""
+    from amrita_plugin_memory.core.writes import WriteRules
+
+    return WriteRules(**rules)
 
 
 def runtime() -> Any:

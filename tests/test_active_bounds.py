@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tests.helpers import runtime
+from tests.helpers import new_memory, runtime
 
 
 def _queue(runner: Any, **bounds: Any) -> Any:
@@ -163,7 +163,7 @@ async def test_an_extraction_request_stays_within_its_character_budget() -> None
     uid = 5325001
     store = runtime().store
     for i in range(30):
-        await store.add(user_key(uid), "user", f"用户的第{i}条记忆：" + "长" * 180)
+        await store.add(new_memory(user_key(uid), "user", f"用户的第{i}条记忆：" + "长" * 180))
     extractor = MemoryExtractor(store, memory_limit=1000, related_memories=100, max_ops=8)
     turns = [Turn("很长的消息" * 400, "好的" * 300) for _ in range(40)]
     key = BatchKey(str(uid), user_key(uid), "private")

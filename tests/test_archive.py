@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import new_memory, view_of, write_rules
 from tests.lazy import lazy_import
 
 A = lazy_import(
@@ -40,7 +41,7 @@ async def stored_vector(store: Any, memory_id: str) -> list[float]:
 
 async def add_at(store: Any, when: str, partition: str, text: str, importance: str) -> Any:
     store.clock = lambda: when
-    return await store.add(partition, "user", text, importance=importance, tags=["t"])
+    return await store.add(new_memory(partition, "user", text, importance=importance, tags=["t"]))
 
 
 @pytest.fixture(autouse=True)
@@ -57,7 +58,7 @@ async def live_ids(store: Any) -> set[str]:
 
 
 async def test_update_keeps_the_previous_text_in_the_archive(store: Any) -> None:
-    rec = await store.add(ALICE, "user", "用户喜欢吃苹果", tags=["饮食"])
+    rec = await store.add(new_memory(ALICE, "user", "用户喜欢吃苹果", tags=["饮食"]))
     old_vector = await stored_vector(store, rec.id)
     await store.update(ALICE, rec.id, content="用户喜欢吃香蕉")
     await store.update(ALICE, rec.id, tags=["水果"])  # no text change: no version
@@ -67,8 +68,8 @@ async def test_update_keeps_the_previous_text_in_the_archive(store: Any) -> None
     ]
     got = await store.archive.get(versions[0].id, with_vector=True)
     assert got is not None and got[1] == old_vector  # copied, not re-embedded
-    assert (await store.get(ALICE, rec.id)).content == "用户喜欢吃香蕉"
-    assert await store.count(ALICE) == 1
+    assert (await store.get(view_of(ALICE), rec.id)).content == "用户喜欢吃香蕉"
+    assert await store.count(view_of(ALICE)) == 1
     assert await store.archive.count(BOB) == 0
 
 
@@ -76,13 +77,13 @@ async def test_update_changes_nothing_when_the_history_cannot_be_saved(store: An
     """The archive refuses writes (a remap marker on it): the update is refused too."""
     from tests.reliability_stats import STATS
 
-    rec = await store.add(ALICE, "user", "用户住在上海")
+    rec = await store.add(new_memory(ALICE, "user", "用户住在上海"))
     archive = await store.connection.get_collection(store.archive.name, create=True)
     await store.connection.run(lambda: archive.modify(metadata={"reembed_running": "test"}))
     STATS.faults_injected += 1
     with pytest.raises(A.MaintenanceInProgress):
         await store.update(ALICE, rec.id, content="用户住在北京")
-    got = await store.get(ALICE, rec.id)
+    got = await store.get(view_of(ALICE), rec.id)
     if got is None or got.content != "用户住在上海":
         STATS.items_lost += 1
     assert got is not None and got.content == "用户住在上海"
@@ -95,7 +96,7 @@ async def test_sweep_moves_exactly_the_expired_memories(store: Any) -> None:
     new_medium = await add_at(store, days_ago(89), BOB, "中等重要度的新事", "medium")
     ancient_high = await add_at(store, days_ago(5000), ALICE, "高重要度永不过期", "high")
     vector = await stored_vector(store, old_low.id)
-    assert await store.count(ALICE) == 3  # warms the cached count
+    assert await store.count(view_of(ALICE)) == 3  # warms the cached count
 
     result = await A.sweep(store, lifetime, batch_size=1, now=NOW)
 
@@ -109,8 +110,8 @@ async def test_sweep_moves_exactly_the_expired_memories(store: Any) -> None:
     row = await store.archive.get(old_low.id, with_vector=True)
     assert row[0].record.content == "低重要度的旧事" and row[1] == vector
     assert row[0].record.tags == ["t"] and row[0].archived_at
-    assert await store.count(ALICE) == 2 and store.counts.get(ALICE) in (None, 2)
-    hits = await store.query(ALICE, "低重要度的旧事", top_k=5)
+    assert await store.count(view_of(ALICE)) == 2 and store.counts.get(ALICE) in (None, 2)
+    hits = await store.query(view_of(ALICE), "低重要度的旧事", top_k=5)
     assert {h.id for h in hits} == {new_low.id, ancient_high.id}  # out of read_memory
     again = await A.sweep(store, lifetime, now=NOW)
     assert again.archived == 0
@@ -120,31 +121,31 @@ async def test_restore_round_trip_keeps_id_text_and_vector(store: Any) -> None:
     old = await add_at(store, days_ago(100), ALICE, "用户养了一只叫团子的猫", "medium")
     vector = await stored_vector(store, old.id)
     await A.sweep(store, lifetime, now=NOW)
-    assert await store.get(ALICE, old.id) is None
+    assert await store.get(view_of(ALICE), old.id) is None
     store.clock = lambda: NOW.isoformat(timespec="seconds")
 
     done = await A.restore(store, old.id, partition=ALICE, limit=10)
 
-    back = await store.get(ALICE, old.id)
+    back = await store.get(view_of(ALICE), old.id)
     assert back is not None and back.content == "用户养了一只叫团子的猫"
     assert (back.created_at, back.updated_at) == (old.created_at, NOW.isoformat(timespec="seconds"))
     assert await stored_vector(store, old.id) == vector
     assert done.describe() == f"已恢复记忆 {old.id}"
     assert await store.archive.count() == 0
-    hits = await store.query(ALICE, "用户养了一只叫团子的猫", top_k=1)
+    hits = await store.query(view_of(ALICE), "用户养了一只叫团子的猫", top_k=1)
     assert [h.id for h in hits] == [old.id]
     assert (await A.sweep(store, lifetime, now=NOW)).archived == 0  # fresh again
 
 
 async def test_restoring_a_version_brings_the_old_text_back(store: Any) -> None:
-    rec = await store.add(ALICE, "user", "用户最喜欢的颜色是蓝色")
+    rec = await store.add(new_memory(ALICE, "user", "用户最喜欢的颜色是蓝色"))
     await store.update(ALICE, rec.id, content="用户最喜欢的颜色是红色")
     (version,) = await store.archive.list(ALICE)
 
     done = await A.restore(store, version.id, partition=ALICE, limit=1)
 
     assert done.replaced_text
-    assert (await store.get(ALICE, rec.id)).content == "用户最喜欢的颜色是蓝色"
+    assert (await store.get(view_of(ALICE), rec.id)).content == "用户最喜欢的颜色是蓝色"
     (kept,) = await store.archive.list(ALICE)  # the replaced text is history now
     assert kept.record.content == "用户最喜欢的颜色是红色" and kept.memory_id == rec.id
 
@@ -153,11 +154,13 @@ async def test_partition_limit_counts_live_memories_only(store: Any) -> None:
     old = await add_at(store, days_ago(30), ALICE, "一个月前的小事", "low")
     await A.sweep(store, lifetime, now=NOW)
     store.clock = lambda: NOW.isoformat(timespec="seconds")
-    await store.add(ALICE, "user", "新的记忆一", limit=2)
-    await store.add(ALICE, "user", "新的记忆二", limit=2)  # the archived one does not count
+    await store.add(new_memory(ALICE, "user", "新的记忆一"), write_rules(limit=2))
+    await store.add(
+        new_memory(ALICE, "user", "新的记忆二"), write_rules(limit=2)
+    )  # the archived one does not count
     with pytest.raises(A.MemoryLimitReached):
         await A.restore(store, old.id, partition=ALICE, limit=2)
-    assert await store.count(ALICE) == 2
+    assert await store.count(view_of(ALICE)) == 2
     assert await store.archive.ids([old.id]) == {old.id}  # still archived, nothing lost
 
 
@@ -170,7 +173,7 @@ async def test_restore_refuses_foreign_and_unknown_ids(store: Any) -> None:
         STATS.inputs_tried += 1
         with pytest.raises(A.ArchiveRestoreError, match="归档中没有"):
             await A.restore(store, hostile, partition=ALICE, limit=10)
-    assert await store.count(ALICE) == 0 and await store.archive.count(BOB) == 1
+    assert await store.count(view_of(ALICE)) == 0 and await store.archive.count(BOB) == 1
 
 
 async def test_a_chat_write_waits_for_one_chunk_not_for_the_sweep(store: Any) -> None:
@@ -192,13 +195,13 @@ async def test_a_chat_write_waits_for_one_chunk_not_for_the_sweep(store: Any) ->
         async with asyncio.timeout(120):  # hang guard only
             while await store.archive.count() < A.WRITE_CHUNK and not task.done():  # noqa: ASYNC110
                 await asyncio.sleep(0.01)
-            new = await store.add(ALICE, "user", "清理进行中写入的新记忆")
+            new = await store.add(new_memory(ALICE, "user", "清理进行中写入的新记忆"))
             assert not task.done(), "the write waited for the whole sweep"
             result = await task
     finally:
         task.cancel()
     assert result.archived == 400 and result.batches == 1
-    assert await store.get(ALICE, new.id) is not None
+    assert await store.get(view_of(ALICE), new.id) is not None
 
 
 async def test_reading_an_empty_archive_creates_nothing(store: Any) -> None:

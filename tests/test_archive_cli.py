@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from tests.botproject import ALICE, BGE, BotProject, ambot_ok, make_runtime, memory_meta
+from tests.helpers import new_memory, view_of
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 from tests.servers import ChromaServer, EmbeddingServer
@@ -51,9 +52,9 @@ async def test_chat_archive_lists_and_restores_own_memories_only() -> None:
 
     store = runtime().store
     me, other = partition(16001), partition(16002)
-    mine = await store.add(me, "user", "我的旧爱好是集邮")
+    mine = await store.add(new_memory(me, "user", "我的旧爱好是集邮"))
     await store.update(me, mine.id, content="我的爱好是摄影")
-    theirs = await store.add(other, "user", "别人的秘密")
+    theirs = await store.add(new_memory(other, "user", "别人的秘密"))
     await store.update(other, theirs.id, content="别人的新秘密")
     (their_version,) = await store.archive.list(other, memory_id=theirs.id)
 
@@ -67,7 +68,7 @@ async def test_chat_archive_lists_and_restores_own_memories_only() -> None:
     assert rec.texts("group") == ["个人记忆已通过私聊发送给你"]
     assert "我的旧爱好是集邮" in rec.texts("private")[0]
 
-    before = (await store.get(other, theirs.id), await store.archive.count(other))
+    before = (await store.get(view_of(other), theirs.id), await store.archive.count(other))
     hostile = [
         their_version.id,  # another user's version
         theirs.id,
@@ -83,14 +84,14 @@ async def test_chat_archive_lists_and_restores_own_memories_only() -> None:
         (reply,) = rec.texts("private")
         assert reply.startswith(("恢复失败：", "请提供归档 ID")), reply
         assert "Traceback" not in reply
-    assert (await store.get(other, theirs.id), await store.archive.count(other)) == before
-    assert (await store.get(me, mine.id)).content == "我的爱好是摄影"
+    assert (await store.get(view_of(other), theirs.id), await store.archive.count(other)) == before
+    assert (await store.get(view_of(me), mine.id)).content == "我的爱好是摄影"
 
     rec = await _command(private_event(16001, f"/memory user archive restore {my_version.id}"))
     assert rec.texts("private") == [
         f"已把记忆 {mine.id} 恢复为归档中的旧版本（替换前的内容已存入归档）"
     ]
-    assert (await store.get(me, mine.id)).content == "我的旧爱好是集邮"
+    assert (await store.get(view_of(me), mine.id)).content == "我的旧爱好是集邮"
     for garbage in ("abc", "0", "2 3"):
         STATS.inputs_tried += 1
         rec = await _command(private_event(16001, f"/memory user archive {garbage}"))
@@ -184,7 +185,7 @@ async def test_cli_sweep_list_restore_and_status(
     old = expired_items(12)
     try:
         await add_raw(rt, old)
-        await rt.store.add(ALICE, "user", "今天刚记住的事")
+        await rt.store.add(new_memory(ALICE, "user", "今天刚记住的事"))
     finally:
         await rt.close()
 
@@ -199,7 +200,7 @@ async def test_cli_sweep_list_restore_and_status(
         report = A.status_json(await A.collect_status(rt.maintenance), project.backup_dir)
         assert report["archive_total"] == 11  # `ambot memory status` prints "归档：11 条"
         assert await check_nothing_lost(rt, old) == (2, 11)
-        back = await rt.store.get(ALICE, "old00003")
+        back = await rt.store.get(view_of(ALICE), "old00003")
         assert back is not None and back.created_at == old[3][2]["created_at"]
     finally:
         await rt.close()
@@ -296,7 +297,7 @@ async def test_backup_restore_and_reindex_cover_the_archive(
     archive_name = rt.store.archive.name
     try:
         await seed(rt, rt.store.name, expired_items(6))
-        fresh = await rt.store.add(ALICE, "user", "用户最近在学日语")
+        fresh = await rt.store.add(new_memory(ALICE, "user", "用户最近在学日语"))
         await rt.store.update(ALICE, fresh.id, content="用户最近在学韩语")
         await A.reset_fingerprint(rt.maintenance)
         assert (await A.sweep(rt.store, rt.config.file.lifetime_days)).archived == 6
@@ -318,7 +319,7 @@ async def test_backup_restore_and_reindex_cover_the_archive(
         assert await snapshot(rt, archive_name) == before
         assert await dims(rt, archive_name) == {768}
         done = await A.restore(rt.store, "old00002", limit=10)  # searchable after the remap
-        hits = await rt.store.query(ALICE, done.record.content, top_k=1)
+        hits = await rt.store.query(view_of(ALICE), done.record.content, top_k=1)
         assert [h.id for h in hits] == ["old00002"]
     finally:
         await rt.close()
@@ -340,10 +341,10 @@ async def test_the_bot_schedules_the_sweep_and_a_run_archives(
     rt = make_runtime(tmp_path)  # its own store: the session's memories are left alone
     try:
         rt.store.clock = lambda: "2020-01-01T00:00:00+00:00"
-        old = await rt.store.add(ALICE, "user", "很久以前的一件小事", importance="low")
+        old = await rt.store.add(new_memory(ALICE, "user", "很久以前的一件小事", importance="low"))
         result = await ArchiveSweeper(rt, scheduler).run_once()
         assert result is not None and result.archived == 1
-        assert await rt.store.get(ALICE, old.id) is None
+        assert await rt.store.get(view_of(ALICE), old.id) is None
         assert await rt.store.archive.ids([old.id]) == {old.id}
     finally:
         await rt.close()

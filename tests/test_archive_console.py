@@ -36,6 +36,7 @@ from tests.console_bot import (
     seeded_bot,
     webui_session,
 )
+from tests.helpers import new_memory, view_of
 from tests.reliability_stats import STATS
 
 CAROL = "QQPlatform_Private_10003"
@@ -66,10 +67,10 @@ def bot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningBot]:
 
     async def versions(rt: Any) -> None:
         # A previous version of a live memory (reason "updated").
-        coffee = await rt.store.add(BOB, "user", "鲍勃喜欢喝咖啡")
+        coffee = await rt.store.add(new_memory(BOB, "user", "鲍勃喜欢喝咖啡"))
         await rt.store.update(BOB, coffee.id, content="鲍勃改喝茶了")
         # A version of a memory that the first sweep will archive itself.
-        carol = await rt.store.get(CAROL, "carol-old")
+        carol = await rt.store.get(view_of(CAROL), "carol-old")
         assert carol is not None
         carol.content, carol.updated_at = "卡罗尔以前住在苏州", "2024-06-01T00:00:00+00:00"
         await rt.store.archive.save_version(carol, [0.1] * 384, reason="updated")

@@ -37,7 +37,7 @@ EXPIRED = [
 async def _until_swept(rt: Any, expected: int) -> None:
     """Wait until ``expected`` memories are in the archive and none is left live."""
     while (  # noqa: ASYNC110 - another process (or the scheduler) does the work
-        await rt.store.archive.count() < expected or await rt.store.count() > 0
+        await rt.store.archive.count() < expected or await rt.store.count_all() > 0
     ):
         await asyncio.sleep(0.1)
 

@@ -152,7 +152,7 @@ async def test_ask_without_tty_refuses_the_plugin_but_the_bot_runs(project: BotP
     # The data are untouched and the data dir is free for the maintenance command.
     rt = project.runtime(embedding_model_name=NOMIC)
     try:
-        assert await rt.store.count() == 5
+        assert await rt.store.count_all() == 5
         assert (await E.stored_fingerprint(rt.store)).model == NOMIC
     finally:
         await rt.close()

@@ -13,7 +13,7 @@ import pytest
 from tests.chat import BotRecorder, model_requests, tool_results, turn, write_call
 from tests.conftest import SUPERUSER
 from tests.events import group_event, private_event
-from tests.helpers import runtime, system_prompt
+from tests.helpers import new_memory, runtime, system_prompt, view_of
 from tests.servers import ChatServer, EmbeddingServer, Reply
 
 # ---------------------------------------------------------------------------
@@ -70,8 +70,10 @@ async def test_group_scopes(chat_server: ChatServer) -> None:
     results = tool_results(chat_server)
     assert [r["ok"] for r in results] == [True, True]
     rt = runtime()
-    assert [m.content for m in await rt.store.list(f"QQPlatform_Group_{gid}")] == ["本群周五聚餐"]
-    assert [m.content for m in await rt.store.list("QQPlatform_Private_11003")] == [
+    assert [m.content for m in await rt.store.list(view_of(f"QQPlatform_Group_{gid}"))] == [
+        "本群周五聚餐"
+    ]
+    assert [m.content for m in await rt.store.list(view_of("QQPlatform_Private_11003"))] == [
         "11003 喜欢吃辣"
     ]
 
@@ -110,7 +112,7 @@ async def test_group_delete_and_update_permissions(
 ) -> None:
     gid = 21002
     rt = runtime()
-    record = await rt.store.add(f"QQPlatform_Group_{gid}", "group", "群公告：禁止刷屏")
+    record = await rt.store.add(new_memory(f"QQPlatform_Group_{gid}", "group", "群公告：禁止刷屏"))
     recorder = BotRecorder(roles={(gid, user_id): role})
     await turn(
         chat_server,
@@ -123,7 +125,7 @@ async def test_group_delete_and_update_permissions(
     )
     update, delete = tool_results(chat_server)
     assert update["ok"] is allowed and delete["ok"] is allowed
-    stored = await rt.store.get(f"QQPlatform_Group_{gid}", record.id)
+    stored = await rt.store.get(view_of(f"QQPlatform_Group_{gid}"), record.id)
     if allowed:
         assert stored is None
         rows = await rt.store.archive.list(f"QQPlatform_Group_{gid}", memory_id=record.id)
@@ -139,7 +141,7 @@ async def test_group_delete_and_update_permissions(
 
 async def test_foreign_ids_and_bad_enums_through_a_turn(chat_server: ChatServer) -> None:
     rt = runtime()
-    foreign = await rt.store.add("QQPlatform_Private_11021", "user", "别人的秘密")
+    foreign = await rt.store.add(new_memory("QQPlatform_Private_11021", "user", "别人的秘密"))
     await turn(
         chat_server,
         private_event(11020, "删掉那条"),
@@ -157,8 +159,10 @@ async def test_foreign_ids_and_bad_enums_through_a_turn(chat_server: ChatServer)
     assert "不存在" in contents[0] and "不存在" in contents[1]
     assert "urgent" in contents[2]
     assert "Traceback" not in "".join(contents)
-    assert (await rt.store.get("QQPlatform_Private_11021", foreign.id)).content == "别人的秘密"
-    assert await rt.store.count("QQPlatform_Private_11020") == 0
+    assert (
+        await rt.store.get(view_of("QQPlatform_Private_11021"), foreign.id)
+    ).content == "别人的秘密"
+    assert await rt.store.count(view_of("QQPlatform_Private_11020")) == 0
 
 
 async def test_embedding_down_is_reported_and_nothing_stored(
@@ -169,7 +173,7 @@ async def test_embedding_down_is_reported_and_nothing_stored(
     result = tool_results(chat_server)[0]
     embed_server.set_mode("ok")
     assert result["ok"] is False and "嵌入服务" in result["error"] and "HTTP 500" in result["error"]
-    assert await runtime().store.count("QQPlatform_Private_11030") == 0
+    assert await runtime().store.count(view_of("QQPlatform_Private_11030")) == 0
 
 
 # ---------------------------------------------------------------------------

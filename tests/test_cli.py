@@ -31,6 +31,7 @@ from tests.botproject import (
     seed,
     snapshot,
 )
+from tests.helpers import new_memory
 from tests.lazy import lazy_import
 from tests.servers import ChromaServer, EmbeddingServer
 
@@ -137,7 +138,7 @@ async def test_model_change_reindex_backup_and_restore(project: BotProject) -> N
     rt = project.runtime()
     try:
         await rt.store.delete(ALICE, "m0001")
-        await rt.store.add(ALICE, "user", "备份之后写入的记忆")
+        await rt.store.add(new_memory(ALICE, "user", "备份之后写入的记忆"))
         assert await snapshot(rt, MEM) != mem_before
     finally:
         await rt.close()

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import WORK, env_for
+from tests.helpers import new_memory, view_of, write_rules
 from tests.peer_process import PeerProcess, peer_init
 
 P = "QQPlatform_Private_30001"
@@ -78,7 +79,7 @@ class Lag:
 
 
 async def _contents(store: Any, partition: str, text: str) -> list[str]:
-    return [r.content for r in await store.query(partition, text, top_k=20)]
+    return [r.content for r in await store.query(view_of(partition), text, top_k=20)]
 
 
 async def test_b_sees_a_write_in_a_partition_it_has_cached(pair: list[Any]) -> None:
@@ -86,12 +87,12 @@ async def test_b_sees_a_write_in_a_partition_it_has_cached(pair: list[Any]) -> N
 
     a, b = pair
     lag = Lag(b)
-    await a.add(P, "user", "用户喜欢蓝色")
+    await a.add(new_memory(P, "user", "用户喜欢蓝色"))
     assert await _contents(b, P, "颜色") == ["用户喜欢蓝色"]
     assert (await newest_page(b, P, limit=10))[1] == 1
     assert P in b.index and b.index.loads == 1
 
-    await a.add(P, "user", "用户养了一只猫")
+    await a.add(new_memory(P, "user", "用户养了一只猫"))
     lag.past_max_lag()  # the read is due a poll: it must see the write
     assert sorted(await _contents(b, P, "猫")) == ["用户养了一只猫", "用户喜欢蓝色"]
     assert (await newest_page(b, P, limit=10))[1] == 2
@@ -106,11 +107,11 @@ async def test_the_background_poll_applies_a_write_without_a_read(pair: list[Any
     """B's poller (not a read of B) invalidates what A wrote; the 1 s bound of reads is
     the deterministic ``Lag`` tests' (real time here would make the test depend on load)."""
     a, b = pair
-    await a.add(P, "user", "第一条")
+    await a.add(new_memory(P, "user", "第一条"))
     await _contents(b, P, "第一条")  # starts B's poller, caches P
     seen = asyncio.Event()
     b.coherence.feed.follow(lambda partition: seen.set(), seen.set)
-    await a.add(P, "user", "第二条")
+    await a.add(new_memory(P, "user", "第二条"))
     async with asyncio.timeout(10):  # hang guard
         await seen.wait()
     assert P not in b.index
@@ -120,7 +121,7 @@ async def test_the_background_poll_applies_a_write_without_a_read(pair: list[Any
 async def test_a_replaced_collection_in_a_clears_every_cache_of_b(pair: list[Any]) -> None:
     a, b = pair
     lag = Lag(b)
-    await a.add(P, "user", "第一条")
+    await a.add(new_memory(P, "user", "第一条"))
     await _contents(b, P, "第一条")
     b.counts.set(P, 1)
     a.invalidate()  # what maintenance does after it replaced the collection
@@ -136,8 +137,8 @@ async def test_a_delete_and_a_forget_through_a_are_gone_from_b(pair: list[Any]) 
 
     a, b = pair
     lag = Lag(b)
-    kept = await a.add(P, "user", "用户住在北京")
-    gone = await a.add(P, "user", "用户的密码提示是生日")
+    kept = await a.add(new_memory(P, "user", "用户住在北京"))
+    gone = await a.add(new_memory(P, "user", "用户的密码提示是生日"))
     assert len(await _contents(b, P, "密码")) == 2
     await newest_page(b, P, limit=10)
 
@@ -157,34 +158,35 @@ async def test_the_limit_holds_when_both_write_at_once(pair: list[Any]) -> None:
 
     a, b = pair
     limit = 4
-    await a.add(P, "user", "第 0 条", limit=limit)
-    await b.add(P, "user", "第 1 条", limit=limit)
+    await a.add(new_memory(P, "user", "第 0 条"), write_rules(limit=limit))
+    await b.add(new_memory(P, "user", "第 1 条"), write_rules(limit=limit))
     # Both now hold a count below the limit; without the lease and the poll in the
     # write section each would trust its own count and write past the limit.
     assert a.counts.get(P) is not None and b.counts.get(P) is not None
 
     async def write(store: Any, k: int) -> bool:
         try:
-            await store.add(P, "user", f"并发写入 {k}", limit=limit)
+            await store.add(new_memory(P, "user", f"并发写入 {k}"), write_rules(limit=limit))
             return True
         except MemoryLimitReached:
             return False
 
     done = await asyncio.gather(*(write(s, k) for k in range(4) for s in (a, b)))
     assert sum(done) == limit - 2
-    assert await a.count(P) == limit
+    assert await a.count(view_of(P)) == limit
 
 
 async def test_a_repeat_written_by_both_at_once_is_stored_once(pair: list[Any]) -> None:
     a, b = pair
-    await a.add(P, "user", "用户在学吉他")
-    await b.query(P, "吉他")  # both have the partition cached
-    await a.query(P, "吉他")
+    await a.add(new_memory(P, "user", "用户在学吉他"))
+    await b.query(view_of(P), "吉他")  # both have the partition cached
+    await a.query(view_of(P), "吉他")
     results = await asyncio.gather(
-        a.remember(P, "user", "用户每天练习钢琴"), b.remember(P, "user", "用户每天练习钢琴")
+        a.write(new_memory(P, "user", "用户每天练习钢琴"), write_rules(merge=True)),
+        b.write(new_memory(P, "user", "用户每天练习钢琴"), write_rules(merge=True)),
     )
     assert sorted(r.merged for r in results) == [False, True]
-    assert await a.count(P) == 2
+    assert await a.count(view_of(P)) == 2
 
 
 async def test_two_processes_never_sweep_at_once(pair: list[Any]) -> None:
@@ -194,7 +196,7 @@ async def test_two_processes_never_sweep_at_once(pair: list[Any]) -> None:
     old = (datetime.now(UTC) - timedelta(days=400)).isoformat()
     a.clock = lambda: old
     for k in range(3):
-        await a.add(P, "user", f"很久以前的事 {k}", importance="low")
+        await a.add(new_memory(P, "user", f"很久以前的事 {k}", importance="low"))
     entered, release = asyncio.Event(), asyncio.Event()
     original = a.archive.save
 
@@ -215,7 +217,7 @@ async def test_two_processes_never_sweep_at_once(pair: list[Any]) -> None:
         result = await first
     assert result.archived == 3
     assert (await sweep(b, lifetime)).archived == 0  # free again, nothing left
-    assert await a.count(P) == 0 and len(await a.archive.list(P, limit=10)) == 3
+    assert await a.count(view_of(P)) == 0 and len(await a.archive.list(P, limit=10)) == 3
 
 
 # ---------------------------------------------------------------------------
@@ -266,7 +268,7 @@ async def test_a_killed_sweepers_lease_expires_and_another_process_sweeps(
     try:
         lag = Lag(mine)
         # A write of the other process is seen by this one's cached partition.
-        await mine.add(P, "user", "本进程写的")
+        await mine.add(new_memory(P, "user", "本进程写的"))
         assert await _contents(mine, P, "写的") == ["本进程写的"]
         answer = await peer.ask(op="add", partition=P, text="另一个进程写的")
         assert "id" in answer, answer
@@ -387,10 +389,10 @@ async def test_the_console_of_b_sees_a_write_through_a(pair: list[Any]) -> None:
     a, b = pair
     lag = Lag(b)
     catalog = PartitionCatalog(b)
-    await a.add(P, "user", "第一条")
+    await a.add(new_memory(P, "user", "第一条"))
     assert set((await catalog.get()).partitions) == {P}
     other = "QQPlatform_Private_30002"
-    await a.add(other, "user", "另一个分区")
+    await a.add(new_memory(other, "user", "另一个分区"))
     lag.past_max_lag()
     assert set((await catalog.get()).partitions) == {P, other}  # not 30 s later
 

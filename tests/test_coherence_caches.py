@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import env_for
+from tests.helpers import new_memory, view_of
 from tests.test_coherence import Lag, Peer, pair, peer, peer_database
 
 __all__ = ["pair", "peer", "peer_database"]  # the fixtures, imported for pytest
@@ -115,7 +116,7 @@ async def test_a_forget_through_a_leaves_nothing_of_the_user_in_bs_caches(
     assert (await a.memo.update(key, "用户的生日是五月一日")).ok
     assert (await a.memo.update(other_key, "另一位用户的备忘录")).ok
     await a.groups.personas.merge(user, [("兴趣", "登山")], now=time.time(), max_chars=700)
-    await a.store.add(key, "user", "用户住在杭州")
+    await a.store.add(new_memory(key, "user", "用户住在杭州"))
     # B injects all of it into its prompts, from its caches.
     assert await b.memo.get(key) == "用户的生日是五月一日"
     assert await b.memo.get(other_key) == "另一位用户的备忘录"
@@ -144,7 +145,7 @@ async def test_a_forget_through_a_leaves_nothing_of_the_user_in_bs_caches(
     lag.past_max_lag()
     assert await b.memo.get(key) == ""
     assert (await b.groups.personas.get(user)).fields == []
-    assert [r.content for r in await b.store.query(key, "杭州", top_k=5)] == []
+    assert [r.content for r in await b.store.query(view_of(key), "杭州", top_k=5)] == []
     assert await b.memo.get(other_key) == "另一位用户的备忘录"
     # The window B holds in memory (shown in B's group prompts) lost their messages,
     # the other member's stay; B's cached labels of the group are read again.

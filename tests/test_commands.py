@@ -9,7 +9,7 @@ import pytest
 from tests.chat import BotRecorder, make_bot, run_turn
 from tests.conftest import SUPERUSER
 from tests.events import group_event, private_event
-from tests.helpers import runtime
+from tests.helpers import new_memory, runtime, view_of
 from tests.lazy import lazy_import
 
 M = lazy_import("amrita_plugin_memory.tools.commands")
@@ -47,7 +47,7 @@ async def test_private_list_search_delete() -> None:
     key = f"QQPlatform_Private_{uid}"
     store = runtime().store
     records = [
-        await store.add(key, "user", f"第{i}条记忆：喜欢第{i}种水果", tags=["水果"])
+        await store.add(new_memory(key, "user", f"第{i}条记忆：喜欢第{i}种水果", tags=["水果"]))
         for i in range(12)
     ]
 
@@ -70,14 +70,14 @@ async def test_private_list_search_delete() -> None:
     assert rec.texts("private") == [
         f"已删除个人记忆 {gone}（已存入归档，可用 /memory user archive restore {gone} 恢复）"
     ]
-    assert await store.get(key, gone) is None
+    assert await store.get(view_of(key), gone) is None
     (row,) = await store.archive.list(key, memory_id=gone)  # deletes lose nothing
     assert (row.id, row.reason, row.record.content) == (gone, "deleted", records[0].content)
     rec = await command(private_event(uid, "/memory user archive"))
     assert f"{gone}  [已删除，归档于" in rec.texts("private")[0]
     rec = await command(private_event(uid, f"/memory user archive restore {gone}"))
     assert rec.texts("private") == [f"已恢复记忆 {gone}"]
-    assert (await store.get(key, gone)).content == records[0].content
+    assert (await store.get(view_of(key), gone)).content == records[0].content
     await store.delete(key, gone)
 
     rec = await command(private_event(uid, "/memory user list 9"))
@@ -87,7 +87,7 @@ async def test_private_list_search_delete() -> None:
 async def test_personal_listing_never_reaches_a_group() -> None:
     uid, gid = 12010, 22010
     store = runtime().store
-    await store.add(f"QQPlatform_Private_{uid}", "user", "私密：身份证尾号 1234")
+    await store.add(new_memory(f"QQPlatform_Private_{uid}", "user", "私密：身份证尾号 1234"))
 
     rec = await command(group_event(uid, gid, "/memory user list"))
     assert rec.texts("group") == ["个人记忆已通过私聊发送给你"]
@@ -105,7 +105,7 @@ async def test_personal_listing_never_reaches_a_group() -> None:
 async def test_group_commands() -> None:
     gid = 22020
     store = runtime().store
-    note = await store.add(f"QQPlatform_Group_{gid}", "group", "群规：周末不发工作消息")
+    note = await store.add(new_memory(f"QQPlatform_Group_{gid}", "group", "群规：周末不发工作消息"))
 
     rec = await command(group_event(12020, gid, "/memory group list"))
     (reply,) = rec.texts("group")
@@ -131,7 +131,7 @@ async def test_group_delete_permission(role: str, user_id: int, allowed: bool) -
     gid = 22030
     key = f"QQPlatform_Group_{gid}"
     store = runtime().store
-    note = await store.add(key, "group", "群公告")
+    note = await store.add(new_memory(key, "group", "群公告"))
     rec = await command(
         group_event(user_id, gid, f"/memory group delete {note.id}", role=role),
         BotRecorder(roles={(gid, user_id): role}),
@@ -139,11 +139,11 @@ async def test_group_delete_permission(role: str, user_id: int, allowed: bool) -
     (reply,) = rec.texts("group")
     if allowed:
         assert reply == f"已删除群共享记忆 {note.id}（已存入归档）"
-        assert await store.get(key, note.id) is None
+        assert await store.get(view_of(key), note.id) is None
         assert await store.archive.ids([note.id]) == {note.id}
     else:
         assert reply.startswith("删除失败") and "管理员" in reply
-        assert await store.get(key, note.id) is not None
+        assert await store.get(view_of(key), note.id) is not None
         await store.delete(key, note.id)
 
 
@@ -151,8 +151,8 @@ async def test_hostile_command_arguments() -> None:
     uid = 12040
     key = f"QQPlatform_Private_{uid}"
     store = runtime().store
-    mine = await store.add(key, "user", "我的记忆")
-    other = await store.add("QQPlatform_Private_12041", "user", "别人的记忆")
+    mine = await store.add(new_memory(key, "user", "我的记忆"))
+    other = await store.add(new_memory("QQPlatform_Private_12041", "user", "别人的记忆"))
     cases = {
         "/memory user list -1": "页码必须是正整数",
         "/memory user list abc": "页码必须是正整数",
@@ -168,8 +168,11 @@ async def test_hostile_command_arguments() -> None:
         (reply,) = rec.texts("private")
         assert expected in reply, (text, reply)
         assert "Traceback" not in reply
-    assert (await store.get("QQPlatform_Private_12041", other.id)).content == "别人的记忆"
-    assert await store.count(key) == 1 and (await store.get(key, mine.id)) is not None
+    assert (await store.get(view_of("QQPlatform_Private_12041"), other.id)).content == "别人的记忆"
+    assert (
+        await store.count(view_of(key)) == 1
+        and (await store.get(view_of(key), mine.id)) is not None
+    )
 
 
 async def test_help() -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import new_memory, view_of
 from tests.lazy import lazy_import
 
 L = lazy_import(
@@ -37,8 +38,8 @@ async def _ids(store: Any, partition: str, **kw: Any) -> list[str]:
 
 async def test_newest_first_pages_follow_the_stores_writes(store: Any) -> None:
     for i in range(7):
-        await store.add(P, "user", f"m{i}")
-    await store.add(OTHER, "user", "other partition")
+        await store.add(new_memory(P, "user", f"m{i}"))
+    await store.add(new_memory(OTHER, "user", "other partition"))
     assert await _ids(store, P, limit=3) == ["m6", "m5", "m4"]
     assert await _ids(store, P, offset=6, limit=3) == ["m0"]
     assert await _ids(store, P, offset=7, limit=3) == []
@@ -46,7 +47,7 @@ async def test_newest_first_pages_follow_the_stores_writes(store: Any) -> None:
     assert total == 7 and all(r.partition == P for r in records)
 
     # Writes through the store change the cached list without a re-read.
-    added = await store.add(P, "user", "m7")
+    added = await store.add(new_memory(P, "user", "m7"))
     assert await _ids(store, P, limit=2) == ["m7", "m6"]
     assert await store.delete(P, added.id)
     assert await _ids(store, P, limit=2) == ["m6", "m5"]
@@ -78,10 +79,10 @@ async def test_newest_first_pages_follow_the_stores_writes(store: Any) -> None:
 
 async def test_write_gate_refuses_writes_during_maintenance(store: Any) -> None:
     gate = store.gate
-    await store.add(P, "user", "before")
+    await store.add(new_memory(P, "user", "before"))
     async with gate.closed("重映射"):
         with pytest.raises(L.MaintenanceInProgress, match="正在重映射"):
-            await store.add(P, "user", "during")
+            await store.add(new_memory(P, "user", "during"))
         first = (await L.newest_page(store, P, limit=5))[0][0]
         with pytest.raises(L.MaintenanceInProgress):
             await store.update(P, first.id, importance="high")
@@ -91,7 +92,7 @@ async def test_write_gate_refuses_writes_during_maintenance(store: Any) -> None:
             async with gate.closed("恢复备份"):
                 pass
     assert [r.content for r in (await L.newest_page(store, P, limit=5))[0]] == ["before"]
-    assert (await store.get(P, first.id)).importance == "medium"
+    assert (await store.get(view_of(P), first.id)).importance == "medium"
 
 
 async def test_write_gate_waits_for_running_writes() -> None:
@@ -204,11 +205,11 @@ async def test_a_scan_running_at_an_invalidation_is_not_kept(store: Any) -> None
                 await release.wait()
             return result
 
-    await store.add(P, "user", "m")
+    await store.add(new_memory(P, "user", "m"))
     catalog = Paused(store)
     task = asyncio.create_task(catalog.get())
     await asyncio.wait_for(entered.wait(), 10)
-    await store.add(OTHER, "user", "written while the scan ran")
+    await store.add(new_memory(OTHER, "user", "written while the scan ran"))
     catalog.invalidate()
     release.set()
     assert set((await task).partitions) == {P}

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+# The archive tests' helpers; their autouse ``drop_archive`` cleans the shared remote server here too.
+from tests.helpers import new_memory, view_of
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
-
-# The archive tests' helpers; their autouse ``drop_archive`` cleans the shared remote server here too.
 from tests.test_archive import (
     ALICE,
     BOB,
@@ -67,13 +67,17 @@ def after_first_archive_save(store: Any, meanwhile: Callable[[], Awaitable[Any]]
 
 
 async def test_delete_keeps_the_memory_and_restore_brings_it_back(store: Any) -> None:
-    rec = await store.add(ALICE, "user", "用户养了一只叫团子的猫", tags=["宠物"], importance="high")
+    rec = await store.add(
+        new_memory(ALICE, "user", "用户养了一只叫团子的猫", tags=["宠物"], importance="high")
+    )
     vector = await stored_vector(store, rec.id)
-    assert await store.count(ALICE) == 1  # warms the cached count
+    assert await store.count(view_of(ALICE)) == 1  # warms the cached count
 
     assert await store.delete(ALICE, rec.id) is True
 
-    assert await store.get(ALICE, rec.id) is None and await store.count(ALICE) == 0
+    assert (
+        await store.get(view_of(ALICE), rec.id) is None and await store.count(view_of(ALICE)) == 0
+    )
     got = await store.archive.get(rec.id, with_vector=True)
     assert got is not None, "the deleted memory is not in the archive"
     row, archived_vector = got
@@ -87,32 +91,32 @@ async def test_delete_keeps_the_memory_and_restore_brings_it_back(store: Any) ->
     assert "[已删除，归档于" in A.describe_row(row)
 
     done = await A.restore(store, rec.id, partition=ALICE, limit=10)
-    back = await store.get(ALICE, rec.id)
+    back = await store.get(view_of(ALICE), rec.id)
     assert done.describe() == f"已恢复记忆 {rec.id}"
     assert back is not None and (back.content, back.created_at) == (rec.content, rec.created_at)
     assert await stored_vector(store, rec.id) == vector
     assert await store.archive.count() == 0
-    hits = await store.query(ALICE, "团子", top_k=1)
+    hits = await store.query(view_of(ALICE), "团子", top_k=1)
     assert [h.id for h in hits] == [rec.id]
 
 
 async def test_a_delete_of_another_partitions_memory_archives_nothing(store: Any) -> None:
-    rec = await store.add(BOB, "user", "Bob 的秘密")
+    rec = await store.add(new_memory(BOB, "user", "Bob 的秘密"))
     assert await store.delete(ALICE, rec.id) is False
     assert await store.delete(ALICE, "no-such-id") is False
-    assert await store.get(BOB, rec.id) is not None
+    assert await store.get(view_of(BOB), rec.id) is not None
     assert await store.archive.count() == 0
 
 
 async def test_a_delete_that_cannot_archive_deletes_nothing(store: Any) -> None:
     """The archive refuses writes (a remap marker on it): the delete is refused too."""
-    rec = await store.add(ALICE, "user", "用户住在上海")
+    rec = await store.add(new_memory(ALICE, "user", "用户住在上海"))
     archive = await store.connection.get_collection(store.archive.name, create=True)
     await store.connection.run(lambda: archive.modify(metadata={"reembed_running": "test"}))
     STATS.faults_injected += 1
     with pytest.raises(A.MaintenanceInProgress):
         await store.delete(ALICE, rec.id)
-    got = await store.get(ALICE, rec.id)
+    got = await store.get(view_of(ALICE), rec.id)
     if got is None:
         STATS.items_lost += 1
     assert got is not None and got.content == "用户住在上海"
@@ -128,8 +132,8 @@ async def test_the_sweep_leaves_a_memory_another_process_changed_meanwhile(
     store: Any, other_keeps_history: bool
 ) -> None:
     store.clock = lambda: days_ago(100)
-    old = await store.add(ALICE, "user", "用户住在上海", importance="medium")
-    gone = await store.add(BOB, "user", "Bob 很久以前的事", importance="medium")
+    old = await store.add(new_memory(ALICE, "user", "用户住在上海", importance="medium"))
+    gone = await store.add(new_memory(BOB, "user", "Bob 很久以前的事", importance="medium"))
     store.clock = lambda: NOW.isoformat(timespec="seconds")
     other = another_process(store)
     other.keep_versions = other_keeps_history
@@ -144,12 +148,12 @@ async def test_the_sweep_leaves_a_memory_another_process_changed_meanwhile(
 
     assert changed and changed[0] is not None, "the other process's update did not run"
     STATS.faults_injected += 1
-    live = await store.get(ALICE, old.id)
+    live = await store.get(view_of(ALICE), old.id)
     if live is None or live.content != "用户搬到北京了":
         STATS.items_lost += 1
     assert live is not None and live.content == "用户搬到北京了"
     assert (result.archived, result.skipped) == (1, 1)
-    assert await store.get(BOB, gone.id) is None
+    assert await store.get(view_of(BOB), gone.id) is None
     # The swept row of the changed memory became its previous version, once.
     assert await store.archive.ids([old.id, gone.id]) == {gone.id}
     versions = await store.archive.list(ALICE, memory_id=old.id)
@@ -157,13 +161,13 @@ async def test_the_sweep_leaves_a_memory_another_process_changed_meanwhile(
         ("用户住在上海", "updated", True)
     ]
     again = await A.sweep(store, lifetime, now=NOW)
-    assert (again.archived, await store.get(ALICE, old.id) is not None) == (0, True)
+    assert (again.archived, await store.get(view_of(ALICE), old.id) is not None) == (0, True)
 
 
 async def test_a_delete_archives_what_another_process_wrote_meanwhile(store: Any) -> None:
     # ``updated_at`` counts seconds: the memory was written before this second.
     store.clock = lambda: days_ago(1)
-    rec = await store.add(ALICE, "user", "用户喜欢蓝色")
+    rec = await store.add(new_memory(ALICE, "user", "用户喜欢蓝色"))
     other = another_process(store)
     new_vector = (await store.embedder.embed(["用户喜欢红色"]))[0]
     changed = after_first_archive_save(
@@ -174,7 +178,7 @@ async def test_a_delete_archives_what_another_process_wrote_meanwhile(store: Any
 
     assert changed and changed[0] is not None
     STATS.faults_injected += 1
-    assert await store.get(ALICE, rec.id) is None
+    assert await store.get(view_of(ALICE), rec.id) is None
     rows = {(r.record.content, r.reason) for r in await store.archive.list(ALICE, limit=10)}
     if ("用户喜欢红色", "deleted") not in rows:
         STATS.items_lost += 1
@@ -188,7 +192,7 @@ async def test_an_update_racing_a_delete_of_another_process_is_refused(store: An
     """Chroma drops an update of a missing id silently: the update says so instead."""
     if store.connection.mode != "remote":
         pytest.skip("a local store belongs to one process")
-    rec = await store.add(ALICE, "user", "用户在学吉他")
+    rec = await store.add(new_memory(ALICE, "user", "用户在学吉他"))
     other = another_process(store)
     deleted = after_first_archive_save(store, lambda: other.delete(ALICE, rec.id))
     STATS.faults_injected += 1
@@ -199,4 +203,4 @@ async def test_an_update_racing_a_delete_of_another_process_is_refused(store: An
     assert deleted == [True]
     rows = {(r.record.content, r.reason) for r in await store.archive.list(ALICE, limit=10)}
     assert ("用户在学吉他", "deleted") in rows
-    assert await store.get(ALICE, rec.id) is None
+    assert await store.get(view_of(ALICE), rec.id) is None

@@ -27,6 +27,7 @@ from tests.botproject import (
     seed,
     snapshot,
 )
+from tests.helpers import new_memory, view_of
 from tests.lazy import lazy_import
 from tests.servers import ChromaServer, EmbeddingServer
 
@@ -267,7 +268,7 @@ async def test_policy_ask_on_tty_answered_yes_remaps_with_dimension_change(
     assert not any(k.startswith("reembed_") for k in await collection_meta(rt, KNOW))
     assert sorted(await rt.connection.list_collections()) == [KNOW, MEM]
     # Search works in the new space through the plugin's own store.
-    hits = await rt.store.query(ALICE, "记忆 m3：用户喜欢第 3 号苹果", top_k=1)
+    hits = await rt.store.query(view_of(ALICE), "记忆 m3：用户喜欢第 3 号苹果", top_k=1)
     assert hits[0].id == "m0003" and hits[0].distance == pytest.approx(0, abs=1e-3)
     # A backup was written first, owner-only.
     backups = E.list_backups(rt.config.backup_dir)
@@ -337,7 +338,7 @@ async def test_failure_in_the_middle_of_a_remap_loses_nothing_and_retry_succeeds
     backups = E.list_backups(rt.config.backup_dir)
     assert len(backups) == 1 and backups[0].total == 46
     # The old vectors still answer queries in their own space.
-    hits = await rt.store.query_vector(ALICE, [0.0] * 384, top_k=3)
+    hits = await rt.store.query_vector(view_of(ALICE), [0.0] * 384, top_k=3)
     assert len(hits) == 3
     # The next start retries from a clean state and succeeds.
     embed_server.set_mode("ok")
@@ -603,7 +604,7 @@ async def test_restore_round_trip_replaces_current_contents(
     backup = await E.create_backup(rt.maintenance)
     # Change things after the backup.
     await rt.store.delete(ALICE, "m0001")
-    await rt.store.add(ALICE, "user", "备份之后的新记忆")
+    await rt.store.add(new_memory(ALICE, "user", "备份之后的新记忆"))
     await rt.store.update(ALICE, "m0002", content="改过的内容", tags=["新"])
     assert await snapshot(rt, MEM) != mem_before
     await rt.close()

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.botproject import ALICE, NOMIC, make_runtime
+from tests.helpers import new_memory, view_of
 from tests.lazy import lazy_import
 from tests.servers import EmbeddingServer
 
@@ -56,16 +57,16 @@ async def test_prefixes_reach_the_server_for_documents_and_queries(
         embedding_query_prefix="query: ",
         embedding_document_prefix="passage: ",
     )
-    record = await rt.store.add(ALICE, "user", "我家的猫叫年糕", tags=["宠物"])
+    record = await rt.store.add(new_memory(ALICE, "user", "我家的猫叫年糕", tags=["宠物"]))
     await rt.store.update(ALICE, record.id, content="我家的猫叫年糕，三岁了")
-    await rt.store.query(ALICE, "猫叫什么", top_k=1)
+    await rt.store.query(view_of(ALICE), "猫叫什么", top_k=1)
     assert inputs(embed_server) == [
         (["passage: 我家的猫叫年糕"], None),
         (["passage: 我家的猫叫年糕，三岁了"], None),
         (["query: 猫叫什么"], None),
     ]
     # What is stored is the text itself, never the prefix.
-    stored = await rt.store.get(ALICE, record.id)
+    stored = await rt.store.get(view_of(ALICE), record.id)
     assert stored is not None and stored.content == "我家的猫叫年糕，三岁了"
 
 
@@ -73,8 +74,8 @@ async def test_no_prefix_by_default_sends_raw_text(
     tmp_path: Path, runtimes: Callable[..., Any], embed_server: EmbeddingServer
 ) -> None:
     rt = runtimes(tmp_path, embedding_model_name=NOMIC)
-    await rt.store.add(ALICE, "user", "住在越秀区", tags=["住址"])
-    await rt.store.query(ALICE, "住在哪", top_k=1)
+    await rt.store.add(new_memory(ALICE, "user", "住在越秀区", tags=["住址"]))
+    await rt.store.query(view_of(ALICE), "住在哪", top_k=1)
     assert inputs(embed_server) == [(["住在越秀区"], None), (["住在哪"], None)]
 
 
@@ -84,8 +85,8 @@ async def test_input_type_e5_is_sent_with_openai_only(
     rt = runtimes(
         tmp_path, embedding_proctol="openai", embedding_model_name=NOMIC, embedding_input_type="e5"
     )
-    await rt.store.add(ALICE, "user", "喜欢喝乌龙茶", tags=["饮品"])
-    await rt.store.query(ALICE, "爱喝什么茶", top_k=1)
+    await rt.store.add(new_memory(ALICE, "user", "喜欢喝乌龙茶", tags=["饮品"]))
+    await rt.store.query(view_of(ALICE), "爱喝什么茶", top_k=1)
     assert inputs(embed_server) == [(["喜欢喝乌龙茶"], "passage"), (["爱喝什么茶"], "query")]
 
 
@@ -93,7 +94,7 @@ async def test_reembedding_uses_the_document_prefix(
     tmp_path: Path, runtimes: Callable[..., Any], embed_server: EmbeddingServer
 ) -> None:
     rt = runtimes(tmp_path, embedding_model_name=NOMIC, embedding_document_prefix="passage: ")
-    await rt.store.add(ALICE, "user", "生日是三月五日", tags=["生日"])
+    await rt.store.add(new_memory(ALICE, "user", "生日是三月五日", tags=["生日"]))
     await E.reset_fingerprint(rt.maintenance)
     embed_server.reset()
     await E.remap(rt.maintenance)
@@ -147,7 +148,7 @@ async def test_changing_a_prefix_runs_the_mismatch_policy(
     first = runtimes(tmp_path, embedding_model_name=NOMIC)
     check = E.run_startup_check(first.maintenance, interactive=False, confirm=_never_called)
     assert check.action == "fresh"
-    await first.store.add(ALICE, "user", "生日是三月五日", tags=["生日"])
+    await first.store.add(new_memory(ALICE, "user", "生日是三月五日", tags=["生日"]))
     await first.close()
     # The same prefixes-free configuration again: no remap needed.
     same = runtimes(tmp_path, embedding_model_name=NOMIC)

@@ -243,7 +243,7 @@ async def test_tool_call_with_a_hung_service_fails_within_one_deadline(
     assert result["ok"] is False
     assert result["error"].startswith("嵌入服务不可用") and "超时" in result["error"]
     assert len(server.requests) == 1  # the one request that hung; never retried
-    assert await rt.store.count() == 0
+    assert await rt.store.count_all() == 0
 
 
 async def test_refused_connections_and_5xx_are_retried_but_not_timeouts(
@@ -278,7 +278,7 @@ async def test_refused_connections_and_5xx_are_retried_but_not_timeouts(
     assert refused["ok"] is False and "无法连接" in refused["error"]
     assert "已重试 2 次" in refused["error"]
     STATS.faults_injected += 5
-    assert await rt.store.count() == 2
+    assert await rt.store.count_all() == 2
 
 
 # ---------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from tests.active_helpers import active, answer_rule, extractions, settle, shown
 from tests.chat import tool_results
 from tests.events import group_event, private_event
 from tests.group_helpers import block, say, turn_prompts
-from tests.helpers import partition, runtime
+from tests.helpers import new_memory, partition, runtime, view_of
 from tests.lazy import lazy_import
 from tests.servers import ChatServer, Reply
 
@@ -132,7 +132,7 @@ async def test_a_memory_stays_with_the_chat_it_was_said_in(
         chat_server, private_event(uid, "记住我喜欢猫"), write("私聊：用户喜欢猫")
     )
     assert written["ok"]
-    stored = await rt.store.get(partition(uid), written["memory"]["id"])
+    stored = await rt.store.get(view_of(partition(uid)), written["memory"]["id"])
     assert stored is not None and stored.origin == "private"
 
     read, listed = await turn(chat_server, group_event(uid, group_a, "我喜欢什么？"), READ, LIST)
@@ -143,7 +143,7 @@ async def test_a_memory_stays_with_the_chat_it_was_said_in(
         chat_server, group_event(uid, group_a, "我喜欢篮球"), write("群聊：用户喜欢篮球")
     )
     said_in_a = in_a["memory"]["id"]
-    stored = await rt.store.get(partition(uid), said_in_a)
+    stored = await rt.store.get(view_of(partition(uid)), said_in_a)
     assert stored is not None and stored.origin == f"group:{group_a}"
     read, listed = await turn(chat_server, group_event(uid, group_a, "我喜欢什么？"), READ, LIST)
     assert contents(read) == {"群聊：用户喜欢篮球"} and listed["total"] == 1
@@ -161,7 +161,7 @@ async def test_a_memory_stays_with_the_chat_it_was_said_in(
     )
     assert not updated["ok"] and "不存在" in updated["error"]
     assert "篮球" not in json.dumps(updated, ensure_ascii=False)
-    unchanged = await rt.store.get(partition(uid), said_in_a)
+    unchanged = await rt.store.get(view_of(partition(uid)), said_in_a)
     assert unchanged is not None and unchanged.importance == "medium"
     (updated,) = await turn(
         chat_server,
@@ -210,7 +210,7 @@ async def test_a_rewrite_from_a_private_chat_leaves_the_group(chat_server: ChatS
         Reply.tool_call("update_memory", {"id": said_in_a, "importance": "high", "scope": "user"}),
     )
     assert tagged["ok"]
-    kept = await rt.store.get(partition(uid), said_in_a)
+    kept = await rt.store.get(view_of(partition(uid)), said_in_a)
     assert kept is not None and kept.origin == f"group:{group_a}"  # no new text: stays
 
     secret = "私聊：用户喜欢篮球，膝盖做过手术"
@@ -219,7 +219,7 @@ async def test_a_rewrite_from_a_private_chat_leaves_the_group(chat_server: ChatS
         chat_server, private_event(uid, "更新一下"), Reply.tool_call("update_memory", rewrite)
     )
     assert updated["ok"] and updated["memory"]["content"] == secret
-    stored = await rt.store.get(partition(uid), said_in_a)
+    stored = await rt.store.get(view_of(partition(uid)), said_in_a)
     assert stored is not None and stored.origin == "private"
     read, listed = await turn(chat_server, group_event(uid, group_a, "我喜欢什么？"), READ, LIST)
     assert read["ok"] and read["memories"] == [] and listed["total"] == 0
@@ -233,7 +233,7 @@ async def test_a_rewrite_from_a_private_chat_leaves_the_group(chat_server: ChatS
     args = {"id": again["memory"]["id"], "content": "L3：用户喜欢足球，也在吃降压药"}
     result = await rt.tools.update_memory(loop_scope, {**args, "scope": "user"})
     assert result["ok"]
-    moved = await rt.store.get(partition(uid), again["memory"]["id"])
+    moved = await rt.store.get(view_of(partition(uid)), again["memory"]["id"])
     assert moved is not None and moved.origin == "private"
     read, listed = await turn(chat_server, group_event(uid, group_a, "我喜欢什么？"), READ, LIST)
     assert read["memories"] == [] and listed["total"] == 0
@@ -270,7 +270,7 @@ async def test_active_memory_keeps_what_was_learned_in_a_group_to_that_group(
     chat_server.set_rule(answer_rule(lambda _: {"memories": [{"op": "add", "content": learned}]}))
     await say(group_event(uid, group_a, "我家橘猫年糕今年三岁了"))
     await service.drain()
-    (memory,) = await runtime().store.list(partition(uid))
+    (memory,) = await runtime().store.list(view_of(partition(uid)))
     assert memory.content == learned and memory.origin == f"group:{group_a}"
 
     def chat_in(group_id: int | None) -> Any:
@@ -305,7 +305,7 @@ async def test_group_listing_command_answers_privately_with_everything(
     chat_server: ChatServer,
 ) -> None:
     uid, gid = 4501002, 45003
-    await runtime().store.add(partition(uid), "user", "私聊里说的秘密")
+    await runtime().store.add(new_memory(partition(uid), "user", "私聊里说的秘密"))
     rec = await say(group_event(uid, gid, "/memory user list"))
     assert rec.texts("group") == ["个人记忆已通过私聊发送给你"]
     assert "私聊里说的秘密" in rec.texts("private")[0]  # a private reply may show private memories

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from tests.events import group_event, private_event
+from tests.helpers import new_memory, view_of
 from tests.lazy import lazy_import
 
 K = lazy_import(
@@ -71,30 +72,32 @@ def test_target_from_group_event() -> None:
 
 
 async def test_migration_rewrites_legacy_keys_once(store: Any) -> None:
-    legacy_user = await store.add("user_10001", "user", "旧格式个人记忆")
-    legacy_group = await store.add("group_20002", "group", "旧格式群记忆")
-    current = await store.add("QQPlatform_Private_10003", "user", "新格式记忆")
-    odd = await store.add("not-a-key", "user", "无法解析的键")
+    legacy_user = await store.add(new_memory("user_10001", "user", "旧格式个人记忆"))
+    legacy_group = await store.add(new_memory("group_20002", "group", "旧格式群记忆"))
+    current = await store.add(new_memory("QQPlatform_Private_10003", "user", "新格式记忆"))
+    odd = await store.add(new_memory("not-a-key", "user", "无法解析的键"))
     # An archived version under the legacy key follows its partition too.
     await store.update("user_10001", legacy_user.id, content="旧格式个人记忆（改）")
     [version] = await store.archive.list("user_10001")
 
     dry = await K.migrate_partition_keys(store, dry_run=True, page_size=2)
     assert (dry.scanned, dry.rewritten, dry.unparsable, dry.skipped) == (4, 2, 1, False)
-    assert await store.get("user_10001", legacy_user.id) is not None  # untouched
+    assert await store.get(view_of("user_10001"), legacy_user.id) is not None  # untouched
     assert await store.get_meta(K.KEY_FORMAT_META) is None
 
     report = await K.migrate_partition_keys(store, page_size=2)
     assert (report.scanned, report.rewritten, report.unparsable) == (4, 2, 1)
-    assert await store.get("user_10001", legacy_user.id) is None
-    moved = await store.get("QQPlatform_Private_10001", legacy_user.id)
+    assert await store.get(view_of("user_10001"), legacy_user.id) is None
+    moved = await store.get(view_of("QQPlatform_Private_10001"), legacy_user.id)
     assert moved is not None and moved.content == "旧格式个人记忆（改）"
     assert await store.archive.list("user_10001") == []
     [kept] = await store.archive.list("QQPlatform_Private_10001")
     assert kept.id == version.id and kept.record.content == "旧格式个人记忆"
-    assert (await store.get("QQPlatform_Group_20002", legacy_group.id)).content == "旧格式群记忆"
-    assert (await store.get("QQPlatform_Private_10003", current.id)) is not None
-    assert (await store.get("not-a-key", odd.id)) is not None  # never lost
+    assert (
+        await store.get(view_of("QQPlatform_Group_20002"), legacy_group.id)
+    ).content == "旧格式群记忆"
+    assert (await store.get(view_of("QQPlatform_Private_10003"), current.id)) is not None
+    assert (await store.get(view_of("not-a-key"), odd.id)) is not None  # never lost
     assert await store.get_meta(K.KEY_FORMAT_META) == K.current_key_format()
 
     again = await K.migrate_partition_keys(store)

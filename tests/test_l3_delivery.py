@@ -26,7 +26,7 @@ import pytest
 
 from tests.chat import BotRecorder, connect_bot, disconnect_bot, request_tool_results, run_turn
 from tests.events import BOT_ID, group_event
-from tests.helpers import partition, runtime
+from tests.helpers import new_memory, partition, runtime, view_of
 from tests.servers import ChatServer, EmbeddingServer, Reply
 
 SECOND_BOT_ID = BOT_ID + 1
@@ -195,14 +195,14 @@ async def test_duplicate_helper_uses_stored_vectors_in_one_query(
         "用户养了一只橘猫，名字叫团子",
         "用户在杭州工作，是后端工程师",
     ):
-        await rt.store.add(part, "user", text)
+        await rt.store.add(new_memory(part, "user", text))
 
     # The groups as the helper found them before: each memory re-embedded and queried alone.
-    records = await rt.store.list(part, limit=50)
+    records = await rt.store.list(view_of(part), limit=50)
     k = min(DUPLICATE_NEIGHBOURS + 1, len(records))
     neighbours = {
         r.id: await rt.store.query_vector(
-            part, (await rt.embedder.embed([r.content], "query"))[0], top_k=k
+            view_of(part), (await rt.embedder.embed([r.content], "query"))[0], top_k=k
         )
         for r in records
     }
@@ -241,14 +241,14 @@ async def test_duplicate_helper_never_pairs_memories_of_two_origins(
     runner = make_runner()
     part = partition(int(runner.target_user_id))
     text = "用户每天骑车上班"
-    private = await rt.store.add(part, "user", text)
-    in_group = await rt.store.add(part, "user", text, origin="group:777")
-    await rt.store.add(part, "user", text, origin="group:778")
+    private = await rt.store.add(new_memory(part, "user", text))
+    in_group = await rt.store.add(new_memory(part, "user", text, origin="group:777"))
+    await rt.store.add(new_memory(part, "user", text, origin="group:778"))
     found = await helper_cycle(chat_server, runner)
     assert found["ok"] is True and found["scanned"] == 3
     assert found["groups"] == []  # identical vectors, three origins
     # A repeat from the same group is offered, with that group's memory only.
-    again = await rt.store.add(part, "user", text + "呀", origin="group:777")
+    again = await rt.store.add(new_memory(part, "user", text + "呀", origin="group:777"))
     found = await helper_cycle(chat_server, runner)
     assert [{m["id"] for m in g["memories"]} for g in found["groups"]] == [{in_group.id, again.id}]
     assert private.id not in str(found["groups"])

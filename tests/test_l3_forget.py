@@ -28,7 +28,7 @@ import pytest
 
 from tests.chat import BotRecorder, make_bot, request_tool_results, run_turn
 from tests.events import private_event
-from tests.helpers import partition, runtime
+from tests.helpers import new_memory, partition, runtime, view_of
 from tests.servers import ChatServer, Reply
 
 _users = iter(range(35001, 35999))
@@ -129,7 +129,7 @@ async def test_forgetting_the_target_clears_the_loop_and_its_planned_cycle(
     runner = make_runner()
     uid = int(runner.target_user_id)
     bound(runner, session_user_data)
-    await rt.store.add(partition(uid), "user", "用户养了一只叫团子的猫")
+    await rt.store.add(new_memory(partition(uid), "user", "用户养了一只叫团子的猫"))
     await runner.profile.update("insert", section="body", start_line=1, content="养猫\n住在杭州")
     chat_server.script(stop("整理了关于团子的记忆"))
     assert (await runner.run_cycle()).outcome == "success"
@@ -161,7 +161,7 @@ async def test_forgetting_the_target_clears_the_loop_and_its_planned_cycle(
     assert (await runner.state_store.load())["last_abstracts"] == []
     # The confirmation planned a cycle too (the loop's message hook runs first): cancelled.
     assert runner.next_run_time is None
-    assert await rt.store.count(partition(uid)) == 0
+    assert await rt.store.count(view_of(partition(uid))) == 0
 
 
 # ---------------------------------------------------------------------------
@@ -196,7 +196,7 @@ async def test_an_answer_arriving_after_the_forget_writes_nothing(
     runner = make_runner()
     uid = int(runner.target_user_id)
     data = bound(runner)
-    await rt.store.add(partition(uid), "user", "用户在学日语")
+    await rt.store.add(new_memory(partition(uid), "user", "用户在学日语"))
     writes = Reply.tool_call(
         "subconscious_write_memory",
         {"content": "用户在学日语，准备考 N2", "tags": ["学习"], "importance": "medium"},
@@ -219,7 +219,7 @@ async def test_an_answer_arriving_after_the_forget_writes_nothing(
     result = await asyncio.wait_for(task, 20)
 
     assert result.outcome == "interrupted" and result.actions == {}
-    assert await rt.store.count(partition(uid)) == 0
+    assert await rt.store.count(view_of(partition(uid))) == 0
     assert await rt.memo.get(partition(uid)) == ""
     assert not runner.profile.path.exists()
     assert runner.state["last_abstracts"] == []  # the fenced cycle keeps no abstract
@@ -242,7 +242,7 @@ async def test_a_tool_call_running_at_the_forget_is_waited_for_and_removed_with_
     async def slow_write(args: Any, ctx: Any) -> dict[str, Any]:
         entered.set()
         await release.wait()  # e.g. a slow embedding service
-        record = await rt.store.add(partition(uid), "user", "用户说过明天去医院")
+        record = await rt.store.add(new_memory(partition(uid), "user", "用户说过明天去医院"))
         return {"ok": True, "id": record.id}
 
     async def after(args: Any, ctx: Any) -> dict[str, Any]:
@@ -270,7 +270,7 @@ async def test_a_tool_call_running_at_the_forget_is_waited_for_and_removed_with_
     result = await asyncio.wait_for(task, 20)
 
     assert counts.memories == 1  # written before the removal, removed with it
-    assert await rt.store.count(partition(uid)) == 0
+    assert await rt.store.count(view_of(partition(uid))) == 0
     assert late == [] and result.outcome == "interrupted"
     assert runner.state["last_abstracts"] == []
 

@@ -28,6 +28,7 @@ import pytest
 from tests.botproject import ALICE, BotProject, make_runtime, memory_meta, seed
 from tests.conftest import EMBED
 from tests.console_bot import RunningBot
+from tests.helpers import new_memory, view_of
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 from tests.servers import ChromaServer
@@ -86,12 +87,12 @@ async def _wait_gone(pid: int) -> None:
 async def test_the_local_store_is_served_by_a_child_and_shares_its_files(tmp_path: Path) -> None:
     served = make_runtime(tmp_path, vector_db_local_server=True)
     try:
-        record = await served.store.add(ALICE, "user", "用户养的猫叫年糕")
+        record = await served.store.add(new_memory(ALICE, "user", "用户养的猫叫年糕"))
         server = served.connection.server
         assert served.connection.served and not served.connection.in_process
         assert server is not None and server.alive() and server.pid != os.getpid()
         assert server.pid in _chroma_children(os.getpid())
-        hits = await served.store.query(ALICE, "猫叫什么", top_k=1)
+        hits = await served.store.query(view_of(ALICE), "猫叫什么", top_k=1)
         assert [h.id for h in hits] == [record.id]
         pid = server.pid
     finally:
@@ -102,7 +103,7 @@ async def test_the_local_store_is_served_by_a_child_and_shares_its_files(tmp_pat
     inproc = make_runtime(tmp_path, vector_db_local_server=False)
     try:
         assert inproc.connection.in_process
-        got = await inproc.store.get(ALICE, record.id)
+        got = await inproc.store.get(view_of(ALICE), record.id)
         assert got is not None and got.content == "用户养的猫叫年糕"
     finally:
         await inproc.close()
@@ -122,12 +123,12 @@ async def test_a_killed_child_is_a_clear_error_then_a_new_one_serves(tmp_path: P
         STATS.faults_injected += 1
         await _wait_gone(old_pid)
         with pytest.raises(E.VectorStoreError, match="子进程已退出"):
-            await rt.store.count()
+            await rt.store.count_all()
         # The next call starts a new child on the same directory: nothing lost.
-        assert await rt.store.count() == len(items)
+        assert await rt.store.count_all() == len(items)
         assert rt.connection.server is not None and rt.connection.server.pid != old_pid
-        written = await rt.store.add(ALICE, "user", "用户的生日是3月5日")
-        assert (await rt.store.get(ALICE, written.id)) is not None
+        written = await rt.store.add(new_memory(ALICE, "user", "用户的生日是3月5日"))
+        assert (await rt.store.get(view_of(ALICE), written.id)) is not None
     finally:
         await rt.close()
 
@@ -171,7 +172,7 @@ async def test_a_bot_killed_with_sigkill_takes_its_chroma_child_along(tmp_path: 
     assert result.returncode == 0, result.stdout + result.stderr
     rt = project.runtime()
     try:
-        assert await rt.store.count() == len(items)
+        assert await rt.store.count_all() == len(items)
     finally:
         await rt.close()
 
@@ -199,12 +200,12 @@ async def test_a_port_taken_by_another_process_is_refused_never_used(
         rt = make_runtime(tmp_path / "bot", vector_db_local_server=True)
         try:
             with pytest.raises(E.VectorStoreError, match="由另一个进程监听") as refused:
-                await rt.store.count()
+                await rt.store.count_all()
             STATS.faults_injected += 1
             assert f"127.0.0.1:{other.port}" in str(refused.value)
             assert "Traceback" not in str(refused.value)
             monkeypatch.undo()  # the next operation starts its own child on a free port
-            assert await rt.store.count() == 0
+            assert await rt.store.count_all() == 0
             server = rt.connection.server
             assert server is not None and server.port != other.port
         finally:
@@ -274,7 +275,7 @@ async def test_starting_a_child_does_not_hold_the_connection_lock(tmp_path: Path
 
 async def test_shutdown_closes_in_a_worker_thread_and_stays_closed(tmp_path: Path) -> None:
     rt = make_runtime(tmp_path, vector_db_local_server=True)
-    record = await rt.store.add(ALICE, "user", "用户喜欢爬山")
+    record = await rt.store.add(new_memory(ALICE, "user", "用户喜欢爬山"))
     server = rt.connection.server
     assert server is not None and server.pid is not None
     pid = server.pid
@@ -301,7 +302,7 @@ async def test_shutdown_closes_in_a_worker_thread_and_stays_closed(tmp_path: Pat
     await _wait_gone(pid)
     # Closed for good: a late call is an error, never a new child.
     with pytest.raises(E.VectorStoreError, match="已关闭"):
-        await rt.store.get(ALICE, record.id)
+        await rt.store.get(view_of(ALICE), record.id)
     assert not [c for c in _chroma_children(os.getpid()) if str(tmp_path) in _cmdline(c)]
 
 

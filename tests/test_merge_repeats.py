@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.botproject import make_runtime
+from tests.helpers import view_of
 from tests.lazy import lazy_import
 
 D = lazy_import("amrita_plugin_memory.ranking.repeats")
@@ -45,7 +46,7 @@ async def write(rt: Any, who: Any, text: str) -> dict[str, Any]:
 
 
 async def contents(rt: Any, uid: int) -> list[str]:
-    return sorted(r.content for r in await rt.store.list(K.user_key(str(uid)), limit=50))
+    return sorted(r.content for r in await rt.store.list(view_of(K.user_key(str(uid))), limit=50))
 
 
 COUNTER_EXAMPLES = [
@@ -71,8 +72,8 @@ async def test_different_facts_with_close_vectors_stay_two_memories(
         assert "merged" not in new and new["memory"]["id"] != old["memory"]["id"]
         assert await contents(rt, uid) == sorted([a, b])
         # The model puts them together: only the text rule keeps them apart.
-        va = await rt.store.stored_vector(old["memory"]["id"])
-        vb = await rt.store.stored_vector(new["memory"]["id"])
+        va = await rt.store.stored_vector(view_of(K.user_key(str(uid))), old["memory"]["id"])
+        vb = await rt.store.stored_vector(view_of(K.user_key(str(uid))), new["memory"]["id"])
         assert D.cosine(va, vb) >= rt.store.settings.dedup_min_cosine
         assert await rt.store.archive.list(K.user_key(str(uid))) == []  # nothing archived
 
@@ -101,7 +102,7 @@ async def test_private_and_group_writes_are_never_merged(rt: Any, private_first:
         writes.reverse()
     for who, text in writes:
         assert "merged" not in await write(rt, who, text)
-    records = await rt.store.list(K.user_key(str(uid)), limit=50)
+    records = await rt.store.list(view_of(K.user_key(str(uid))), limit=50)
     by_origin = sorted((r.origin, r.content) for r in records)
     assert by_origin == [
         (f"group:{GROUP}", "用户在腾讯上班"),
@@ -117,7 +118,7 @@ async def test_private_and_group_writes_are_never_merged(rt: Any, private_first:
     ]:
         merged = await write(rt, who, text)
         assert merged["merged"] is True
-        after = {r.id: r for r in await rt.store.list(K.user_key(str(uid)), limit=50)}
+        after = {r.id: r for r in await rt.store.list(view_of(K.user_key(str(uid))), limit=50)}
         assert len(after) == 5
         record = after[merged["memory"]["id"]]
         assert record.origin == origin and record.content == text

@@ -24,6 +24,7 @@ import pytest
 from tests.botproject import make_runtime
 from tests.chat import BotRecorder, make_bot
 from tests.events import private_event
+from tests.helpers import new_memory, view_of
 from tests.lazy import lazy_import
 
 E = lazy_import("amrita_plugin_memory.embedding")
@@ -249,7 +250,9 @@ async def test_local_store_is_fingerprinted_at_startup(
     first = runtimes(tmp_path, **env)
     check = E.run_startup_check(first.maintenance, interactive=False, confirm=_never_called)
     assert (check.ok, check.action) == (True, "fresh"), check.message
-    await first.store.add("QQPlatform_Private_36999", "user", "我家的猫叫年糕", tags=["宠物"])
+    await first.store.add(
+        new_memory("QQPlatform_Private_36999", "user", "我家的猫叫年糕", tags=["宠物"])
+    )
     await first.close()
     again = runtimes(tmp_path, **env)
     check = E.run_startup_check(again.maintenance, interactive=False, confirm=_never_called)
@@ -260,7 +263,7 @@ async def test_local_store_is_fingerprinted_at_startup(
         MODEL,
         "local",
     )
-    hits = await again.store.query("QQPlatform_Private_36999", "宠物叫什么名字", top_k=1)
+    hits = await again.store.query(view_of("QQPlatform_Private_36999"), "宠物叫什么名字", top_k=1)
     assert hits[0].content == "我家的猫叫年糕"
 
 
@@ -286,7 +289,7 @@ async def test_active_recall_threshold_with_the_bundled_model(
     target = target_from_ids(36900 + uuid.uuid4().int % 1000)
     scope = ScopeRules().of_turn(target)
     for fact in FACTS:
-        await rt.store.add(target.user, "user", fact)
+        await rt.store.add(new_memory(target.user, "user", fact))
     for query, expected in QUERIES:
         found = await recall.recall(scope, query)
         assert found and found[0][0].content == FACTS[expected], (query, found)

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.botproject import make_runtime
+from tests.helpers import new_memory
 from tests.lazy import lazy_import
 
 pytestmark = pytest.mark.usefixtures("orm_db", "embed_server")
@@ -437,7 +438,7 @@ async def test_user_export_and_forget(tmp_path: Path) -> None:
     try:
         groups = stores()
         personal = user_key(uid)
-        await rt.store.add(personal, "user", "用户喜欢喝乌龙茶", tags=["饮品"])
+        await rt.store.add(new_memory(personal, "user", "用户喜欢喝乌龙茶", tags=["饮品"]))
         assert (await rt.memo.update(personal, "用户叫阿青")).ok
         groups.windows.append(gid, uid, "阿青", "大家好", is_bot=False, at=time.time())
         await groups.windows.flush(gid)

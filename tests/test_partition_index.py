@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import env_for
+from tests.helpers import new_memory, view_of
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 
@@ -86,7 +87,9 @@ async def _check(store: Any, rng: random.Random, dim: int, queries: int) -> int:
             f["importance"] = rng.choice(IMPORTANCE)
         if rng.random() < 0.5:
             f["origins"] = _origins(rng)
-        ours = await store.query_vector(partition, vec, top_k=top_k, **f)
+        view = view_of(partition, f.get("origins"))
+        importance = f.get("importance")
+        ours = await store.query_vector(view, vec, top_k=top_k, importance=importance)
         assert partition in store.index, "answered by the index"
         raw = await _raw(store, partition, vec, top_k, **f)
         assert all(r.partition == partition for r in ours)
@@ -150,8 +153,10 @@ async def test_index_equals_chroma_with_writes(store: Any) -> None:
     loads = store.index.loads
     # Writes through the store keep the cached partitions in step (no reload).
     for k in range(6):
-        await store.add("p_mid", "user", f"新记忆 {k}", importance="high", origin="group:9")
-    mids = [r.id for r in await store.list("p_mid", limit=20)]
+        await store.add(
+            new_memory("p_mid", "user", f"新记忆 {k}", importance="high", origin="group:9")
+        )
+    mids = [r.id for r in await store.list(view_of("p_mid"), limit=20)]
     for memory_id in mids[:4]:
         await store.update("p_mid", memory_id, content="改过的内容", importance="low")
     for memory_id in mids[4:7]:
@@ -164,7 +169,7 @@ async def test_index_equals_chroma_with_writes(store: Any) -> None:
     assert "p_mid" in store.index
     # Queries at the written vectors (exact hits) and random ones.
     probe = (await store.embedder.embed(["改过的内容"]))[0]
-    ours = await store.query_vector("p_mid", probe, top_k=10)
+    ours = await store.query_vector(view_of("p_mid"), probe, top_k=10)
     raw = await _raw(store, "p_mid", probe, 10)
     # Four memories now share one vector: an exact tie, which the index orders by id.
     assert [r.distance for r in ours[:4]] == pytest.approx([0.0] * 4, abs=1e-4)
@@ -183,43 +188,43 @@ async def test_byte_budget_evicts_least_recently_used(store: Any) -> None:
     sizes = {"a": 100, "b": 100, "c": 100}
     await _seed(store, sizes, dim, rng)
     q = [0.0] * dim
-    await store.query_vector("a", q)
+    await store.query_vector(view_of("a"), q)
     one = store.index.nbytes
     store.index.max_bytes = int(one * 2.5)  # room for two partitions
-    await store.query_vector("b", q)
-    await store.query_vector("a", q)  # a is now the most recently used
-    await store.query_vector("c", q)
+    await store.query_vector(view_of("b"), q)
+    await store.query_vector(view_of("a"), q)  # a is now the most recently used
+    await store.query_vector(view_of("c"), q)
     assert "a" in store.index and "c" in store.index and "b" not in store.index
     assert store.index.nbytes <= store.index.max_bytes
     loads = store.index.loads
-    await store.query_vector("b", q)
+    await store.query_vector(view_of("b"), q)
     assert store.index.loads == loads + 1 and "a" not in store.index
     # A partition larger than the whole budget is not cached: Chroma answers.
     store.index.max_bytes = one // 2
-    hits = await store.query_vector("a", q, top_k=3)
+    hits = await store.query_vector(view_of("a"), q, top_k=3)
     assert [h.id for h in hits] == [i for i, _ in await _raw(store, "a", q, 3)]
     assert "a" not in store.index and store.index.nbytes <= store.index.max_bytes
     # ... and is not read again on every search (a useless full read), until rechecked.
     loads = store.index.loads
     for _ in range(3):
-        hits = await store.query_vector("a", q, top_k=3)
+        hits = await store.query_vector(view_of("a"), q, top_k=3)
         assert [h.id for h in hits] == [i for i, _ in await _raw(store, "a", q, 3)]
     assert store.index.loads == loads
     now = [store.index.clock() + P.OVERSIZED_RECHECK + 1]
     store.index.clock = lambda: now[0]
-    await store.query_vector("a", q, top_k=3)
+    await store.query_vector(view_of("a"), q, top_k=3)
     assert store.index.loads == loads + 1
     # An empty partition is cached too, and counts into the budget (no unbounded growth).
     store.index.max_bytes = 1 << 30
-    assert await store.query_vector("nobody", q) == []
+    assert await store.query_vector(view_of("nobody"), q) == []
     before = store.index.nbytes
     assert "nobody" in store.index and before > 0
-    await store.query_vector("nobody-2", q)
+    await store.query_vector(view_of("nobody-2"), q)
     assert store.index.nbytes > before
     # 0 disables the index.
     store.index.max_bytes = 0
     store.index.clear()
-    await store.query_vector("a", q)
+    await store.query_vector(view_of("a"), q)
     assert len(store.index) == 0
 
 
@@ -228,47 +233,45 @@ async def test_error_drops_entry_and_falls_back(store: Any, logs: list[str]) -> 
     dim = await _dim(store)
     await _seed(store, {"a": 50}, dim, rng)
     q = [rng.gauss(0, 1) for _ in range(dim)]
-    await store.query_vector("a", q)
+    await store.query_vector(view_of("a"), q)
     # Corrupt the cached rows (a fault inside the index): the next search fails in
     # the scan, the entry is dropped and Chroma answers.
     # Rows pointing outside the stored vectors: the scan fails.
     store.index.replace("a", lambda e: dataclasses.replace(e, phys=e.phys + 10**6))
     STATS.faults_injected += 1
-    hits = await store.query_vector("a", q, top_k=5)
+    hits = await store.query_vector(view_of("a"), q, top_k=5)
     assert [h.id for h in hits] == [i for i, _ in await _raw(store, "a", q, 5)]
     assert "a" not in store.index
     assert any("分区向量索引出错" in line for line in logs)
     # A later search rebuilds it.
-    await store.query_vector("a", q)
+    await store.query_vector(view_of("a"), q)
     assert "a" in store.index
     # A query vector of another dimension is left to Chroma (which reports it).
     with pytest.raises(P.VectorStoreError):
-        await store.query_vector("a", [0.0] * (dim + 1))
+        await store.query_vector(view_of("a"), [0.0] * (dim + 1))
 
 
 async def test_invalidate_and_reconnect_drop_everything(store: Any) -> None:
-    from amrita_plugin_memory.upkeep.rekey import rewrite_memory_keys
-
     rng = random.Random(7)
     dim = await _dim(store)
     await _seed(store, {"a": 20, "b": 20}, dim, rng)
     q = [0.0] * dim
-    await store.query_vector("a", q)
-    await store.query_vector("b", q)
+    await store.query_vector(view_of("a"), q)
+    await store.query_vector(view_of("b"), q)
     assert len(store.index) == 2
     store.invalidate()
     assert len(store.index) == 0 and store.index.nbytes == 0
-    await store.query_vector("a", q)
-    await store.query_vector("b", q)
+    await store.query_vector(view_of("a"), q)
+    await store.query_vector(view_of("b"), q)
     # A reconnect (a remap closes the client): every entry is stale.
     store.connection.close()
-    await store.query_vector("a", q)
+    await store.query_vector(view_of("a"), q)
     assert "b" not in store.index and "a" in store.index
     # Key migration moves memories between partitions: all dropped.
-    memory_id = (await store.list("a", limit=1))[0].id
-    await rewrite_memory_keys(store, {memory_id: "b"})
+    memory_id = (await store.list(view_of("a"), limit=1))[0].id
+    await store.rewrite_keys({memory_id: "b"})
     assert len(store.index) == 0
-    hits = await store.query_vector("b", q, top_k=50)
+    hits = await store.query_vector(view_of("b"), q, top_k=50)
     assert memory_id in [h.id for h in hits]
 
 
@@ -286,14 +289,18 @@ async def test_remote_write_of_another_store_seen_after_ttl(
     mine.index.clock = lambda: now[0]
     assert mine.index.ttl is not None
     try:
-        await mine.add("a", "user", "第一条记忆")
+        await mine.add(new_memory("a", "user", "第一条记忆"))
         probe = (await mine.embedder.embed(["另一个进程写的"]))[0]
-        assert [h.content for h in await mine.query_vector("a", probe, top_k=5)] == ["第一条记忆"]
-        await other.add("a", "user", "另一个进程写的")
+        assert [h.content for h in await mine.query_vector(view_of("a"), probe, top_k=5)] == [
+            "第一条记忆"
+        ]
+        await other.add(new_memory("a", "user", "另一个进程写的"))
         now[0] += mine.index.ttl / 2  # still trusted: the cached answer
-        assert [h.content for h in await mine.query_vector("a", probe, top_k=5)] == ["第一条记忆"]
+        assert [h.content for h in await mine.query_vector(view_of("a"), probe, top_k=5)] == [
+            "第一条记忆"
+        ]
         now[0] += mine.index.ttl  # expired: reloaded from Chroma
-        hits = await mine.query_vector("a", probe, top_k=5)
+        hits = await mine.query_vector(view_of("a"), probe, top_k=5)
         assert [h.content for h in hits] == ["另一个进程写的", "第一条记忆"]
     finally:
         await mine.connection.delete_collection(name)
@@ -319,15 +326,15 @@ async def test_writes_racing_a_load_are_not_lost(store: Any) -> None:
     q = [rng.gauss(0, 1) for _ in range(dim)]
     texts = [f"并发写入 {k}" for k in range(8)]
     results = await asyncio.gather(
-        store.query_vector("a", q),
-        *(store.add("a", "user", t) for t in texts),
-        store.query_vector("a", q),
+        store.query_vector(view_of("a"), q),
+        *(store.add(new_memory("a", "user", t)) for t in texts),
+        store.query_vector(view_of("a"), q),
     )
     added = {r.id for r in results[1:-1]}
     assert "a" in store.index
     for text in texts:
         probe = (await store.embedder.embed([text]))[0]
-        hits = await store.query_vector("a", probe, top_k=1)
+        hits = await store.query_vector(view_of("a"), probe, top_k=1)
         assert hits[0].id in added and hits[0].content == text
         assert hits[0].id == (await _raw(store, "a", probe, 1))[0][0]
 
@@ -341,9 +348,9 @@ async def test_cosine_collection_is_left_to_chroma(store: Any) -> None:
         embedding_function=None,
     )
     for text in ("喜欢猫", "住在上海", "明天出差"):
-        await store.add("a", "user", text)
+        await store.add(new_memory("a", "user", text))
     probe = (await store.embedder.embed(["喜欢猫"]))[0]
-    hits = await store.query_vector("a", probe, top_k=3)
+    hits = await store.query_vector(view_of("a"), probe, top_k=3)
     assert [h.id for h in hits] == [i for i, _ in await _raw(store, "a", probe, 3)]
     assert hits[0].content == "喜欢猫" and len(store.index) == 0
 
@@ -363,16 +370,16 @@ async def test_writes_are_cheap_and_never_change_a_snapshot(store: Any) -> None:
     dim = await _dim(store)
     await _seed(store, {"a": 300}, dim, rng)
     q = [rng.gauss(0, 1) for _ in range(dim)]
-    await store.query_vector("a", q)
+    await store.query_vector(view_of("a"), q)
     held = await store.index.snapshot(store, "a")
     assert held is not None
     frozen = _rows_by_id(held)
     # The first add makes room; the next ones write into that room, no copy.
-    await store.add("a", "user", "第一条新记忆")
+    await store.add(new_memory("a", "user", "第一条新记忆"))
     grown = store.index.peek("a")
-    await store.add("a", "user", "第二条新记忆")
+    await store.add(new_memory("a", "user", "第二条新记忆"))
     assert store.index.peek("a").arena is grown.arena
-    ids = [r.id for r in await store.list("a", limit=40)]
+    ids = [r.id for r in await store.list(view_of("a"), limit=40)]
     for k, memory_id in enumerate(ids[:10]):
         await store.update("a", memory_id, content=f"改写 {k}", importance="high")
     for memory_id in ids[10:15]:
@@ -380,7 +387,7 @@ async def test_writes_are_cheap_and_never_change_a_snapshot(store: Any) -> None:
     for memory_id in ids[15:40]:
         assert await store.delete("a", memory_id)
     for k in range(40):
-        await store.add("a", "user", f"更多新记忆 {k}", importance="low")
+        await store.add(new_memory("a", "user", f"更多新记忆 {k}", importance="low"))
     assert store.index.loads == 1  # kept in step, never reloaded
     # The snapshot held by a reader is exactly what it was.
     assert _rows_by_id(held) == frozen
@@ -402,7 +409,7 @@ async def test_writes_are_cheap_and_never_change_a_snapshot(store: Any) -> None:
     assert store.index.nbytes <= store.index.max_bytes
     for _ in range(10):
         probe = [rng.gauss(0, 1) for _ in range(dim)]
-        ours = [r.id for r in await store.query_vector("a", probe, top_k=10)]
+        ours = [r.id for r in await store.query_vector(view_of("a"), probe, top_k=10)]
         assert ours == await _exact(store, "a", probe, 10)
 
 

@@ -26,7 +26,7 @@ import pytest
 from tests.chat import BotRecorder, make_bot, tool_results, turn
 from tests.conftest import SUPERUSER
 from tests.events import group_event, private_event
-from tests.helpers import runtime
+from tests.helpers import runtime, view_of
 from tests.reliability_stats import STATS
 from tests.servers import ChatServer, Reply
 
@@ -215,7 +215,7 @@ async def test_group_memo_and_group_writes_matrix(editors: str, role: str, uid: 
     STATS.inputs_tried += 2
 
     memo_before = await rt.memo.get(group_partition)
-    count_before = await rt.store.count(group_partition)
+    count_before = await rt.store.count(view_of(group_partition))
     memo = await tools.update_memo(caller, {"content": f"群备忘（{editors}/{role}）"})
     write = await tools.write_memory(
         caller, {"content": "本群周五聚餐", "tags": ["活动"], "scope": "group"}
@@ -223,14 +223,14 @@ async def test_group_memo_and_group_writes_matrix(editors: str, role: str, uid: 
     assert memo["ok"] is allowed and write["ok"] is allowed, (memo, write)
     if allowed:
         assert await rt.memo.get(group_partition) == f"群备忘（{editors}/{role}）"
-        assert await rt.store.count(group_partition) == count_before + 1
+        assert await rt.store.count(view_of(group_partition)) == count_before + 1
     else:
         for result in (memo, write):
             assert (
                 "群管理员、群主或超级用户" in result["error"] and "未做任何修改" in result["error"]
             )
         assert await rt.memo.get(group_partition) == memo_before
-        assert await rt.store.count(group_partition) == count_before
+        assert await rt.store.count(view_of(group_partition)) == count_before
 
     # The speaker's own memories and private memo are never restricted.
     own = await tools.write_memory(caller, {"content": "我喜欢猫", "tags": [], "scope": "user"})
@@ -274,7 +274,7 @@ async def test_admin_only_group_memo_in_chat_turns(
     assert memo["ok"] is False and "group_memo_editors" in memo["error"]
     assert write["ok"] is False and "写入群共享记忆" in write["error"]
     assert await rt.memo.get(group_partition) == "成员写的"
-    assert await rt.store.count(group_partition) == 1
+    assert await rt.store.count(view_of(group_partition)) == 1
 
     await turn(
         chat_server,
@@ -284,7 +284,7 @@ async def test_admin_only_group_memo_in_chat_turns(
     )
     assert [r["ok"] for r in tool_results(chat_server)] == [True, True]
     assert await rt.memo.get(group_partition) == "管理员写的"
-    assert await rt.store.count(group_partition) == 2
+    assert await rt.store.count(view_of(group_partition)) == 2
 
 
 async def test_runtime_hands_the_setting_to_the_tools(tmp_path: Path) -> None:

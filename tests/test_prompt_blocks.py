@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from tests.chat import BotRecorder, make_bot, run_turn
 from tests.events import private_event
-from tests.helpers import chat_requests, partition, runtime, system_prompt
+from tests.helpers import chat_requests, new_memory, partition, runtime, system_prompt
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 from tests.servers import ChatServer, Reply
@@ -538,7 +538,7 @@ async def test_send_template_gets_intent_and_memories_as_blocks(
             OLD_SEND_TEMPLATE, encoding="utf-8"
         )
     uid = int(runner.target_user_id)
-    await rt.store.add(partition(uid), "user", escapes("MEMORY_CONTEXT"))
+    await rt.store.add(new_memory(partition(uid), "user", escapes("MEMORY_CONTEXT")))
     STATS.inputs_tried += 2
     chat_server.set_rule(lambda body: None if body.get("tools") else Reply.text("天冷了，多穿点"))
     chat_server.script(

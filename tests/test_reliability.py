@@ -27,7 +27,7 @@ from tests.botproject import NOMIC, BotProject, make_runtime, sample_memories, s
 from tests.chat import BotRecorder, make_bot
 from tests.conftest import SUPERUSER
 from tests.events import group_event, private_event
-from tests.helpers import runtime
+from tests.helpers import new_memory, runtime, view_of
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 from tests.servers import ChromaServer, EmbeddingServer
@@ -56,7 +56,7 @@ V = lazy_import(
 async def fingerprint_of_store(store: Any) -> tuple[int, str]:
     """(count, checksum) over ids, documents and metadatas of a whole collection."""
     rows = []
-    async for page in store.iter_records(with_documents=True):
+    async for page in store.iter_all_records(with_documents=True):
         rows += [
             (r.id, r.content, json.dumps(r.to_metadata(), sort_keys=True, ensure_ascii=False))
             for r in page
@@ -98,7 +98,7 @@ async def test_hundred_concurrent_writes_respect_the_limit() -> None:
     refusals = [r["error"] for r in writes if not r["ok"]]
     assert len(refusals) == 50 and all("已达上限" in e and "50/50" in e for e in refusals)
     assert all(r["ok"] for r in reads)  # reads during writes never fail
-    assert await rt.store.count("QQPlatform_Private_14001") == 50
+    assert await rt.store.count(view_of("QQPlatform_Private_14001")) == 50
 
 
 # ---------------------------------------------------------------------------
@@ -109,8 +109,10 @@ async def test_hundred_concurrent_writes_respect_the_limit() -> None:
 @pytest.fixture
 async def fault_runtime(tmp_path: Path, embed_server: EmbeddingServer) -> Any:
     rt = make_runtime(tmp_path, embedding_timeout_seconds=0.5)
-    await rt.store.add("QQPlatform_Private_14100", "user", "故障前的记忆一", tags=["a"])
-    await rt.store.add("QQPlatform_Private_14100", "user", "故障前的记忆二", importance="high")
+    await rt.store.add(new_memory("QQPlatform_Private_14100", "user", "故障前的记忆一", tags=["a"]))
+    await rt.store.add(
+        new_memory("QQPlatform_Private_14100", "user", "故障前的记忆二", importance="high")
+    )
     yield rt
     await rt.close()
 
@@ -138,7 +140,7 @@ async def test_embedding_faults_during_write_and_read(
         update = await rt.tools.update_memory(
             caller,
             {
-                "id": (await rt.store.list("QQPlatform_Private_14100"))[0].id,
+                "id": (await rt.store.list(view_of("QQPlatform_Private_14100")))[0].id,
                 "scope": "user",
                 "content": "改写",
             },
@@ -250,7 +252,7 @@ async def kept_texts(rt: Any) -> dict[str, str]:
     """``{memory id: text}`` of the memories live or archived as themselves (not versions)."""
     rt.store.invalidate()
     kept: dict[str, str] = {}
-    async for page in rt.store.iter_records(with_documents=True):
+    async for page in rt.store.iter_all_records(with_documents=True):
         kept |= {r.id: r.content for r in page}
     for row in await rt.store.archive.list(limit=10_000):
         if not row.is_version:
@@ -319,7 +321,7 @@ async def test_a_delete_under_a_fault_loses_nothing(
         lost = [i for i, text in before.items() if after.get(i) != text]
         STATS.items_lost += len(lost)
         assert not lost, (result, lost)
-        live = await rt.store.get(f"QQPlatform_Private_{uid}", ids[0])
+        live = await rt.store.get(view_of(f"QQPlatform_Private_{uid}"), ids[0])
         if fault == "embedding_down":  # a delete needs no embedding
             assert result == {"ok": True, "deleted": ids[0]} and live is None
         else:
@@ -435,8 +437,8 @@ async def test_property_commands_never_raise_or_change_others(
 ) -> None:
     rt = runtime()
     victim = "QQPlatform_Private_14301"
-    if await rt.store.count(victim) == 0:
-        await rt.store.add(victim, "user", "不应被动到的记忆")
+    if await rt.store.count(view_of(victim)) == 0:
+        await rt.store.add(new_memory(victim, "user", "不应被动到的记忆"))
     before = await fingerprint_of_store_partition(rt.store, victim)
 
     async def manage() -> bool:
@@ -468,7 +470,7 @@ def _own_data_commands(rt: Any) -> Any:
 
 
 async def fingerprint_of_store_partition(store: Any, partition: str) -> list[tuple[str, str]]:
-    return sorted((r.id, r.content) for r in await store.list(partition, limit=1000))
+    return sorted((r.id, r.content) for r in await store.list(view_of(partition), limit=1000))
 
 
 # ---------------------------------------------------------------------------
@@ -495,9 +497,11 @@ async def test_permission_matrix(role: str, uid: int, where: str, tool: str) -> 
     # Personal scope: always the caller's own partition, always allowed (on a memory this
     # chat may read: said here; a private one is not found from a group, see below).
     origin = f"group:{gid}" if where == "group" else "private"
-    own = await rt.store.add(f"QQPlatform_Private_{uid}", "user", "自己的记忆", origin=origin)
+    own = await rt.store.add(
+        new_memory(f"QQPlatform_Private_{uid}", "user", "自己的记忆", origin=origin)
+    )
     if where == "group" and tool == "update_memory":
-        hidden = await rt.store.add(f"QQPlatform_Private_{uid}", "user", "私聊里说的")
+        hidden = await rt.store.add(new_memory(f"QQPlatform_Private_{uid}", "user", "私聊里说的"))
         refused = await rt.tools.update_memory(caller, {"id": hidden.id, "importance": "high"})
         assert refused["ok"] is False and "私聊里说的" not in str(refused)
     args = {
@@ -509,7 +513,7 @@ async def test_permission_matrix(role: str, uid: int, where: str, tool: str) -> 
     assert (await getattr(rt.tools, tool)(caller, args))["ok"] is True
 
     # Group scope: writing is open to members, changing needs a manager.
-    shared = await rt.store.add(f"QQPlatform_Group_{gid}", "group", "群记忆")
+    shared = await rt.store.add(new_memory(f"QQPlatform_Group_{gid}", "group", "群记忆"))
     group_args = {
         "write_memory": {"content": "群新记忆", "tags": [], "scope": "group"},
         "update_memory": {"id": shared.id, "scope": "group", "importance": "high"},
@@ -527,7 +531,9 @@ async def test_permission_matrix(role: str, uid: int, where: str, tool: str) -> 
         assert result["ok"] is manager
         if not manager:
             assert "管理员" in result["error"]
-            assert (await rt.store.get(f"QQPlatform_Group_{gid}", shared.id)).importance == "medium"
+            assert (
+                await rt.store.get(view_of(f"QQPlatform_Group_{gid}"), shared.id)
+            ).importance == "medium"
 
 
 # ---------------------------------------------------------------------------

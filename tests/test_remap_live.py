@@ -42,6 +42,7 @@ from tests.botproject import (
     seed,
     snapshot,
 )
+from tests.helpers import new_memory, view_of
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 from tests.servers import ChromaEndpoint, ChromaProxy, ChromaServer, EmbeddingServer, embed_text
@@ -88,8 +89,8 @@ async def test_reopened_store_finds_what_another_process_wrote(
 ) -> None:
     rt = make_runtime(tmp_path)
     try:
-        first = await rt.store.add(ALICE, "user", "用户喜欢吃草莓蛋糕")
-        hits = await rt.store.query(ALICE, "用户喜欢吃草莓蛋糕", top_k=1)
+        first = await rt.store.add(new_memory(ALICE, "user", "用户喜欢吃草莓蛋糕"))
+        hits = await rt.store.query(view_of(ALICE), "用户喜欢吃草莓蛋糕", top_k=1)
         assert [h.id for h in hits] == [first.id]  # this process has indexed the collection
         rt.connection.close()
         rt.connection.close()  # twice: harmless
@@ -116,15 +117,18 @@ async def test_reopened_store_finds_what_another_process_wrote(
         # This process reopens the store lazily. Before the fix chromadb handed
         # back the old System, whose vector index had never seen the new record:
         # the listing showed it, the search raised "Error finding id".
-        assert {r.id for r in await rt.store.list(ALICE)} == {first.id, "from-other-process"}
-        hits = await rt.store.query(ALICE, text, top_k=1)
+        assert {r.id for r in await rt.store.list(view_of(ALICE))} == {
+            first.id,
+            "from-other-process",
+        }
+        hits = await rt.store.query(view_of(ALICE), text, top_k=1)
         assert [h.id for h in hits] == ["from-other-process"]
         STATS.items_lost += 0 if hits else 1
 
         # Reopened means locked again: a second connection is refused.
         other = make_runtime(tmp_path)
         with pytest.raises(E.DataDirLocked):
-            await other.store.count()
+            await other.store.count_all()
         await other.close()
     finally:
         await rt.close()
@@ -158,7 +162,7 @@ async def test_remote_admin_client_is_released(
         assert len(running() - before) == 2  # the client's two; the AdminClient's is gone
         rt.connection.close()
         assert running() - before == set()  # really closed
-        assert await rt.store.count() == 0  # and reopened lazily
+        assert await rt.store.count_all() == 0  # and reopened lazily
     finally:
         await rt.close()
     assert running() - before == set()
@@ -175,13 +179,13 @@ async def test_a_vanished_collection_is_never_recreated(
     rt = make_runtime(tmp_path)
     conn, name = rt.connection, rt.store.name
     try:
-        await rt.store.add(ALICE, "user", "第一条记忆")
+        await rt.store.add(new_memory(ALICE, "user", "第一条记忆"))
         # A remap between its delete and its rename: the temporary exists, the name does not.
         await conn.create_collection(name + "__reembed", {"reembed_complete": True})
         await conn.delete_collection(name)
         STATS.faults_injected += 1
         with pytest.raises(E.MaintenanceInProgress):
-            await rt.store.add(ALICE, "user", "第二条记忆")
+            await rt.store.add(new_memory(ALICE, "user", "第二条记忆"))
         result = await rt.tools.write_memory(_caller(), {"content": "第三条记忆", "tags": ["测试"]})
         assert result == {"ok": False, "error": "记忆库维护中，请稍后再试（本次操作未执行）"}
         assert name not in await conn.list_collections()
@@ -190,7 +194,7 @@ async def test_a_vanished_collection_is_never_recreated(
         await conn.delete_collection(name + "__reembed")
         STATS.faults_injected += 1
         with pytest.raises(E.VectorStoreError, match="不存在"):
-            await rt.store.add(ALICE, "user", "第四条记忆")
+            await rt.store.add(new_memory(ALICE, "user", "第四条记忆"))
         assert name not in await conn.list_collections()
     finally:
         await rt.close()

@@ -26,6 +26,7 @@ from tests.botproject import (
     seed,
     snapshot,
 )
+from tests.helpers import new_memory
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 from tests.servers import ChromaServer, EmbeddingServer
@@ -98,7 +99,7 @@ async def test_status_shows_the_marker_of_a_killed_remote_reindex(
     rt = project.runtime()
     try:
         with pytest.raises(E.MaintenanceInProgress):
-            await rt.store.add("QQPlatform_Private_10009", "user", "标记期间的一次写入")
+            await rt.store.add(new_memory("QQPlatform_Private_10009", "user", "标记期间的一次写入"))
     finally:
         await rt.close()
 

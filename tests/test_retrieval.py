@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.botproject import make_runtime
-from tests.helpers import LoopStalls
+from tests.helpers import LoopStalls, new_memory, view_of
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 
@@ -163,7 +163,7 @@ CODES = [
 
 async def test_exact_tokens_come_first(rt: Any) -> None:
     for fact in FACTS:
-        await rt.store.add(K.user_key("10001"), "user", fact)
+        await rt.store.add(new_memory(K.user_key("10001"), "user", fact))
     for query, expected in [
         ("A1037", "用户的游戏账号是A1037"),
         ("B2210", "用户的另一个游戏账号是B2210"),
@@ -175,7 +175,7 @@ async def test_exact_tokens_come_first(rt: Any) -> None:
         assert (await top(rt, query))[0] == expected, query
     # Codes that a vector model confuses: the whole token decides.
     for fact in CODES:
-        await rt.store.add(K.user_key("10001"), "user", fact)
+        await rt.store.add(new_memory(K.user_key("10001"), "user", fact))
     settings(rt, hybrid=False)
     assert (await top(rt, "1037"))[0] != "用户的快递取件码是1037"  # vectors alone miss it
     settings(rt, hybrid=True)
@@ -185,12 +185,12 @@ async def test_exact_tokens_come_first(rt: Any) -> None:
 async def test_keyword_channel_keeps_partition_and_filters(rt: Any) -> None:
     """A keyword match in another partition, or one a filter excludes, is never returned."""
     me, other = K.user_key("10001"), K.user_key("10002")
-    await rt.store.add(other, "user", "用户的门禁卡号是Z9981")
-    await rt.store.add(me, "user", "用户的门禁卡号是Z1234", importance="low")
-    await rt.store.add(me, "user", "用户喜欢喝乌龙茶", importance="high")
+    await rt.store.add(new_memory(other, "user", "用户的门禁卡号是Z9981"))
+    await rt.store.add(new_memory(me, "user", "用户的门禁卡号是Z1234", importance="low"))
+    await rt.store.add(new_memory(me, "user", "用户喜欢喝乌龙茶", importance="high"))
     assert "Z9981" not in "".join(await top(rt, "Z9981"))
     assert await top(rt, "Z9981", uid=10002) == ["用户的门禁卡号是Z9981"]
-    hits = await rt.store.query(me, "Z1234", importance="high")
+    hits = await rt.store.query(view_of(me), "Z1234", importance="high")
     assert [h.content for h in hits] == ["用户喜欢喝乌龙茶"]
     # Group chat: the speaker's private memories stay out, keyword match or not.
     gid = 5555
@@ -203,7 +203,7 @@ async def test_keyword_channel_without_the_index(rt: Any) -> None:
     """With the partition index off (``vector_index_max_mb = 0``) Chroma supplies the rows."""
     rt.store.index.max_bytes = 0
     for fact in FACTS:
-        await rt.store.add(K.user_key("10001"), "user", fact)
+        await rt.store.add(new_memory(K.user_key("10001"), "user", fact))
     assert (await top(rt, "B2210"))[0] == "用户的另一个游戏账号是B2210"
     assert len(rt.store.index) == 0
 
@@ -214,9 +214,9 @@ async def test_keyword_channel_without_the_index(rt: Any) -> None:
 async def _old_then_new(rt: Any, uid: int, old: str, new: str) -> None:
     part = K.user_key(str(uid))
     rt.store.clock = at(120)
-    await rt.store.add(part, "user", old)
+    await rt.store.add(new_memory(part, "user", old))
     rt.store.clock = at(1)
-    await rt.store.add(part, "user", new)
+    await rt.store.add(new_memory(part, "user", new))
     rt.store.clock = at(0)
 
 
@@ -233,7 +233,7 @@ async def test_a_clearly_better_old_match_still_wins(rt: Any) -> None:
 async def test_high_importance_never_ages(rt: Any) -> None:
     settings(rt, decay=True, half_lives={"low": 7.0, "medium": 90.0, "high": 0.0})
     record = dataclasses.replace(
-        (await rt.store.add(K.user_key("10001"), "user", "x", importance="high")),
+        (await rt.store.add(new_memory(K.user_key("10001"), "user", "x", importance="high"))),
         updated_at=at(10_000)(),
     )
     assert rt.store.settings.growth(record, NOW) == 1.0
@@ -252,7 +252,7 @@ async def test_a_repeated_fact_is_merged_not_copied(rt: Any) -> None:
     again = await write(rt, "用户很喜欢喝咖啡。", tags=["咖啡"], importance="high")
     assert again["merged"] is True and "merged" not in first
     assert again["memory"]["id"] == first["memory"]["id"]
-    [stored] = await rt.store.list(me)
+    [stored] = await rt.store.list(view_of(me))
     assert stored.content == "用户很喜欢喝咖啡。"  # the newer text
     assert stored.tags == ["饮食", "咖啡"] and stored.importance == "high"
     assert stored.updated_at == at(-1)() and stored.created_at == NOW.isoformat(timespec="seconds")
@@ -269,7 +269,7 @@ async def test_different_values_are_not_merged(rt: Any) -> None:
     for text in ("用户住在越秀区", "用户住在天河区", "用户的房间号是1602", "用户的房间号是1603",
                  "用户喜欢吃火锅", "用户不喜欢吃火锅"):  # fmt: skip
         assert "merged" not in await write(rt, text)
-    assert await rt.store.count(me) == 6
+    assert await rt.store.count(view_of(me)) == 6
 
 
 async def test_a_merge_is_accepted_by_a_full_partition_and_keeps_scopes_apart(rt: Any) -> None:
@@ -290,7 +290,7 @@ async def test_merging_can_be_switched_off(rt: Any) -> None:
     settings(rt, dedup=False)
     await write(rt, "用户的猫叫年糕")
     assert "merged" not in await write(rt, "用户的猫叫年糕")
-    assert await rt.store.count(K.user_key("10001")) == 2
+    assert await rt.store.count(view_of(K.user_key("10001"))) == 2
 
 
 async def test_a_failed_history_write_changes_nothing(rt: Any) -> None:
@@ -305,7 +305,7 @@ async def test_a_failed_history_write_changes_nothing(rt: Any) -> None:
     STATS.faults_injected += 1
     result = await rt.tools.write_memory(caller(), {"content": "用户的猫叫年糕呀", "tags": ["t"]})
     assert result["ok"] is False
-    [stored] = await rt.store.list(me)
+    [stored] = await rt.store.list(view_of(me))
     if stored.content != "用户的猫叫年糕":
         STATS.items_lost += 1
     assert stored.content == "用户的猫叫年糕"
@@ -332,7 +332,7 @@ async def _write_phones(rt: Any, uid: int) -> None:
     part = K.user_key(str(uid))
     for days, text in PHONES:
         rt.store.clock = at(days)
-        await rt.store.add(part, "user", text)
+        await rt.store.add(new_memory(part, "user", text))
     rt.store.clock = at(0)
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import captured_logs, env_for
+from tests.helpers import new_memory, view_of
 from tests.test_coherence import Lag, P, Peer, _close, _contents, _stack, peer_database
 
 __all__ = ["peer_database"]  # the fixture, imported for pytest
@@ -138,7 +139,7 @@ async def test_a_locked_feed_table_refuses_a_write_with_a_reason_and_serves_read
     from amrita_plugin_memory.core.errors import VectorStoreError
 
     a, b = pg_pair
-    await a.add(P, "user", "第一条记忆")
+    await a.add(new_memory(P, "user", "第一条记忆"))
     assert await _contents(b, P, "记忆") == ["第一条记忆"]
     loop = asyncio.get_running_loop()
     with captured_logs("WARNING") as logs:
@@ -147,7 +148,7 @@ async def test_a_locked_feed_table_refuses_a_write_with_a_reason_and_serves_read
             began = loop.time()
             async with asyncio.timeout(30):  # hang guard
                 with pytest.raises(VectorStoreError, match="无法通知其他进程"):
-                    await a.add(P, "user", "第二条记忆")
+                    await a.add(new_memory(P, "user", "第二条记忆"))
             refused_after = loop.time() - began
             Lag(b).past_max_lag()
             async with asyncio.timeout(30):
@@ -156,7 +157,9 @@ async def test_a_locked_feed_table_refuses_a_write_with_a_reason_and_serves_read
     assert refused_after < 10.0, refused_after
     assert any("读取跨进程变更记录失败" in line for line in logs), logs
     async with asyncio.timeout(30):
-        await a.add(P, "user", "第二条记忆")  # the partition's lock and lease were released
+        await a.add(
+            new_memory(P, "user", "第二条记忆")
+        )  # the partition's lock and lease were released
     Lag(b).past_max_lag()
     assert sorted(await _contents(b, P, "记忆")) == ["第一条记忆", "第二条记忆"]
 
@@ -171,7 +174,7 @@ async def test_readers_of_an_unreadable_feed_wait_for_one_poll_together(
     from amrita_plugin_memory.storage.shared.feed import POLL_TIMEOUT
 
     a, b = pg_pair
-    await a.add(P, "user", "一条记忆")
+    await a.add(new_memory(P, "user", "一条记忆"))
     assert await _contents(b, P, "记忆") == ["一条记忆"]
     lag = Lag(b)
     loop = asyncio.get_running_loop()
@@ -204,7 +207,7 @@ async def test_a_feed_row_committed_late_is_applied(
     env = env_for("remote", chroma_server)
     # The late writer's Chroma write, by a store that writes no feed row of its own.
     silent = MemoryStore(ChromaConnection(env, tmp_path / "silent"), a.embedder, name=a.name)
-    await a.add(P, "user", "第一条记忆")
+    await a.add(new_memory(P, "user", "第一条记忆"))
     assert await _contents(b, P, "记忆") == ["第一条记忆"]
     try:
         async with pg.engine.connect() as late:
@@ -219,7 +222,7 @@ async def test_a_feed_row_committed_late_is_applied(
                 await a.coherence.changed([f"QQPlatform_Private_{41000 + k}"])
             lag.past_max_lag()
             await b.fresh()  # B reads past all of them
-            await silent.add(P, "user", "迟到的记忆")
+            await silent.add(new_memory(P, "user", "迟到的记忆"))
             await _contents(b, P, "记忆")
             assert P in b.index  # B has P cached
             await late.commit()
@@ -249,14 +252,14 @@ async def test_a_writer_killed_between_its_chroma_write_and_its_feed_row_leaves_
     try:
         assert (await peer.read())["ready"]
         lag = Lag(mine)
-        await mine.add(P, "user", "本进程写的记忆")
+        await mine.add(new_memory(P, "user", "本进程写的记忆"))
         assert await _contents(mine, P, "记忆") == ["本进程写的记忆"]
-        assert await mine.count(P) == 1
+        assert await mine.count(view_of(P)) == 1
         peer.send(op="add_then_die", partition=P, text="另一个进程写的记忆")
         assert await peer.exited() == 9
         lag.past_max_lag()
         assert sorted(await _contents(mine, P, "记忆")) == ["另一个进程写的记忆", "本进程写的记忆"]
-        assert await mine.count(P) == 2
+        assert await mine.count(view_of(P)) == 2
     finally:
         peer.kill()
         await _close([mine])

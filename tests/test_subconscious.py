@@ -21,7 +21,7 @@ import pytest
 
 from tests.chat import offered, request_tool_results
 from tests.conftest import captured_logs
-from tests.helpers import partition, runtime
+from tests.helpers import new_memory, partition, runtime, view_of
 from tests.servers import ChatServer, Reply
 
 _users = iter(range(31001, 31999))
@@ -108,9 +108,13 @@ async def test_full_cycle_merges_duplicates(
     runner = make_runner()
     uid = int(runner.target_user_id)
     part = partition(uid)
-    a = await rt.store.add(part, "user", "用户喜欢喝美式咖啡，不加糖", tags=["饮食"])
-    b = await rt.store.add(part, "user", "用户很喜欢喝美式咖啡，不加糖。", tags=["偏好"])
-    other = await rt.store.add(part, "user", "用户的生日是5月1日", tags=["身份"], importance="high")
+    a = await rt.store.add(new_memory(part, "user", "用户喜欢喝美式咖啡，不加糖", tags=["饮食"]))
+    b = await rt.store.add(
+        new_memory(part, "user", "用户很喜欢喝美式咖啡，不加糖。", tags=["偏好"])
+    )
+    other = await rt.store.add(
+        new_memory(part, "user", "用户的生日是5月1日", tags=["身份"], importance="high")
+    )
     merged = "用户很喜欢喝美式咖啡，不加糖"
     chat_server.script(
         Reply.tool_call("subconscious_duplicate_helper", {}),
@@ -130,7 +134,7 @@ async def test_full_cycle_merges_duplicates(
     assert result.number == 1
     assert result.actions == {"update": 1, "delete": 1}
     # The store afterwards: one merged memory, the unrelated one untouched.
-    records = {r.id: r for r in await rt.store.list(part)}
+    records = {r.id: r for r in await rt.store.list(view_of(part))}
     assert set(records) == {a.id, other.id}
     assert records[a.id].content == merged and records[a.id].tags == ["饮食", "偏好"]
     assert records[other.id].content == "用户的生日是5月1日"
@@ -335,7 +339,7 @@ async def test_target_message_during_a_cycle(
     rt = runtime()
     runner = make_runner()
     part = partition(int(runner.target_user_id))
-    record = await rt.store.add(part, "user", "用户在学日语")
+    record = await rt.store.add(new_memory(part, "user", "用户在学日语"))
     rule, started, release = blocking_rule(
         Reply.tool_call("subconscious_delete_memory", {"id": record.id})
     )
@@ -350,7 +354,7 @@ async def test_target_message_during_a_cycle(
 
     assert result.outcome == "interrupted"
     # The tool call the model asked for after the interruption was not executed.
-    assert await rt.store.get(part, record.id) is not None
+    assert await rt.store.get(view_of(part), record.id) is not None
     assert len(loop_requests(chat_server)) == 1
     # Consistent state: the run is counted with its abstract, the penalty stays,
     # and the run planned by the message stands.
@@ -515,7 +519,7 @@ async def test_compression_hint_and_allowed_tools(
     runner = make_runner(memory_warn_threshold=2, allowed_tools=["read_memory", "no_such_tool"])
     part = partition(int(runner.target_user_id))
     for text in ("用户住在杭州", "用户养了一只橘猫"):
-        await rt.store.add(part, "user", text)
+        await rt.store.add(new_memory(part, "user", text))
     chat_server.script(stop("无事"))
     await runner.run_cycle()
     request = loop_requests(chat_server)[0]
@@ -524,7 +528,7 @@ async def test_compression_hint_and_allowed_tools(
     assert any("no_such_tool" in line and line.startswith("WARNING") for line in logs)
     assert not runner.tools.has_tool("read_memory")  # never added to the loop's own set
 
-    await rt.store.add(part, "user", "用户在学吉他")
+    await rt.store.add(new_memory(part, "user", "用户在学吉他"))
     chat_server.clear()
     chat_server.script(stop("无事"))
     await runner.run_cycle()

@@ -20,6 +20,7 @@ from tests.conftest import captured_logs
 from tests.events import group_event, private_event
 from tests.helpers import (
     chat_requests,
+    new_memory,
     partition,
     runtime,
     runtime_with,
@@ -355,7 +356,7 @@ async def test_send_to_user_generates_and_sends(
     rt = runtime()
     runner = make_runner(allow_send_to_user=True)
     uid = int(runner.target_user_id)
-    await rt.store.add(partition(uid), "user", "用户怕冷，冬天总是穿很多")
+    await rt.store.add(new_memory(partition(uid), "user", "用户怕冷，冬天总是穿很多"))
     recorder = BotRecorder()
     bot = connect(recorder)
     # The target was last seen through this bot (the hook doing this: tests/test_l3_delivery.py).

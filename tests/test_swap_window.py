@@ -26,6 +26,7 @@ from typing import Any, cast
 import pytest
 
 from tests.botproject import ALICE, make_runtime
+from tests.helpers import new_memory, view_of
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 from tests.servers import ChromaProxy, ChromaServer, EmbeddingServer
@@ -102,17 +103,17 @@ async def test_a_read_that_meets_the_dropped_original_is_retried_on_the_new_coll
 ) -> None:
     rt, name = _runtime(tmp_path, chroma_proxy)
     try:
-        first = await rt.store.add(ALICE, "user", "用户喜欢吃草莓蛋糕")
-        assert (await rt.store.get(ALICE, first.id)) is not None  # the handle is cached
+        first = await rt.store.add(new_memory(ALICE, "user", "用户喜欢吃草莓蛋糕"))
+        assert (await rt.store.get(view_of(ALICE), first.id)) is not None  # the handle is cached
         old_id = await asyncio.to_thread(_swap, chroma_server, name, "after-swap")
         # The reply to the next call left Chroma while it dropped the original.
         chroma_proxy.answer_as_dropped(old_id)
         STATS.faults_injected += 1
-        got = await rt.store.get(ALICE, "after-swap")
+        got = await rt.store.get(view_of(ALICE), "after-swap")
         assert got is not None and got.content == "换上来的新集合里才有的记忆"
         assert chroma_proxy.drop_answers == 1
         # And the store goes on with the new collection.
-        assert {r.id for r in await rt.store.list(ALICE)} == {first.id, "after-swap"}
+        assert {r.id for r in await rt.store.list(view_of(ALICE))} == {first.id, "after-swap"}
         assert chroma_proxy.drop_answers == 1
     finally:
         await rt.close()
@@ -124,18 +125,18 @@ async def test_calls_that_meet_the_drop_in_progress_are_refused_and_nothing_is_a
     rt, name = _runtime(tmp_path, chroma_proxy)
     caller = T.ScopeRules().of_chat(T.target_from_ids(10001))  # partition ALICE
     try:
-        first = await rt.store.add(ALICE, "user", "用户的猫叫做团子")
+        first = await rt.store.add(new_memory(ALICE, "user", "用户的猫叫做团子"))
         dropping = await _held_drop(chroma_proxy, name)
         try:
             STATS.faults_injected += 1
             # A write past the marker check (none is set here: the check passed
             # before the remap began) reaches the original while it is deleted.
             with pytest.raises(E.MaintenanceInProgress) as info:
-                await rt.store.add(ALICE, "user", "迟到的写入")
+                await rt.store.add(new_memory(ALICE, "user", "迟到的写入"))
             assert not info.value.ambiguous
             # Reads are never refused by the markers; here they meet the drop.
             with pytest.raises(E.MaintenanceInProgress):
-                await rt.store.get(ALICE, first.id)
+                await rt.store.get(view_of(ALICE), first.id)
             # The tools answer with the maintenance message, not Chroma's error.
             assert await rt.tools.write_memory(caller, {"content": "第二条", "tags": ["测试"]}) == REFUSED  # fmt: skip
             assert await rt.tools.delete_memory(caller, {"id": first.id}) == REFUSED
@@ -144,7 +145,7 @@ async def test_calls_that_meet_the_drop_in_progress_are_refused_and_nothing_is_a
             await _release(chroma_proxy, dropping)
         # The original is gone and no remap's copy is there: a clear error, nothing re-created.
         with pytest.raises(E.VectorStoreError, match="不存在"):
-            await rt.store.get(ALICE, first.id)
+            await rt.store.get(view_of(ALICE), first.id)
         assert name not in await rt.connection.list_collections()
     finally:
         await rt.close()
@@ -191,17 +192,17 @@ async def test_a_scan_starts_again_on_the_new_collection_and_is_refused_half_way
     rt, name = _runtime(tmp_path, chroma_proxy)
     try:
         for text in ("第一条记忆", "第二条记忆", "第三条记忆"):
-            await rt.store.add(ALICE, "user", text)
-        assert await rt.store.count(ALICE) == 3  # the handle is cached
+            await rt.store.add(new_memory(ALICE, "user", text))
+        assert await rt.store.count(view_of(ALICE)) == 3  # the handle is cached
         await asyncio.to_thread(_swap, chroma_server, name, "after-swap")
         STATS.faults_injected += 1
         # The cached handle is stale (Chroma: "does not exist"): the scan uses the new one.
-        seen = [r.id async for page in rt.store.iter_records(ALICE) for r in page]
+        seen = [r.id async for page in rt.store.iter_records(view_of(ALICE)) for r in page]
         assert len(seen) == 4 and "after-swap" in seen
 
         # A scan that meets the drop after its first page never mixes two collections.
         col = await rt.store.collection()
-        pages = rt.store.iter_records(ALICE, page_size=1)
+        pages = rt.store.iter_records(view_of(ALICE), page_size=1)
         assert len(await anext(pages)) == 1
         chroma_proxy.answer_as_dropped(col.id)
         with pytest.raises(E.MaintenanceInProgress):

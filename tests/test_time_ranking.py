@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.botproject import make_runtime
+from tests.helpers import new_memory
 from tests.lazy import lazy_import
 
 W = lazy_import("amrita_plugin_memory.ranking.when")
@@ -84,7 +85,7 @@ async def _write_days(rt: Any, uid: int, days: list[tuple[datetime, str]]) -> No
     part = K.user_key(str(uid))
     for when, text in days:
         rt.store.clock = lambda w=when: w.isoformat(timespec="seconds")
-        await rt.store.add(part, "user", text)
+        await rt.store.add(new_memory(part, "user", text))
     rt.store.clock = lambda: NOW.isoformat(timespec="seconds")
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import runtime
+from tests.helpers import new_memory, runtime, view_of
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 
@@ -40,7 +40,7 @@ async def snapshot() -> dict[str, Any]:
     for p in parts:
         out[p] = sorted(
             (r.id, r.content, tuple(r.tags), r.importance, r.updated_at)
-            for r in await rt.store.list(p, limit=1000)
+            for r in await rt.store.list(view_of(p), limit=1000)
         )
     out["memo"] = await rt.memo.get(f"QQPlatform_Private_{UID}")
     return out
@@ -49,9 +49,11 @@ async def snapshot() -> dict[str, Any]:
 @pytest.fixture
 async def seeded() -> AsyncIterator[dict[str, Any]]:
     rt = runtime()
-    mine = await rt.store.add(f"QQPlatform_Private_{UID}", "user", "我的记忆", tags=["a"])
-    group = await rt.store.add(f"QQPlatform_Group_{GID}", "group", "群的记忆")
-    other = await rt.store.add(f"QQPlatform_Private_{OTHER}", "user", "别人的记忆")
+    mine = await rt.store.add(
+        new_memory(f"QQPlatform_Private_{UID}", "user", "我的记忆", tags=["a"])
+    )
+    group = await rt.store.add(new_memory(f"QQPlatform_Group_{GID}", "group", "群的记忆"))
+    other = await rt.store.add(new_memory(f"QQPlatform_Private_{OTHER}", "user", "别人的记忆"))
     await rt.memo.update(f"QQPlatform_Private_{UID}", "原备忘录")
     yield {"mine": mine.id, "group": group.id, "other": other.id}
     for key in (
@@ -59,7 +61,7 @@ async def seeded() -> AsyncIterator[dict[str, Any]]:
         f"QQPlatform_Group_{GID}",
         f"QQPlatform_Private_{OTHER}",
     ):
-        for r in await rt.store.list(key, limit=1000):
+        for r in await rt.store.list(view_of(key), limit=1000):
             await rt.store.delete(key, r.id)
 
 

@@ -26,7 +26,7 @@ from tests.active_helpers import active
 from tests.botproject import make_runtime, snapshot
 from tests.chat import BotRecorder, make_bot, run_turn
 from tests.events import group_event, private_event
-from tests.helpers import partition, runtime
+from tests.helpers import new_memory, partition, runtime, view_of
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 from tests.servers import ChromaServer, EmbeddingServer
@@ -71,10 +71,10 @@ async def command(event: Any, recorder: BotRecorder | None = None) -> BotRecorde
 async def seed_user(rt: Any, groups: Any, uid: int, gid: int, tag: str) -> dict[str, Any]:
     """One user's data of every kind; what was written, by kind."""
     key = partition(uid)
-    first = await rt.store.add(key, "user", f"{tag}喜欢青柠")
+    first = await rt.store.add(new_memory(key, "user", f"{tag}喜欢青柠"))
     await rt.store.update(key, first.id, content=f"{tag}改喜欢柠檬了")  # an update-history row
     said_in_group = await rt.store.add(
-        key, "user", f"{tag}在群里说过住在杭州", origin=f"group:{gid}"
+        new_memory(key, "user", f"{tag}在群里说过住在杭州", origin=f"group:{gid}")
     )
     caller = U.ScopeRules().of_chat(U.target_from_ids(uid, gid))
     written = await rt.tools.write_memory(
@@ -104,7 +104,7 @@ async def holdings(rt: Any, groups: Any, uid: int, gid: int) -> dict[str, Any]:
     """Everything kept about ``uid``, read straight from the stores."""
     key = partition(uid)
     return {
-        "memories": await rt.store.count(key),
+        "memories": await rt.store.count(view_of(key)),
         "archive": await rt.store.archive.count(key),
         "memo": await rt.memo.get(key),
         "persona": [f.value for f in (await groups.personas.get(str(uid))).fields],
@@ -200,7 +200,7 @@ async def test_a_forget_from_the_chat_drops_the_console_caches(tmp_path: Path) -
 
     rt, groups = runtime(), stores()
     me = 18211
-    await rt.store.add(partition(me), "user", "卯喜欢茉莉花茶")
+    await rt.store.add(new_memory(partition(me), "user", "卯喜欢茉莉花茶"))
     data = rt.user_data(groups)
     console = ConsoleService(rt, None, groups, data)
     assert partition(me) in (await console.catalog.get()).partitions  # cached now
@@ -217,7 +217,7 @@ async def test_export_falls_back_to_text_pages_where_files_cannot_be_sent() -> N
     rt = runtime()
     me = 18111
     for i in range(12):  # ~40,000 characters: more pages than one reply sends
-        await rt.store.add(partition(me), "user", f"第{i}段长记忆：" + "青" * 3000)
+        await rt.store.add(new_memory(partition(me), "user", f"第{i}段长记忆：" + "青" * 3000))
 
     rec = await command(private_event(me, "/memory user export"), BotRecorder(fail_upload=True))
     assert rec.uploads == []
@@ -299,7 +299,7 @@ async def test_forget_removes_every_kind_and_leaves_others_intact() -> None:
         "labels": {},
     }
     group_key = f"QQPlatform_Group_{gid}"
-    kept = await rt.store.get(group_key, mine["group_memory"])
+    kept = await rt.store.get(view_of(group_key), mine["group_memory"])
     assert kept is not None and kept.content == "丙定下群规：周五聚餐" and kept.author == ""
     assert await holdings(rt, groups, other, gid) == before_other
     now = await snapshot(rt, rt.store.name)
@@ -313,8 +313,8 @@ async def test_forget_removes_every_kind_and_leaves_others_intact() -> None:
     )  # one confirmation, one forget
 
     # Talking again afterwards is remembered as usual.
-    again = await rt.store.add(partition(me), "user", "丙回来了，喜欢柚子")
-    assert await rt.store.get(partition(me), again.id) is not None
+    again = await rt.store.add(new_memory(partition(me), "user", "丙回来了，喜欢柚子"))
+    assert await rt.store.get(view_of(partition(me)), again.id) is not None
     forgotten = await rt.forgotten.entries()
     assert forgotten[str(me)]["partition"] == partition(me)
 
@@ -322,7 +322,7 @@ async def test_forget_removes_every_kind_and_leaves_others_intact() -> None:
 async def test_forget_confirmation_expires_and_arguments_are_checked(tmp_path: Path) -> None:
     rt, groups = runtime(), stores()
     me = 18131
-    await rt.store.add(partition(me), "user", "戊喜欢山楂")
+    await rt.store.add(new_memory(partition(me), "user", "戊喜欢山楂"))
     clock = [1000.0]
     users = U.UserCommands(rt.user_data(groups), tmp_path, clock=lambda: clock[0])
     caller = U.ScopeRules().of_chat(U.target_from_ids(me))
@@ -330,15 +330,15 @@ async def test_forget_confirmation_expires_and_arguments_are_checked(tmp_path: P
     assert "个人记忆 1 条" in await users.forget(caller, "")
     clock[0] += U.CONFIRM_SECONDS + 1
     assert (await users.forget(caller, "confirm")).startswith("没有待确认的删除")
-    assert await rt.store.count(partition(me)) == 1
+    assert await rt.store.count(view_of(partition(me))) == 1
     for bad in ("yes", "confirm now", "确认 一下", "x" * 300):
         assert (await users.forget(caller, bad)).startswith("用法：")
         STATS.inputs_tried += 1
-    assert await rt.store.count(partition(me)) == 1
+    assert await rt.store.count(view_of(partition(me))) == 1
     await users.forget(caller, "")
     clock[0] += U.CONFIRM_SECONDS - 1
     assert (await users.forget(caller, "确认")).startswith("已删除机器人保存的你的数据")
-    assert await rt.store.count(partition(me)) == 0
+    assert await rt.store.count(view_of(partition(me))) == 0
 
 
 # ---------------------------------------------------------------------------
@@ -488,7 +488,7 @@ async def test_backups_are_rewritten_and_an_older_backup_never_brings_the_user_b
             assert lost == 0
             assert await rt.store.archive.count(partition(other)) == 1
         # The user talks again after the forget: that is kept, backed up and restored.
-        await rt.store.add(partition(me), "user", "庚又回来了，喜欢石榴")
+        await rt.store.add(new_memory(partition(me), "user", "庚又回来了，喜欢石榴"))
         newer = await U.create_backup(rt.maintenance)
         await U.restore_backup(rt.maintenance, newer.path)
         texts = [
@@ -507,7 +507,7 @@ async def test_an_archive_restore_never_brings_back_a_forgotten_users_row(
     me = 18171
     rt = make_runtime(tmp_path / "data")
     try:
-        record = await rt.store.add(partition(me), "user", "壬喜欢桂花")
+        record = await rt.store.add(new_memory(partition(me), "user", "壬喜欢桂花"))
         await rt.store.update(partition(me), record.id, content="壬喜欢荷花")
         (row,) = await rt.store.archive.list(partition(me))
         got = await rt.store.archive.get(row.id, with_vector=True)
@@ -517,7 +517,7 @@ async def test_an_archive_restore_never_brings_back_a_forgotten_users_row(
         )
         with pytest.raises(U.ArchiveRestoreError, match="归档中没有"):
             await U.restore(rt.store, row.id, partition=partition(me))
-        assert await rt.store.count(partition(me)) == 0
+        assert await rt.store.count(view_of(partition(me))) == 0
         STATS.inputs_tried += 1
     finally:
         await rt.close()
@@ -526,13 +526,13 @@ async def test_an_archive_restore_never_brings_back_a_forgotten_users_row(
 async def test_a_corrupt_tombstone_file_stops_every_restore(tmp_path: Path) -> None:
     rt = make_runtime(tmp_path / "data")
     try:
-        await rt.store.add(partition(18181), "user", "癸喜欢菊花")
+        await rt.store.add(new_memory(partition(18181), "user", "癸喜欢菊花"))
         await U.reset_fingerprint(rt.maintenance)
         info = await U.create_backup(rt.maintenance)
         rt.forgotten.path.write_text("{not json", encoding="utf-8")
         with pytest.raises(U.ForgottenFileError, match="已损坏"):
             await U.restore_backup(rt.maintenance, info.path)
-        assert await rt.store.count(partition(18181)) == 1
+        assert await rt.store.count(view_of(partition(18181))) == 1
         STATS.faults_injected += 1
     finally:
         await rt.close()

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import env_for
-from tests.helpers import LoopStalls
+from tests.helpers import LoopStalls, new_memory, view_of, write_rules
 from tests.lazy import lazy_import
 from tests.servers import EmbeddingServer
 
@@ -26,9 +26,11 @@ GROUP = "QQPlatform_Group_20001"
 
 
 async def test_add_get_list_count(store: Any) -> None:
-    rec = await store.add(ALICE, "user", "用户喜欢吃苹果", tags=["饮食", "偏好"], importance="high")
+    rec = await store.add(
+        new_memory(ALICE, "user", "用户喜欢吃苹果", tags=["饮食", "偏好"], importance="high")
+    )
     assert len(rec.id) == 32 and rec.created_at.endswith("+00:00")
-    got = await store.get(ALICE, rec.id)
+    got = await store.get(view_of(ALICE), rec.id)
     assert got is not None
     assert (got.content, got.partition, got.scope, got.tags, got.importance) == (
         "用户喜欢吃苹果",
@@ -38,44 +40,46 @@ async def test_add_get_list_count(store: Any) -> None:
         "high",
     )
     assert got.created_at == got.updated_at == rec.created_at
-    await store.add(ALICE, "user", "用户住在上海")
-    await store.add(BOB, "user", "Bob 喜欢猫")
-    assert await store.count(ALICE) == 2
-    assert await store.count(BOB) == 1
-    assert await store.count() == 3
-    listed = await store.list(ALICE, limit=10)
+    await store.add(new_memory(ALICE, "user", "用户住在上海"))
+    await store.add(new_memory(BOB, "user", "Bob 喜欢猫"))
+    assert await store.count(view_of(ALICE)) == 2
+    assert await store.count(view_of(BOB)) == 1
+    assert await store.count_all() == 3
+    listed = await store.list(view_of(ALICE), limit=10)
     assert [r.content for r in listed] == ["用户喜欢吃苹果", "用户住在上海"]
-    assert [r.content for r in await store.list(ALICE, limit=1, offset=1)] == ["用户住在上海"]
+    assert [r.content for r in await store.list(view_of(ALICE), limit=1, offset=1)] == [
+        "用户住在上海"
+    ]
 
 
 async def test_query_orders_by_distance_within_partition(store: Any) -> None:
-    await store.add(ALICE, "user", "我喜欢吃苹果")
-    await store.add(ALICE, "user", "明天去北京出差")
-    await store.add(BOB, "user", "我很喜欢吃苹果")  # closer, but Bob's
-    hits = await store.query(ALICE, "我很喜欢吃苹果", top_k=5)
+    await store.add(new_memory(ALICE, "user", "我喜欢吃苹果"))
+    await store.add(new_memory(ALICE, "user", "明天去北京出差"))
+    await store.add(new_memory(BOB, "user", "我很喜欢吃苹果"))  # closer, but Bob's
+    hits = await store.query(view_of(ALICE), "我很喜欢吃苹果", top_k=5)
     assert [h.content for h in hits] == ["我喜欢吃苹果", "明天去北京出差"]
     assert hits[0].distance is not None and hits[0].distance < hits[1].distance
-    exact = await store.query(BOB, "我很喜欢吃苹果", top_k=1)
+    exact = await store.query(view_of(BOB), "我很喜欢吃苹果", top_k=1)
     assert exact[0].distance == pytest.approx(0, abs=1e-3)
 
 
 async def test_importance_filter_combines_with_partition(store: Any) -> None:
-    await store.add(ALICE, "user", "重要的事", importance="high")
-    await store.add(ALICE, "user", "琐碎的事", importance="low")
-    await store.add(BOB, "user", "Bob 重要的事", importance="high")
-    hits = await store.query(ALICE, "事", top_k=10, importance="high")
+    await store.add(new_memory(ALICE, "user", "重要的事", importance="high"))
+    await store.add(new_memory(ALICE, "user", "琐碎的事", importance="low"))
+    await store.add(new_memory(BOB, "user", "Bob 重要的事", importance="high"))
+    hits = await store.query(view_of(ALICE), "事", top_k=10, importance="high")
     assert [h.content for h in hits] == ["重要的事"]
-    assert await store.query(GROUP, "事", top_k=10, importance="high") == []
+    assert await store.query(view_of(GROUP), "事", top_k=10, importance="high") == []
 
 
 async def test_other_partition_ids_are_not_found(store: Any) -> None:
-    rec = await store.add(ALICE, "user", "Alice 的秘密")
-    assert await store.get(BOB, rec.id) is None
+    rec = await store.add(new_memory(ALICE, "user", "Alice 的秘密"))
+    assert await store.get(view_of(BOB), rec.id) is None
     assert await store.update(BOB, rec.id, content="被篡改") is None
     assert await store.delete(BOB, rec.id) is False
-    assert await store.get(ALICE, "0" * 32) is None
+    assert await store.get(view_of(ALICE), "0" * 32) is None
     assert await store.delete(ALICE, "does-not-exist") is False
-    still = await store.get(ALICE, rec.id)
+    still = await store.get(view_of(ALICE), rec.id)
     assert still is not None and still.content == "Alice 的秘密"
 
 
@@ -84,32 +88,32 @@ async def test_update_reembeds_and_keeps_created_at(
 ) -> None:
     days = iter(range(1, 28))
     store.clock = lambda: f"2026-01-{next(days):02d}T08:00:00+00:00"  # one day per call
-    rec = await store.add(ALICE, "user", "喜欢喝咖啡", tags=["饮品"])
+    rec = await store.add(new_memory(ALICE, "user", "喜欢喝咖啡", tags=["饮品"]))
     updated = await store.update(ALICE, rec.id, content="喜欢喝绿茶", importance="high")
     assert updated is not None
-    got = await store.get(ALICE, rec.id)
+    got = await store.get(view_of(ALICE), rec.id)
     assert got.content == "喜欢喝绿茶" and got.tags == ["饮品"] and got.importance == "high"
     assert got.created_at == rec.created_at and got.updated_at > rec.created_at
-    hits = await store.query(ALICE, "喜欢喝绿茶", top_k=1)
+    hits = await store.query(view_of(ALICE), "喜欢喝绿茶", top_k=1)
     assert hits[0].id == rec.id and hits[0].distance == pytest.approx(0, abs=1e-3)
     # Metadata-only updates do not call the embedding service.
     before = embed_server.embed_calls
     await store.update(ALICE, rec.id, tags=["茶"])
     assert embed_server.embed_calls == before
-    assert (await store.get(ALICE, rec.id)).tags == ["茶"]
+    assert (await store.get(view_of(ALICE), rec.id)).tags == ["茶"]
 
 
 async def test_delete(store: Any) -> None:
-    rec = await store.add(GROUP, "group", "群规：不刷屏")
+    rec = await store.add(new_memory(GROUP, "group", "群规：不刷屏"))
     assert await store.delete(GROUP, rec.id) is True
-    assert await store.get(GROUP, rec.id) is None
-    assert await store.count(GROUP) == 0
+    assert await store.get(view_of(GROUP), rec.id) is None
+    assert await store.count(view_of(GROUP)) == 0
 
 
 async def test_limit_is_atomic_under_concurrency(store: Any) -> None:
     async def write(i: int) -> str:
         try:
-            await store.add(ALICE, "user", f"并发记忆 {i}", limit=5)
+            await store.add(new_memory(ALICE, "user", f"并发记忆 {i}"), write_rules(limit=5))
             return "ok"
         except V.MemoryLimitReached as exc:
             assert "5/5" in str(exc)
@@ -117,46 +121,81 @@ async def test_limit_is_atomic_under_concurrency(store: Any) -> None:
 
     results = await asyncio.gather(*(write(i) for i in range(20)))
     assert results.count("ok") == 5 and results.count("refused") == 15
-    assert await store.count(ALICE) == 5
+    assert await store.count(view_of(ALICE)) == 5
 
 
 async def test_limit_follows_deletes_and_key_rewrites(store: Any) -> None:
     """The kept count tracks our own adds and deletes; a refusal is always re-counted."""
-    from amrita_plugin_memory.upkeep.rekey import rewrite_memory_keys
-
-    ids = [(await store.add(ALICE, "user", f"记忆 {i}", limit=3)).id for i in range(3)]
+    ids = [
+        (await store.add(new_memory(ALICE, "user", f"记忆 {i}"), write_rules(limit=3))).id
+        for i in range(3)
+    ]
     assert store.counts.get(ALICE) == 3
     with pytest.raises(V.MemoryLimitReached):
-        await store.add(ALICE, "user", "第四条", limit=3)
+        await store.add(new_memory(ALICE, "user", "第四条"), write_rules(limit=3))
     assert await store.delete(ALICE, ids[0]) is True
     assert store.counts.get(ALICE) == 2
-    await store.add(ALICE, "user", "删除后再写", limit=3)
+    await store.add(new_memory(ALICE, "user", "删除后再写"), write_rules(limit=3))
     with pytest.raises(V.MemoryLimitReached, match="3/3"):
-        await store.add(ALICE, "user", "又满了", limit=3)
+        await store.add(new_memory(ALICE, "user", "又满了"), write_rules(limit=3))
     # Key migration moves memories between partitions: every kept count is dropped.
-    await rewrite_memory_keys(store, {ids[1]: BOB})
+    await store.rewrite_keys({ids[1]: BOB})
     assert len(store.counts) == 0
-    await store.add(ALICE, "user", "迁走一条后还能写", limit=3)
-    assert await store.count(ALICE) == 3 and await store.count(BOB) == 1
+    await store.add(new_memory(ALICE, "user", "迁走一条后还能写"), write_rules(limit=3))
+    assert await store.count(view_of(ALICE)) == 3 and await store.count(view_of(BOB)) == 1
 
 
 async def test_limit_sees_writes_of_another_process(store: Any) -> None:
     """Another writer on the same collection: seen after the TTL, and before any refusal."""
     other = V.MemoryStore(store.connection, store.embedder, name=store.name)
-    await store.add(ALICE, "user", "本进程写的", limit=3)
+    await store.add(new_memory(ALICE, "user", "本进程写的"), write_rules(limit=3))
     for i in range(2):
-        await other.add(ALICE, "user", f"另一个进程写的 {i}")
+        await other.add(new_memory(ALICE, "user", f"另一个进程写的 {i}"))
     # The kept count (1) is stale, but the partition is full: an exact count decides.
     store.counts.ttl = 0.0
     with pytest.raises(V.MemoryLimitReached, match="3/3"):
-        await store.add(ALICE, "user", "超出上限", limit=3)
-    assert await store.count(ALICE) == 3
+        await store.add(new_memory(ALICE, "user", "超出上限"), write_rules(limit=3))
+    assert await store.count(view_of(ALICE)) == 3
     # A refusal from a stale "full" count is re-checked too.
     store.counts.ttl = 60.0
     store.counts.set(ALICE, 3)
-    await other.delete(ALICE, (await other.list(ALICE, limit=1))[0].id)
-    await store.add(ALICE, "user", "对方删除后可以写", limit=3)
-    assert await store.count(ALICE) == 3
+    await other.delete(ALICE, (await other.list(view_of(ALICE), limit=1))[0].id)
+    await store.add(new_memory(ALICE, "user", "对方删除后可以写"), write_rules(limit=3))
+    assert await store.count(view_of(ALICE)) == 3
+
+
+async def test_one_write_object_carries_every_rule(store: Any) -> None:
+    """``MemoryStore.write``: one ``NewMemory`` and one ``WriteRules`` through the fence,
+    the merge into a true repeat, the limit and what may give way, in that order."""
+    from amrita_plugin_memory.core.errors import WriteFenced
+    from amrita_plugin_memory.core.records import SOURCE_AUTO
+
+    store.settings = V.RetrievalSettings(dedup=True)
+    auto = await store.add(new_memory(ALICE, "user", "用户喜欢喝乌龙茶", source=SOURCE_AUTO))
+    await store.add(new_memory(ALICE, "user", "用户住在杭州", importance="high"))
+    full = write_rules(merge=True, limit=2)
+    # A true repeat merges into the full partition (it adds nothing), keeping the new tags.
+    repeat = new_memory(ALICE, "user", "用户喜欢喝乌龙茶", tags=["饮品"], source=SOURCE_AUTO)
+    merged = await store.write(repeat, full)
+    assert merged.merged and merged.record.id == auto.id and merged.record.tags == ["饮品"]
+    # Without merge the same text is a new memory: refused, the partition is full…
+    with pytest.raises(V.MemoryLimitReached):
+        await store.write(repeat, write_rules(limit=2))
+    # …unless an automatic memory may give way (it is archived, restorable).
+    written = await store.write(
+        new_memory(ALICE, "user", "用户在学日语"), write_rules(limit=2, displace="high")
+    )
+    assert not written.merged and await store.get(view_of(ALICE), auto.id) is None
+
+    async def voided() -> None:
+        raise WriteFenced("10001", "已遗忘")
+
+    with pytest.raises(WriteFenced):
+        await store.write(new_memory(ALICE, "user", "不该写入"), write_rules(fence=voided))
+    assert sorted(r.content for r in await store.list(view_of(ALICE))) == [
+        "用户住在杭州",
+        "用户在学日语",
+    ]
 
 
 def test_partition_counts_are_bounded() -> None:
@@ -171,18 +210,18 @@ def test_partition_counts_are_bounded() -> None:
 
 
 async def test_embedding_failure_writes_nothing(store: Any, embed_server: EmbeddingServer) -> None:
-    await store.add(ALICE, "user", "已有记忆")
-    rec = (await store.list(ALICE))[0]
+    await store.add(new_memory(ALICE, "user", "已有记忆"))
+    rec = (await store.list(view_of(ALICE)))[0]
     embed_server.set_mode("error500")
     from amrita_plugin_memory.core.errors import EmbeddingHTTPError
 
     with pytest.raises(EmbeddingHTTPError, match="HTTP 500"):
-        await store.add(ALICE, "user", "新记忆")
+        await store.add(new_memory(ALICE, "user", "新记忆"))
     with pytest.raises(EmbeddingHTTPError):
         await store.update(ALICE, rec.id, content="改写")
     embed_server.set_mode("ok")
-    assert await store.count(ALICE) == 1
-    assert (await store.get(ALICE, rec.id)).content == "已有记忆"
+    assert await store.count(view_of(ALICE)) == 1
+    assert (await store.get(view_of(ALICE), rec.id)).content == "已有记忆"
 
 
 async def test_collection_metadata_is_merged(store: Any) -> None:
@@ -199,19 +238,19 @@ async def test_distribution_and_paging(store: Any) -> None:
     from amrita_plugin_memory.embedding.status import memory_distribution
 
     for i in range(7):
-        await store.add(ALICE, "user", f"A{i}")
+        await store.add(new_memory(ALICE, "user", f"A{i}"))
     for i in range(3):
-        await store.add(GROUP, "group", f"G{i}")
+        await store.add(new_memory(GROUP, "group", f"G{i}"))
     assert await memory_distribution(store) == {(ALICE, "user"): 7, (GROUP, "group"): 3}
     seen, sizes = [], []
-    async for page in store.iter_records(with_documents=True, page_size=4):
+    async for page in store.iter_all_records(with_documents=True, page_size=4):
         seen += [r.content for r in page]
         sizes.append(len(page))
     assert sizes == [4, 4, 2]
     assert sorted(seen) == sorted([f"A{i}" for i in range(7)] + [f"G{i}" for i in range(3)])
     own = [
         r.content
-        async for page in store.iter_records(ALICE, with_documents=True, page_size=3)
+        async for page in store.iter_records(view_of(ALICE), with_documents=True, page_size=3)
         for r in page
     ]
     assert sorted(own) == [f"A{i}" for i in range(7)]
@@ -220,9 +259,11 @@ async def test_distribution_and_paging(store: Any) -> None:
 async def test_chroma_calls_do_not_block_the_event_loop(store: Any) -> None:
     """A ticker keeps running while many store calls are in flight."""
     for i in range(20):
-        await store.add(ALICE, "user", f"记忆 {i}")
+        await store.add(new_memory(ALICE, "user", f"记忆 {i}"))
     async with LoopStalls(min_ticks=40) as stalls:  # this process's work, not a loaded machine
-        await asyncio.gather(*(store.query(ALICE, f"记忆 {i}", top_k=5) for i in range(30)))
+        await asyncio.gather(
+            *(store.query(view_of(ALICE), f"记忆 {i}", top_k=5) for i in range(30))
+        )
     assert stalls.worst < 0.25, sorted(stalls.stalls)[-5:]
 
 
@@ -250,12 +291,12 @@ async def test_remote_server_down_is_a_clear_error_and_recovers(
     embedder = EmbeddingClient.from_env(env)
     s = V.MemoryStore(conn, embedder, name="test-down-recover")
     try:
-        rec = await s.add(ALICE, "user", "服务器重启前的记忆")
+        rec = await s.add(new_memory(ALICE, "user", "服务器重启前的记忆"))
         chroma_server.stop()
         with pytest.raises(V.VectorStoreError, match="向量数据库"):
-            await s.get(ALICE, rec.id)
+            await s.get(view_of(ALICE), rec.id)
         chroma_server.start()
-        got = await s.get(ALICE, rec.id)
+        got = await s.get(view_of(ALICE), rec.id)
         assert got is not None and got.content == "服务器重启前的记忆"
     finally:
         if not chroma_server.running:

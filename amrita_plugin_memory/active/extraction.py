@@ -26,7 +26,7 @@ from ..core.records import SOURCE_AUTO, MemoryRecord, origin_after_rewrite
 from ..core.text import cut, single_line
 from ..prompting.labels import neutralize_brackets, neutralize_labels
 from ..prompting.memory_ops import MemoryOp, OpLimits, ParsedOps, parse_memory_ops, reference
-from ..storage.memory_store import REASON_OUTDATED, MemoryStore
+from ..storage.memory_store import REASON_OUTDATED, MemoryStore, NewMemory, WriteRules
 from ..storage.scope import Scope, ScopeRules
 from ..tools.args import LIMITS
 from .batches import BatchKey, Turn
@@ -154,11 +154,7 @@ class MemoryExtractor:
         vector = (await self.store.embedder.embed([text], "query"))[0]
         scope = self.scope(key)
         return await self.store.search(
-            scope.partition("user"),
-            text,
-            vector,
-            top_k=self.related_memories,
-            origins=scope.origins("user"),
+            scope.view("user"), text, vector, top_k=self.related_memories
         )
 
     async def prepare(
@@ -219,12 +215,20 @@ class MemoryExtractor:
         fence: Fence | None,
     ) -> None:
         if op.op == "add":
-            written = await self.store.remember(
-                await scope.require("write", "user"), "user", op.content, tags=op.tags,
-                importance=op.importance, limit=self.memory_limit, origin=scope.origin,
+            memory = NewMemory(
+                await scope.require("write", "user"),
+                "user",
+                op.content,
+                tags=op.tags,
+                importance=op.importance,
+                origin=scope.origin,
                 source=SOURCE_AUTO,
-                displace=op.importance, fence=fence,
-            )  # fmt: skip
+            )
+            # Automatic: it displaces only an automatic memory of its importance or lower.
+            rules = WriteRules(
+                merge=True, limit=self.memory_limit, displace=op.importance, fence=fence
+            )
+            written = await self.store.write(memory, rules)
             (outcome.updated if written.merged else outcome.added).append(written.record.id)
             return
         target = by_ref[op.ref]

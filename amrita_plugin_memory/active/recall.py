@@ -31,7 +31,7 @@ from ..infra.breaker import CircuitBreaker
 from ..prompting.blocks import render_memories_block
 from ..ranking.when import has_cjk
 from ..storage.memory_store import MemoryStore
-from ..storage.scope import Scope
+from ..storage.scope import Scope, View
 
 __all__ = ["MemoryRecall", "cosine_similarities", "has_cjk"]
 
@@ -45,7 +45,7 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 async def cosine_similarities(
-    store: MemoryStore, partition: str, vector: Sequence[float], records: Sequence[MemoryRecord]
+    store: MemoryStore, view: View, vector: Sequence[float], records: Sequence[MemoryRecord]
 ) -> dict[str, float]:
     """Cosine similarity of ``vector`` and each record's stored vector.
 
@@ -55,7 +55,7 @@ async def cosine_similarities(
     query = np.asarray(vector, dtype=np.float32)
     out: dict[str, float] = {}
     try:
-        entry = await store.index.snapshot(store, partition)
+        entry = await store.index.snapshot(store, view.partition)
     except Exception:
         entry = None
     rows = {memory_id: row for row, memory_id in enumerate(entry.ids)} if entry is not None else {}
@@ -64,7 +64,7 @@ async def cosine_similarities(
         if entry is not None and row is not None and entry.dim == query.shape[0]:
             out[record.id] = _cosine(entry.vector(row), query)
             continue
-        stored = await store.stored_vector(record.id)
+        stored = await store.stored_vector(view, record.id)
         if stored is not None and len(stored) == query.shape[0]:
             out[record.id] = _cosine(np.asarray(stored, dtype=np.float32), query)
     return out
@@ -101,15 +101,9 @@ class MemoryRecall:
         vector = await self._embed(query)
         if vector is None:
             return []
-        partition = scope.partition("user")
-        hits = await self.store.search(
-            partition,
-            query,
-            vector,
-            top_k=self.top_k,
-            origins=scope.origins("user"),
-        )
-        similarity = await cosine_similarities(self.store, partition, vector, hits)
+        view = scope.view("user")
+        hits = await self.store.search(view, query, vector, top_k=self.top_k)
+        similarity = await cosine_similarities(self.store, view, vector, hits)
         floor = self.min_similarity if has_cjk(query) else self.min_similarity_non_cjk
         return [(r, similarity[r.id]) for r in hits if similarity.get(r.id, -math.inf) >= floor]
 

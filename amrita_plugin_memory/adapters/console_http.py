@@ -26,6 +26,7 @@ from nonebot import logger
 from ..console.errors import ConsoleError
 from ..console.params import json_body
 from ..console.service import ConsoleService
+from ..core.errors import ErrorKind
 
 __all__ = ["PAGE_MODULE", "build_router", "envelope"]
 
@@ -56,7 +57,9 @@ async def _body(request: Request, allowed: tuple[str, ...]) -> dict[str, Any]:
     raw = await request.body()
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if raw.strip() and kind != "application/json":
-        raise ConsoleError(415, "请求体必须是 JSON（Content-Type: application/json）")
+        raise ConsoleError(
+            ErrorKind.INVALID, "请求体必须是 JSON（Content-Type: application/json）", status=415
+        )
     return json_body(raw, allowed)
 
 

@@ -99,7 +99,7 @@ def reindex_cmd(yes: bool) -> None:
         await recover_interrupted_remap(rt.maintenance)
         current = await current_fingerprint(rt.embedder)
         stored = await stored_fingerprint(rt.store)
-        _ask_reindex(fp(stored), fp(current), await rt.store.count(), yes)
+        _ask_reindex(fp(stored), fp(current), await rt.store.count_all(), yes)
         try:
             report = await remap(rt.maintenance, progress=progress)
         finally:

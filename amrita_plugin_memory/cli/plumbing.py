@@ -4,7 +4,8 @@ Commands open the plugin's :class:`~..services.MemoryRuntime` in this process,
 unless the project's bot is running (:func:`bot_of`; local or remote mode):
 then the commands that support it ask the bot through its admin API (local
 token, see :mod:`..infra.bot_link`), and the others refuse. Expected failures
-become one ``错误：…`` line and exit 1.
+become one ``错误：…`` line (in the words ``core/errors.WORDS`` gives their kind) and
+exit 1.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from ..core.errors import EmbeddingError, VectorStoreError
-from ..embedding import BackupError, RemapError
+from ..core.errors import describe
 from ..infra.bot_link import BotEndpoint, BotLinkError, follow_job, running_bot, serving_bot
 from ..infra.terminal import stdin_is_tty
 from ..services import MemoryRuntime
@@ -37,7 +37,6 @@ __all__ = [
 
 T = TypeVar("T")
 
-EXPECTED_ERRORS = (EmbeddingError, VectorStoreError, RemapError, BackupError, OSError)
 API = "/api/memory"
 
 
@@ -80,8 +79,11 @@ def run(rt: MemoryRuntime, work: Callable[[], Awaitable[T]]) -> T:
 
     try:
         return asyncio.run(main())
-    except EXPECTED_ERRORS as exc:
-        fail(str(exc))
+    except Exception as exc:
+        said = describe(exc)
+        if said is None:
+            raise
+        fail(said.cli)
 
 
 def bot_of(rt: MemoryRuntime, *, writes: bool = True) -> BotEndpoint | None:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..core.config import ConfigFile
+from ..core.errors import ErrorKind
 from ..storage.archive.store import ArchivedMemory
 from ..storage.memory_store import MemoryStore
 from ..tools.args import parse_int
@@ -23,7 +24,7 @@ from ..upkeep.archive.sweep import sweep
 from ..upkeep.archive.view import REASON_TEXT, listing_lines, sweep_message
 from . import params
 from .catalog import PartitionCatalog
-from .errors import ConsoleError, audit, guarded
+from .errors import ConsoleError, audit, conflict, guarded
 from .memories import record_json
 
 __all__ = ["LIST_MAX", "ArchiveAdmin", "row_json"]
@@ -96,8 +97,11 @@ class ArchiveAdmin:
             try:
                 done = await restore(self.store, rid, limit=self.config.per_session_memory_limit)
             except ArchiveRestoreError as exc:
-                status = 409 if await self.store.archive.ids([rid]) else 404
-                raise ConsoleError(status, str(exc)) from None
+                # Held but refused (its memory archived, a forgotten user's): a conflict.
+                held = await self.store.archive.ids([rid])
+                raise ConsoleError(
+                    ErrorKind.CONFLICT if held else ErrorKind.NOT_FOUND, str(exc)
+                ) from None
             self.catalog.invalidate()
             audit(actor, "恢复归档", partition=done.record.partition, id=rid)
             return {
@@ -112,7 +116,7 @@ class ArchiveAdmin:
     async def sweep(self, actor: str) -> dict[str, Any]:
         """One sweep now (idempotent; one at a time from the console)."""
         if self._sweeping.locked():
-            raise ConsoleError(409, "归档清理正在进行，请稍后再试")
+            conflict("归档清理正在进行，请稍后再试")
         file = self.config
 
         async def run() -> dict[str, Any]:

@@ -116,7 +116,7 @@ class PartitionCatalog:
     async def _scan(self) -> Catalog:
         started = time.monotonic()
         parts: dict[str, PartitionSummary] = {}
-        async for page in self.store.iter_records():
+        async for page in self.store.iter_all_records():
             for record in page:
                 summary = parts.get(record.partition)
                 if summary is None:

@@ -23,7 +23,7 @@ from ..storage.models import MemberPersona
 from ..storage.shared.sessions import orm_session
 from ..tools.args import parse_int, parse_text
 from . import params
-from .errors import ConsoleError, audit, bad_request, guarded, not_found
+from .errors import audit, bad_request, conflict, guarded, not_found
 
 __all__ = ["GroupAdmin"]
 
@@ -142,7 +142,7 @@ class GroupAdmin:
             ),
         )
         if not merged:
-            raise ConsoleError(409, f"成员 {uid} 已关闭画像学习（/memory persona off），未做修改")
+            conflict(f"成员 {uid} 已关闭画像学习（/memory persona off），未做修改")
         audit(actor, "修改成员画像", user_id=uid, field=name)
         return await self.persona(uid)
 

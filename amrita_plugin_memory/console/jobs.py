@@ -40,7 +40,7 @@ from ..embedding.report_json import backup_json
 from ..storage.memory_store import MemoryStore
 from ..subconscious.knowledge_base import KnowledgeBaseManager, check_knowledge_base
 from .catalog import PartitionCatalog
-from .errors import ConsoleError, audit, guarded, not_found
+from .errors import audit, conflict, guarded, not_found
 
 __all__ = ["JobState", "MaintenanceJobs"]
 
@@ -112,7 +112,7 @@ class MaintenanceJobs:
     def _refuse_if_busy(self) -> None:
         if self.busy:
             running = _LABELS.get(self._active or "", "维护")
-            raise ConsoleError(409, f"已有维护操作正在进行（{running}），请等它结束后再试")
+            conflict(f"已有维护操作正在进行（{running}），请等它结束后再试")
 
     # -- publishing -----------------------------------------------------------------
 

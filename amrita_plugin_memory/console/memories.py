@@ -70,9 +70,7 @@ class MemoryAdmin:
             else:
                 depth = min(offset + limit, params.SEARCH_MAX)
                 hits = (
-                    await self.store.query(
-                        scope.partition("user"), q, top_k=depth, origins=scope.origins("user")
-                    )
+                    await self.store.query(scope.view("user"), q, top_k=depth)
                     if offset < depth
                     else []
                 )

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..upkeep.users.user_data import ForgetBlocked, UserData
+from ..upkeep.users.user_data import UserData
 from . import params
 from .catalog import PartitionCatalog
-from .errors import ConsoleError, audit, guarded
+from .errors import audit, guarded, not_found
 
 __all__ = ["UserAdmin"]
 
@@ -32,7 +32,7 @@ class UserAdmin:
 
     def _ready(self, raw: Any) -> tuple[UserData, str]:
         if self.data is None:
-            raise ConsoleError(404, "用户数据的导出与遗忘在此进程中不可用")
+            not_found("用户数据的导出与遗忘在此进程中不可用")
         return self.data, params.user_id(raw)
 
     async def export(self, actor: str, raw: Any) -> dict[str, Any]:
@@ -48,10 +48,8 @@ class UserAdmin:
 
     async def forget(self, actor: str, raw: Any) -> dict[str, Any]:
         data, user_id = self._ready(raw)
-        try:
+        try:  # ForgetBlocked: 409 (core/errors.WORDS)
             counts = await guarded("console_user_forget", lambda: data.forget(user_id))
-        except ForgetBlocked as exc:
-            raise ConsoleError(409, str(exc)) from None
         finally:
             self.catalog.invalidate()  # partitions may be gone, even after a failure
         audit(actor, "遗忘用户", user=user_id, **counts.to_json())

@@ -43,6 +43,7 @@ from .config_sections import (
     SelfMemoryConfig,
     SubconsciousConfig,
 )
+from .errors import ErrorKind, PluginError
 
 __all__ = [
     "ActiveMemoryConfig",
@@ -65,8 +66,10 @@ __all__ = [
 CONFIG_FILE_NAME = "config.toml"
 
 
-class ConfigError(ValueError):
+class ConfigError(PluginError, ValueError):
     """A configuration value is invalid; the message is meant for operators."""
+
+    kind = ErrorKind.INVALID
 
 
 def _describe_errors(exc: ValidationError, *, key_style: Callable[[str], str]) -> str:

@@ -7,6 +7,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from .errors import ErrorKind, PluginError
+
 __all__ = [
     "MODEL_ANSWER_MAX_CHARS",
     "MODEL_JSON_MAX_DEPTH",
@@ -58,8 +60,10 @@ _BRACKET = re.compile(r"[\[\]{}]")
 _DECODER = json.JSONDecoder()
 
 
-class ModelJSONError(ValueError):
+class ModelJSONError(PluginError, ValueError):
     """The answer holds no usable JSON; the message says why, never quoting the answer."""
+
+    kind = ErrorKind.INVALID
 
 
 def strip_reasoning(text: str) -> str:

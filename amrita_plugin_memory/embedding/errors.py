@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..core.errors import ErrorKind, PluginError
+
 __all__ = ["BackupError", "RemapError", "RemapFailed"]
 
 
-class RemapError(RuntimeError):
+class RemapError(PluginError, RuntimeError):
     """A remap could not be completed; the message is meant for operators."""
+
+    kind = ErrorKind.FAILED
 
 
 class RemapFailed(RemapError):
@@ -21,5 +25,7 @@ class RemapFailed(RemapError):
         self.backup = backup
 
 
-class BackupError(RuntimeError):
+class BackupError(PluginError, RuntimeError):
     """A backup file could not be written or read; the message is meant for operators."""
+
+    kind = ErrorKind.INVALID

@@ -177,7 +177,7 @@ async def run_startup_check_async(
             )
         stored = await stored_fingerprint(maint.store)
         knowledge = await open_collection(maint.connection, maint.covered[0].name)
-        count = await maint.store.count()
+        count = await maint.store.count_all()
         if knowledge is not None:
             count += await count_of(maint.connection, knowledge)
     except DataDirLocked as exc:

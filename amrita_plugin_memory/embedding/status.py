@@ -209,7 +209,7 @@ class StatusReport:
 async def memory_distribution(store: MemoryStore) -> dict[tuple[str, str], int]:
     """Memory count per ``(partition, scope)`` over the whole collection."""
     counts: dict[tuple[str, str], int] = {}
-    async for page in store.iter_records():
+    async for page in store.iter_all_records():
         for record in page:
             key = (record.partition, record.scope)
             counts[key] = counts.get(key, 0) + 1

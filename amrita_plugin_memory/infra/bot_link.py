@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.errors import ErrorKind, PluginError
 from .files import atomic_write_text
 
 __all__ = [
@@ -55,8 +56,10 @@ TOKEN_HEADER = "X-Amrita-Memory-Token"
 _FORMAT = "amrita_plugin_memory/console_token"
 
 
-class BotLinkError(RuntimeError):
+class BotLinkError(PluginError, RuntimeError):
     """The running bot could not be asked; the message is meant for the operator."""
+
+    kind = ErrorKind.FAILED
 
 
 def loopback_host(host: str) -> str:

@@ -7,6 +7,12 @@ that id alone and check the stored partition before anything is returned or
 changed (a ``where`` next to ``ids`` makes Chroma evaluate the filter over the
 whole partition, which made by-id cost grow with its size).
 
+Reads fail closed: every read and count takes a :class:`~.scope.View` (a partition and
+the origins it may show, built by :class:`~.scope.Scope` only) and refuses anything else
+(``TypeError``); there is no default that means "everything". The whole collection is
+read only by methods that say so (``count_all``, ``iter_all_records``, ``scan_all``,
+``fetch_anywhere``), for operators and the work on stored memories as a whole.
+
 It is the only door into memories from outside ``storage/``: the partition index and
 ranking, merging, room-making, removal and paging are private to ``storage/`` (checked by
 ``.ci/check_architecture.py``); the few of their names the layers above need are
@@ -22,17 +28,19 @@ from typing import Any
 
 from ..core.errors import VectorStoreError
 from ..core.protocols import Embedder, Fence, TextKind
-from ..core.records import ORIGIN_PRIVATE, MemoryRecord, OriginFilter, utc_now, where_partition
-from .archive.removal import deleted_count, move_to_archive, row_state, unchanged_where
+from ..core.records import MemoryRecord, OriginFilter, utc_now, where_partition
+from ..core.writes import NewMemory, WriteRules
+from .archive.removal import move_to_archive, row_state, unchanged_where
 from .archive.store import REASON_DELETED, REASON_OUTDATED, REASON_UPDATED
 from .chroma.connection import ChromaConnection
 from .chroma.paging import READ_PAGE_SIZE, Item, iter_pages
-from .memory_collection import MemoryCollection
-from .merge import MERGE_NEIGHBOURS, WriteResult, merge_repeat
+from .memory_collection import MemoryCollection, Row
+from .merge import WriteResult, merge_repeat
 from .partition.counts import PartitionCounts
 from .partition.index import query_records
 from .partition.retrieval import RetrievalSettings, search
 from .room import EXPLICIT, make_room
+from .scope import View, operator_view
 from .users.tombstones import ForgottenUsers
 
 # Besides the store: the names of storage's private modules that the layers above use
@@ -45,16 +53,23 @@ __all__ = [
     "REASON_OUTDATED",
     "Item",
     "MemoryStore",
+    "NewMemory",
     "PartitionCounts",
     "RetrievalSettings",
+    "Row",
+    "View",
     "WriteResult",
-    "deleted_count",
+    "WriteRules",
     "iter_pages",
+    "operator_view",
     "row_state",
     "unchanged_where",
 ]
 
 MEMORY_COLLECTION = "amrita_user_memory"
+
+PLAIN_WRITE = WriteRules()
+"""A plain add: no repeat merged, no limit, nothing displaced, no fence."""
 
 
 class MemoryStore(MemoryCollection):
@@ -85,76 +100,38 @@ class MemoryStore(MemoryCollection):
 
     # -- writes ---------------------------------------------------------------------
 
-    async def add(
+    async def write(
         self,
-        partition: str,
-        scope: str,
-        content: str,
+        memory: NewMemory,
+        rules: WriteRules = PLAIN_WRITE,
         *,
-        tags: Sequence[str] = (),
-        importance: str = "medium",
-        limit: int | None = None,
-        origin: str = ORIGIN_PRIVATE,
         vector: Sequence[float] | None = None,
-        source: str = "",
-        author: str = "",
-        displace: str | None = None,
-        fence: Fence | None = None,
-    ) -> MemoryRecord:
-        """Embed and store one memory; with ``limit``, refuse when the partition is full
-        (unless an automatic memory of importance ≤ ``displace`` gives way, :mod:`.room`).
+    ) -> WriteResult:
+        """Store ``memory`` as ``rules`` allow: the one write path of a new memory.
 
-        The count check and the add happen in the partition's write section
-        (:meth:`writing`): writers of any process cannot exceed the limit. The
-        text is embedded first (an embedding failure leaves nothing behind)
-        unless ``vector`` is given; ``author`` is who wrote a group memory;
-        ``fence`` is awaited in the section right before anything is written.
+        The text is embedded first (an embedding failure leaves nothing behind) unless
+        ``vector`` is given. Then, in the partition's write section (:meth:`writing`,
+        shared with writers of any process): the fence; with ``rules.merge`` (and
+        ``[retrieval] dedup`` on) a true repeat of a memory of the partition, written
+        with the same scope and origin, is refreshed instead (:mod:`.merge`; a merge adds
+        nothing, so a full partition accepts a repeated fact, and two writers of one
+        fact never both add it); with ``rules.limit`` a full partition refuses unless
+        an automatic memory gives way (:mod:`.room`); then the add.
         """
         if vector is None:
-            vector = (await self._embed([content]))[0]
-        result = await self._store(
-            partition, scope, content, vector, tags=tags, importance=importance, limit=limit,
-            origin=origin, source=source, author=author, displace=displace, fence=fence,
-            merge=False,
-        )  # fmt: skip
-        return result.record
-
-    async def _store(
-        self,
-        partition: str,
-        scope: str,
-        content: str,
-        vector: Sequence[float],
-        *,
-        tags: Sequence[str],
-        importance: str,
-        limit: int | None,
-        origin: str,
-        source: str,
-        author: str,
-        displace: str | None,
-        fence: Fence | None,
-        merge: bool,
-    ) -> WriteResult:
-        """In the write section: a merge into a memory it repeats (``merge``), else a new one."""
-        now = self.clock()
-        record = MemoryRecord(
-            id=uuid.uuid4().hex, content=content, partition=partition, scope=scope,
-            tags=list(tags), importance=importance, created_at=now, updated_at=now,
-            origin=origin, source=source, author=author,
-        )  # fmt: skip
+            vector = (await self._embed([memory.content]))[0]
+        merge = rules.merge and self.settings.dedup
+        partition = memory.partition
+        if merge:
+            await self._warm(partition)
         async with self.writing(partition):
-            if fence is not None:
-                await fence()
-            if merge:
-                merged = await merge_repeat(
-                    self, partition, content, vector,
-                    tags=tags, importance=importance, scope=scope, origin=origin,
-                )  # fmt: skip
-                if merged is not None:
-                    return WriteResult(merged, merged=True)
-            if limit is not None:
-                await make_room(self, partition, limit, displace)
+            if rules.fence is not None:
+                await rules.fence()
+            if merge and (merged := await merge_repeat(self, memory, vector)) is not None:
+                return WriteResult(merged, merged=True)
+            if rules.limit is not None:
+                await make_room(self, partition, rules.limit, rules.displace)
+            record = memory.record(uuid.uuid4().hex, self.clock())
             try:
                 await self._write(
                     lambda c: c.add(
@@ -171,6 +148,26 @@ class MemoryStore(MemoryCollection):
             self.recent.added(partition, record.id)
             self.index.added(partition, vector, record)
         return WriteResult(record)
+
+    async def add(
+        self,
+        memory: NewMemory,
+        rules: WriteRules = PLAIN_WRITE,
+        *,
+        vector: Sequence[float] | None = None,
+    ) -> MemoryRecord:
+        """:meth:`write` for a caller that wants only the stored record (an operator's
+        or a benchmark's plain add)."""
+        return (await self.write(memory, rules, vector=vector)).record
+
+    async def _warm(self, partition: str) -> None:
+        """Load the partition's index before the write section (a load takes the
+        partition's lock, which the section holds), so the repeat is looked for in
+        memory; a load that fails leaves it to Chroma, inside the section."""
+        try:
+            await self.index.snapshot(self, partition)
+        except Exception:
+            self.index.drop(partition)
 
     async def update(
         self,
@@ -200,7 +197,7 @@ class MemoryStore(MemoryCollection):
         async with self.writing(partition):
             if fence is not None:
                 await fence()
-            current = await self.get(partition, memory_id)
+            current = await self._get(partition, memory_id)
             if current is None:
                 return None
             if content is not None and content != current.content:
@@ -219,7 +216,7 @@ class MemoryStore(MemoryCollection):
                 kwargs.update(documents=[current.content], embeddings=[vector])
             try:
                 await self._write(lambda c: c.update(**kwargs))
-                if await self.vanished(memory_id):
+                if await self._vanished(memory_id):
                     raise VectorStoreError(f"记忆 {memory_id} 刚被另一个进程移入归档，修改未生效")
             except BaseException:
                 self.drop_views(partition)
@@ -259,37 +256,6 @@ class MemoryStore(MemoryCollection):
                 self.index.removed(partition, memory_id)
         return moved
 
-    async def remember(
-        self,
-        partition: str,
-        scope: str,
-        content: str,
-        *,
-        tags: Sequence[str] = (),
-        importance: str = "medium",
-        limit: int | None = None,
-        origin: str = ORIGIN_PRIVATE,
-        source: str = "",
-        author: str = "",
-        displace: str | None = None,
-        fence: Fence | None = None,
-    ) -> WriteResult:
-        """:meth:`add`, except that a true repeat of a memory of the partition, written
-        with the same scope and origin, refreshes that memory (:mod:`.merge`) instead
-        of adding a copy.
-
-        A merge adds nothing (a full partition accepts a repeated fact). The repeat is
-        looked for in the write section: two writers of one fact (in any processes)
-        never both add it. The index is loaded before (a load takes the lock)."""
-        vector = (await self._embed([content]))[0]
-        if self.settings.dedup:  # loads the index (errors: Chroma answers, through the guard)
-            await self.query_vector(partition, vector, top_k=MERGE_NEIGHBOURS)
-        return await self._store(
-            partition, scope, content, vector, tags=tags, importance=importance, limit=limit,
-            origin=origin, source=source, author=author, displace=displace, fence=fence,
-            merge=self.settings.dedup,
-        )  # fmt: skip
-
     async def keep_history(
         self, previous: MemoryRecord, vector: Sequence[float] | None, *, reason: str
     ) -> None:
@@ -306,15 +272,22 @@ class MemoryStore(MemoryCollection):
         # written into an archive that the remap would then not cover.
         await self.guard.for_write(self.name)
         if vector is None:
-            vector = await self.stored_vector(previous.id)
+            vector = await self._stored_vector(previous.id)
             if vector is None:
                 raise VectorStoreError("读取原记忆的向量失败，未修改记忆")
         await self.archive.save_version(previous, vector, reason=reason)
 
-    # -- reads ------------------------------------------------------------------------
+    # -- reads (each names what it may see: a View built by storage/scope) ----------
 
-    async def get(self, partition: str, memory_id: str) -> MemoryRecord | None:
-        """The memory ``memory_id`` if it belongs to ``partition``, else ``None``.
+    async def get(self, view: View, memory_id: str) -> MemoryRecord | None:
+        """The memory ``memory_id`` if ``view`` shows it, else ``None`` (also for an id of
+        another partition, or of an origin the view leaves out: like a missing id)."""
+        View.check(view)
+        record = await self._get(view.partition, memory_id)
+        return record if record is not None and view.origins.allows(record.origin) else None
+
+    async def _get(self, partition: str, memory_id: str) -> MemoryRecord | None:
+        """The memory ``memory_id`` if it belongs to ``partition`` (any origin), else ``None``.
 
         Fetches by id alone and compares the stored partition: as cheap in a
         10,000-memory partition as in an empty one. A memory of another
@@ -330,52 +303,59 @@ class MemoryStore(MemoryCollection):
         return MemoryRecord.from_chroma(res["ids"][0], docs[0], meta)
 
     async def query(
-        self,
-        partition: str,
-        text: str,
-        *,
-        top_k: int = 5,
-        importance: str | None = None,
-        origins: OriginFilter = OriginFilter.ALL,
+        self, view: View, text: str, *, top_k: int = 5, importance: str | None = None
     ) -> list[MemoryRecord]:
-        """The best memories of ``partition`` for ``text`` (of the ``origins`` given): vector
-        and keyword channels, age decay (:mod:`.partition.retrieval`; ``distance`` is the vector distance)."""
+        """The best memories ``view`` shows for ``text``: vector and keyword channels, age
+        decay (:mod:`.partition.retrieval`; ``distance`` is the vector distance)."""
+        View.check(view)
         vector = (await self._embed([text], "query"))[0]
-        return await self.search(
-            partition, text, vector, top_k=top_k, importance=importance, origins=origins
-        )
+        return await self.search(view, text, vector, top_k=top_k, importance=importance)
 
     async def search(
         self,
-        partition: str,
+        view: View,
         text: str,
         vector: Sequence[float],
         *,
         top_k: int = 5,
         importance: str | None = None,
-        origins: OriginFilter = OriginFilter.ALL,
     ) -> list[MemoryRecord]:
         """:meth:`query` for a caller that has embedded ``text`` already (``vector``):
         active memory's recall and extraction reuse their one query embedding."""
+        View.check(view)
         return await search(
             self,
-            partition,
+            view.partition,
             text,
             vector,
             top_k=top_k,
             importance=importance,
-            origins=origins,
+            origins=view.origins,
             settings=self.settings,
         )
 
     async def query_vector(
         self,
-        partition: str,
+        view: View,
         vector: Sequence[float],
         *,
         top_k: int = 5,
         importance: str | None = None,
-        origins: OriginFilter = OriginFilter.ALL,
+    ) -> list[MemoryRecord]:
+        """The nearest memories ``view`` shows (vector distance only)."""
+        View.check(view)
+        return await self._query_vector(
+            view.partition, vector, top_k=top_k, importance=importance, origins=view.origins
+        )
+
+    async def _query_vector(
+        self,
+        partition: str,
+        vector: Sequence[float],
+        *,
+        top_k: int,
+        importance: str | None,
+        origins: OriginFilter,
         load: bool = True,
     ) -> list[MemoryRecord]:
         """The nearest memories; ``load=False`` inside the partition's write section."""
@@ -387,21 +367,12 @@ class MemoryStore(MemoryCollection):
         include: Any = ["documents", "metadatas", "distances"]
         return query_records(await self._run(lambda c: c.query(**q, include=include)))
 
-    async def list(
-        self,
-        partition: str,
-        *,
-        limit: int = 20,
-        offset: int = 0,
-        origins: OriginFilter = OriginFilter.ALL,
-    ) -> list[MemoryRecord]:
-        """Memories of ``partition`` (of the ``origins`` given), oldest first."""
+    async def list(self, view: View, *, limit: int = 20, offset: int = 0) -> list[MemoryRecord]:
+        """Memories ``view`` shows, oldest first."""
+        where = View.check(view).where()
         res = await self._run(
             lambda c: c.get(
-                where=where_partition(partition, origins=origins),
-                limit=limit,
-                offset=offset,
-                include=["documents", "metadatas"],
+                where=where, limit=limit, offset=offset, include=["documents", "metadatas"]
             )
         )
         docs = res.get("documents") or [None] * len(res["ids"])
@@ -411,12 +382,17 @@ class MemoryStore(MemoryCollection):
             for i, d, m in zip(res["ids"], docs, metas, strict=False)
         ]
 
-    async def count(
-        self, partition: str | None = None, *, origins: OriginFilter = OriginFilter.ALL
-    ) -> int:
-        """Memories in ``partition`` (of the ``origins`` given), or in the whole collection."""
-        if partition is None:
-            return await self._run(lambda c: c.count())
-        where = where_partition(partition, origins=origins)
+    async def count(self, view: View) -> int:
+        """Memories ``view`` shows (the whole collection: :meth:`count_all`)."""
+        View.check(view)
+        if not view.origins.narrows:
+            return await self._count(view.partition)
+        where = view.where()
+        res = await self._run(lambda c: c.get(where=where, include=[]))
+        return len(res["ids"])
+
+    async def _count(self, partition: str) -> int:
+        """Memories in ``partition``, every origin (the limit counts them all)."""
+        where = where_partition(partition)
         res = await self._run(lambda c: c.get(where=where, include=[]))
         return len(res["ids"])

@@ -17,15 +17,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from ..core.records import IMPORTANCE_LEVELS, MemoryRecord
+from ..core.records import IMPORTANCE_LEVELS, MemoryRecord, OriginFilter
+from ..core.writes import NewMemory
 from ..ranking.repeats import cosine, repeats_memory
 from .archive.store import REASON_MERGED
-from .partition.retrieval import RetrievalSettings
-
-if TYPE_CHECKING:
-    from .partition.index import PartitionIndex
+from .partition.retrieval import RetrievalSettings, SearchStore
 
 __all__ = [
     "MERGE_NEIGHBOURS",
@@ -42,16 +40,15 @@ MERGE_NEIGHBOURS = 5
 T = TypeVar("T")
 
 
-class MergeStore(Protocol):
-    """What a merge needs of :class:`~.memory_store.MemoryStore` (which imports this module)."""
+class MergeStore(SearchStore, Protocol):
+    """What a merge needs of :class:`~.memory_store.MemoryStore` (which imports this module):
+    the neighbours of a search (``SearchStore._query_vector``), and these."""
 
     settings: RetrievalSettings
-    index: PartitionIndex
-    clock: Callable[[], str]
 
-    async def get(self, partition: str, memory_id: str) -> MemoryRecord | None: ...
+    async def _get(self, partition: str, memory_id: str) -> MemoryRecord | None: ...
 
-    async def stored_vector(self, memory_id: str) -> list[float] | None: ...
+    async def _stored_vector(self, memory_id: str) -> list[float] | None: ...
 
     async def keep_history(
         self, previous: MemoryRecord, vector: Sequence[float] | None, *, reason: str
@@ -59,11 +56,7 @@ class MergeStore(Protocol):
 
     async def _write(self, fn: Callable[[Any], T]) -> T: ...
 
-    async def vanished(self, memory_id: str) -> bool: ...
-
-    async def query_vector(
-        self, partition: str, vector: Sequence[float], *, top_k: int = 5, load: bool = True
-    ) -> list[MemoryRecord]: ...
+    async def _vanished(self, memory_id: str) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +71,14 @@ def _normalised(text: str) -> str:
     return "".join(ch for ch in text.lower() if ch.isalnum())
 
 
-def merge_candidates(
-    near: Sequence[MemoryRecord], content: str, *, scope: str, origin: str
-) -> list[MemoryRecord]:
-    """Of the nearest memories ``near``, those that ``content`` (written with ``scope``
-    and ``origin``) repeats; their vectors are checked under the lock by :func:`merge_into`."""
-    return [r for r in near if repeats_memory(r, content, scope=scope, origin=origin)]
+def _repeats(record: MemoryRecord, memory: NewMemory) -> bool:
+    return repeats_memory(record, memory.content, scope=memory.scope, origin=memory.origin)
+
+
+def merge_candidates(near: Sequence[MemoryRecord], memory: NewMemory) -> list[MemoryRecord]:
+    """Of the nearest memories ``near``, those that ``memory`` repeats; their vectors are
+    checked under the lock by :func:`merge_into`."""
+    return [r for r in near if _repeats(r, memory)]
 
 
 def is_close(stored: Sequence[float], vector: Sequence[float], settings: RetrievalSettings) -> bool:
@@ -91,22 +86,17 @@ def is_close(stored: Sequence[float], vector: Sequence[float], settings: Retriev
 
 
 def merged_record(
-    current: MemoryRecord,
-    content: str,
-    *,
-    tags: Sequence[str],
-    importance: str,
-    now: str,
+    current: MemoryRecord, memory: NewMemory, *, now: str
 ) -> tuple[MemoryRecord, bool]:
-    """``current`` refreshed by a repeated write, and whether its text changed
+    """``current`` refreshed by ``memory``, a repeated write, and whether its text changed
     (its origin stays: only a write of the same origin repeats it)."""
-    keep_old_text = _normalised(content) in _normalised(current.content)
-    merged_tags = list(dict.fromkeys([*current.tags, *tags]))
+    keep_old_text = _normalised(memory.content) in _normalised(current.content)
+    merged_tags = list(dict.fromkeys([*current.tags, *memory.tags]))
     rank = {level: i for i, level in enumerate(IMPORTANCE_LEVELS)}
-    higher = max(current.importance, importance, key=lambda lvl: rank.get(lvl, 1))
+    higher = max(current.importance, memory.importance, key=lambda lvl: rank.get(lvl, 1))
     record = dataclasses.replace(
         current,
-        content=current.content if keep_old_text else content,
+        content=current.content if keep_old_text else memory.content,
         tags=merged_tags,
         importance=higher,
         updated_at=now,
@@ -116,30 +106,20 @@ def merged_record(
 
 
 async def merge_into(
-    store: MergeStore,
-    partition: str,
-    memory_id: str,
-    content: str,
-    vector: Sequence[float],
-    *,
-    tags: Sequence[str],
-    importance: str,
-    scope: str,
-    origin: str,
+    store: MergeStore, memory: NewMemory, vector: Sequence[float], memory_id: str
 ) -> MemoryRecord | None:
-    """Refresh ``memory_id`` with a repeated write (the caller holds the partition's
-    lock); ``None`` when it is gone (also when another process archived it just
-    before the refresh landed), no longer repeated by ``content`` (changed
+    """Refresh ``memory_id`` with ``memory``, a repeated write (the caller holds the
+    partition's lock); ``None`` when it is gone (also when another process archived it
+    just before the refresh landed), no longer repeated by ``memory`` (changed
     meanwhile) or its stored vector is not close enough."""
-    current = await store.get(partition, memory_id)
-    if current is None or not repeats_memory(current, content, scope=scope, origin=origin):
+    partition = memory.partition
+    current = await store._get(partition, memory_id)
+    if current is None or not _repeats(current, memory):
         return None
-    stored = await store.stored_vector(memory_id)
+    stored = await store._stored_vector(memory_id)
     if stored is None or not is_close(stored, vector, store.settings):
         return None
-    record, text_changed = merged_record(
-        current, content, tags=tags, importance=importance, now=store.clock()
-    )
+    record, text_changed = merged_record(current, memory, now=store.clock())
     kwargs: dict[str, Any] = {"ids": [memory_id], "metadatas": [record.to_metadata()]}
     if text_changed:
         # The replaced text goes to the archive first: if that fails, nothing changes.
@@ -147,7 +127,7 @@ async def merge_into(
         kwargs.update(documents=[record.content], embeddings=[list(vector)])
     try:
         await store._write(lambda c: c.update(**kwargs))
-        gone = await store.vanished(memory_id)
+        gone = await store._vanished(memory_id)
     except BaseException:
         store.index.drop(partition)
         raise
@@ -159,25 +139,21 @@ async def merge_into(
 
 
 async def merge_repeat(
-    store: MergeStore,
-    partition: str,
-    content: str,
-    vector: Sequence[float],
-    *,
-    tags: Sequence[str],
-    importance: str,
-    scope: str,
-    origin: str,
+    store: MergeStore, memory: NewMemory, vector: Sequence[float]
 ) -> MemoryRecord | None:
-    """In the partition's write section: the memory ``content`` repeats, refreshed, or
-    ``None``. The neighbours are read as of now (every process's writes applied): from
-    the index when it is cached, else from Chroma (a load would take the lock held)."""
-    near = await store.query_vector(partition, vector, top_k=MERGE_NEIGHBOURS, load=False)
-    for candidate in merge_candidates(near, content, scope=scope, origin=origin):
-        merged = await merge_into(
-            store, partition, candidate.id, content, vector,
-            tags=tags, importance=importance, scope=scope, origin=origin,
-        )  # fmt: skip
+    """In the partition's write section: the memory ``memory`` repeats, refreshed, or
+    ``None``. The neighbours are read once, as of now (every process's writes applied):
+    from the index when it is cached, else from Chroma (a load would take the lock held)."""
+    near = await store._query_vector(
+        memory.partition,
+        vector,
+        top_k=MERGE_NEIGHBOURS,
+        importance=None,
+        origins=OriginFilter.ALL,
+        load=False,
+    )
+    for candidate in merge_candidates(near, memory):
+        merged = await merge_into(store, memory, vector, candidate.id)
         if merged is not None:
             return merged
     return None

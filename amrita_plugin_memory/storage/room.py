@@ -60,7 +60,7 @@ class RoomStore(RemovalStore, Protocol):
     recent: RecentIds
     index: PartitionIndex
 
-    async def count(self, partition: str | None = None) -> int: ...
+    async def _count(self, partition: str) -> int: ...
 
 
 async def make_room(store: RoomStore, partition: str, limit: int, displace: str | None) -> None:
@@ -69,7 +69,7 @@ async def make_room(store: RoomStore, partition: str, limit: int, displace: str 
     (see the module docstring): it is archived (reason ``displaced``) first."""
     count = store.counts.get(partition)
     if count is None or count >= limit:  # unknown, or about to refuse: exact
-        count = await store.count(partition)
+        count = await store._count(partition)
         store.counts.set(partition, count)
     if count < limit:
         return

@@ -13,7 +13,10 @@ reader and writer then asks it, so the privacy decisions exist here only:
   chat the answer goes to (the rule itself is ``GroupPrivacy.origins_for``);
 * :meth:`Scope.require`: may this caller write / update / delete there; a
   refusal is a :class:`~..core.errors.ScopeRefused` whose Chinese text goes back
-  to the model or the user.
+  to the model or the user;
+* :meth:`Scope.view`: the two above as one :class:`View`, which every read and
+  count of the memory store requires (there is no read "of everything": a
+  whole-collection pass is a separately named operator method of the store).
 
 Background work for a user (an L3 cycle) also carries its :attr:`Scope.fence`:
 every write made with the scope awaits it inside the store's write section.
@@ -21,9 +24,9 @@ every write made with the scope awaits it inside the store's write section.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from ..core.config import ConfigFile
 from ..core.errors import ScopeRefused
@@ -31,10 +34,12 @@ from ..core.protocols import Fence
 from ..core.records import (
     ORIGIN_PRIVATE,
     GroupPrivacy,
+    MemoryRecord,
     OriginFilter,
     ScopeKind,
     group_of_origin,
     origin_of_chat,
+    where_partition,
 )
 from .keys import ChatTarget, group_key
 
@@ -45,6 +50,8 @@ __all__ = [
     "Scope",
     "ScopeKind",
     "ScopeRules",
+    "View",
+    "operator_view",
 ]
 
 Action = Literal["write", "update", "delete"]
@@ -61,6 +68,44 @@ async def _never() -> bool:
 
 async def _always() -> bool:
     return True
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """What one read may see: a partition, and which of its memories by where they were said.
+
+    Every read and count of :class:`~.memory_store.MemoryStore` requires one
+    (a plain partition key is refused, :meth:`check`), and only this module
+    builds them: :meth:`Scope.view` for a request, :func:`operator_view` for
+    the console, the CLI and the work on stored memories as a whole. A new
+    reader therefore cannot forget the privacy rule: it has no read without it.
+    """
+
+    partition: str
+    origins: OriginFilter
+
+    @staticmethod
+    def check(view: object) -> View:
+        """``view`` if it is a :class:`View`, else ``TypeError`` (a read that names no view)."""
+        if not isinstance(view, View):
+            raise TypeError(
+                "a memory store read needs a storage.scope.View (Scope.view / operator_view), "
+                f"not {type(view).__name__}"
+            )
+        return view
+
+    def allows(self, record: MemoryRecord) -> bool:
+        """Whether ``record`` is one this view shows."""
+        return record.partition == self.partition and self.origins.allows(record.origin)
+
+    def allows_meta(self, meta: Mapping[str, Any] | None) -> bool:
+        """:meth:`allows` for a row's stored metadata."""
+        meta = meta or {}
+        return meta.get("user_id") == self.partition and self.origins.allows_meta(meta)
+
+    def where(self, **filters: str | None) -> dict[str, Any]:
+        """The Chroma ``where`` of this view (and ``filters``)."""
+        return where_partition(self.partition, origins=self.origins, **filters)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +177,10 @@ class Scope:
             return OriginFilter.ALL
         return self.privacy.origins_for(self.audience)
 
+    def view(self, kind: str) -> View:
+        """What a read of ``kind``'s partition may see (:meth:`partition`, :meth:`origins`)."""
+        return View(self.partition(kind), self.origins(kind))
+
     async def manages_group(self) -> bool:
         """Whether the caller is a manager of this group (never outside a group)."""
         return self.target.is_group and await self.can_manage_group()
@@ -171,6 +220,12 @@ class Scope:
             raise ScopeRefused(
                 f"本 Bot 设置为只有{MANAGERS}可以{what}（group_memo_editors = admin），未做任何修改"
             )
+
+
+def operator_view(partition: str) -> View:
+    """Every memory of ``partition`` (:meth:`Scope.of_operator`): the console, ``ambot memory``,
+    the work on stored memories as a whole (``upkeep/``) and the store's own writes."""
+    return Scope.of_operator(partition).view("user")
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from ..core.errors import ErrorKind, PluginError
 from ..core.text import single_line
 
 __all__ = ["SUMMARY_MAX", "TITLE_MAX", "KnowledgeEntry", "KnowledgeError", "header_field", "now"]
@@ -21,8 +22,10 @@ TITLE_MAX = 100
 SUMMARY_MAX = 500
 
 
-class KnowledgeError(ValueError):
+class KnowledgeError(PluginError, ValueError):
     """A knowledge operation cannot be done; the message is meant for the model."""
+
+    kind = ErrorKind.INVALID
 
 
 def now() -> str:

@@ -10,6 +10,7 @@ from amrita_core.config import AmritaConfig
 from amrita_core.types import CONTENT_LIST_TYPE, Message
 from nonebot import logger
 
+from ..core.errors import ErrorKind, PluginError
 from ..prompting.blocks import render_block
 from .amrita_data import AmritaData
 from .consts import SEND_TIMEOUT_SECONDS
@@ -18,8 +19,10 @@ from .templates import PromptError, PromptTemplates, format_time, local_now
 __all__ = ["MessageComposeError", "Messenger"]
 
 
-class MessageComposeError(RuntimeError):
+class MessageComposeError(PluginError, RuntimeError):
     """The message for the user could not be generated; the text goes to the model."""
+
+    kind = ErrorKind.FAILED
 
 
 class Messenger:

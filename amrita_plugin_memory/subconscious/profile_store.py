@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ..core.errors import ErrorKind, PluginError
 from ..storage.shared.coherence import Coherence
 from ..storage.users.loop_profile import (
     PROFILE_FILE,
@@ -41,8 +42,10 @@ MAX_WINDOW = 200
 Section = Literal["summary", "body"]
 
 
-class ProfileError(ValueError):
+class ProfileError(PluginError, ValueError):
     """A profile operation cannot be done; the message is meant for the model."""
+
+    kind = ErrorKind.INVALID
 
 
 def _escape(line: str) -> str:

@@ -157,7 +157,7 @@ class SubconsciousRunner:
                 self.pending,
                 self.messenger,
                 rt.store,
-                self.target.user,
+                scope.view("user"),
                 can_send=self.config.allow_send_to_user,
             ).group()
         )
@@ -402,7 +402,8 @@ class SubconsciousRunner:
         )
 
         try:
-            memory_count = await self.runtime.store.count(self.target.user)
+            view = Scope.of_loop(self.target).view("user")
+            memory_count = await self.runtime.store.count(view)
             system_prompt = await self._system_prompt(memory_count)
             user_input = await self._user_input(cycle, memory_count)
             preset = await self.data.resolve_preset()

@@ -11,6 +11,7 @@ import jinja2
 from jinja2.sandbox import SandboxedEnvironment
 
 from ..core.config import SubconsciousConfig
+from ..core.errors import ErrorKind, PluginError
 from .consts import DEFAULTS, TEMPLATE_VARIABLES, ensure_prompt_file
 
 __all__ = ["PromptError", "PromptTemplates", "format_time", "local_now"]
@@ -27,8 +28,10 @@ def format_time(moment: datetime) -> str:
     return f"{moment:%Y-%m-%d %H:%M:%S}（周{weekdays[moment.weekday()]}）"
 
 
-class PromptError(RuntimeError):
+class PromptError(PluginError, RuntimeError):
     """A prompt template is missing, unreadable or broken; the message names the file."""
+
+    kind = ErrorKind.INVALID
 
 
 class PromptTemplates:

@@ -4,7 +4,8 @@ Every argument comes from an LLM (or a chat user) and is treated as hostile:
 wrong types, unknown enum values, empty or oversized text produce a
 :class:`ToolArgError` whose Chinese message goes back to the caller, and
 :func:`guard_tool_call` turns every expected failure into
-``{"ok": false, "error": ...}`` so nothing ever raises into the framework.
+``{"ok": false, "error": ...}`` (in the words ``core/errors.WORDS`` gives its kind)
+so nothing ever raises into the framework.
 """
 
 from __future__ import annotations
@@ -16,15 +17,7 @@ from typing import Any
 
 from nonebot import logger
 
-from ..core.errors import (
-    DimensionMismatch,
-    EmbeddingConfigError,
-    EmbeddingError,
-    MaintenanceInProgress,
-    MemoryLimitReached,
-    ScopeRefused,
-    VectorStoreError,
-)
+from ..core.errors import Described, ErrorKind, PluginError, describe
 
 __all__ = [
     "LIMITS",
@@ -32,6 +25,7 @@ __all__ = [
     "ToolArgError",
     "dump_result",
     "guard_tool_call",
+    "log_failure",
     "parse_enum",
     "parse_int",
     "parse_memory_id",
@@ -62,8 +56,10 @@ class Limits:
 LIMITS = Limits()
 
 
-class ToolArgError(ValueError):
+class ToolArgError(PluginError, ValueError):
     """A tool argument is unusable; the message goes back to the model."""
+
+    kind = ErrorKind.INVALID
 
 
 def parse_optional_text(
@@ -193,43 +189,31 @@ def parse_user_id(value: object) -> str:
 
 
 async def guard_tool_call(
-    prefix: str,
-    name: str,
-    call: Callable[[], Awaitable[dict[str, Any]]],
-    *,
-    expected: tuple[type[Exception], ...] = (),
+    prefix: str, name: str, call: Callable[[], Awaitable[dict[str, Any]]]
 ) -> dict[str, Any]:
     """Run a tool body, turning every expected failure into an error result.
 
-    Shared by the surface tools and the L3 loop's tools: bad arguments
-    (:class:`ToolArgError` and the caller's ``expected`` types) come back as
-    they are, service failures with a clear "nothing was done" message, so no
-    exception ever reaches the framework (or a traceback the chat).
+    Shared by the surface tools, the ``/memory`` commands and the L3 loop's tools: an
+    expected failure (a ``core/errors.PluginError``, or a file error) comes back in the
+    words of its kind (``core/errors.WORDS``: bad arguments as they are, service failures
+    with a clear "nothing was done"), logged as the table says, so no exception ever
+    reaches the framework (or a traceback the chat). A fenced write (the work was
+    voided) and an unexpected error propagate.
     """
     try:
         return await call()
-    except (ToolArgError, ScopeRefused, MemoryLimitReached, *expected) as exc:
-        return tool_error(str(exc))
-    except EmbeddingConfigError as exc:
-        logger.warning(f"{prefix} {name} 失败：嵌入模型配置有误：{exc}")
-        return tool_error(
-            f"嵌入模型配置有误（请管理员检查 EMBEDDING_MODEL_NAME），本次操作未执行：{exc}"
-        )
-    except EmbeddingError as exc:
-        logger.warning(f"{prefix} {name} 失败：嵌入服务错误：{exc}")
-        return tool_error(f"嵌入服务不可用，本次操作未执行：{exc}")
-    except MaintenanceInProgress as exc:
-        logger.info(f"{prefix} {name} 未执行：记忆库维护中（重映射进行中）")
-        return tool_error(str(exc))
-    except DimensionMismatch as exc:
-        logger.warning(f"{prefix} {name} 失败：{exc}")
-        return tool_error(f"嵌入服务返回的向量与记忆库不匹配，本次操作未执行：{exc}")
-    except VectorStoreError as exc:
-        logger.warning(f"{prefix} {name} 失败：{exc}")
-        return tool_error(f"向量数据库不可用，本次操作未执行：{exc}")
-    except OSError as exc:
-        logger.warning(f"{prefix} {name} 失败：文件读写错误：{exc}")
-        return tool_error(f"文件读写失败，本次操作未执行：{exc.__class__.__name__}")
+    except Exception as exc:
+        said = describe(exc)
+        if said is None or said.tool is None:
+            raise
+        log_failure(prefix, name, said)
+        return tool_error(said.tool)
+
+
+def log_failure(prefix: str, name: str, said: Described) -> None:
+    """The log line of an expected failure, as ``core/errors.WORDS`` says (if any)."""
+    if said.log is not None:
+        getattr(logger, said.level)(f"{prefix} {name} {said.log}")
 
 
 def dump_result(result: Mapping[str, Any]) -> str:

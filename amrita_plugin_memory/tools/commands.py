@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from ..core.records import SOURCE_AUTO
 from ..storage.scope import Scope
-from ..upkeep.archive.restore import ArchiveRestoreError, restore
+from ..upkeep.archive.restore import restore
 from ..upkeep.archive.view import describe_row
 from .args import guard_tool_call, parse_memory_id
 from .group_commands import GroupCommands
@@ -420,7 +420,5 @@ class MemoryCommands:
             done = await restore(tools.store, row_id, partition=partition, limit=tools.memory_limit)
             return {"ok": True, "message": done.describe()}
 
-        result = await guard_tool_call(
-            "[Memory]", "archive_restore", run, expected=(ArchiveRestoreError,)
-        )
+        result = await guard_tool_call("[Memory]", "archive_restore", run)
         return str(result["message"]) if result["ok"] else f"恢复失败：{result['error']}"

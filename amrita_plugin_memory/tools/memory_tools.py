@@ -22,7 +22,7 @@ from nonebot import logger
 from ..core.config import ConfigFile
 from ..core.records import IMPORTANCE_LEVELS, SCOPES, origin_after_rewrite
 from ..storage.memo_store import MemoService
-from ..storage.memory_store import EXPLICIT, MemoryStore
+from ..storage.memory_store import EXPLICIT, MemoryStore, NewMemory, WriteRules
 from ..storage.scope import Scope
 from . import results
 from .args import (
@@ -168,20 +168,21 @@ class MemoryTools:
             kind = parse_enum(args, "scope", SCOPES, "user")
             assert content is not None and tags is not None and importance and kind
             partition = await scope.require("write", kind)
-            written = await self.store.remember(
+            memory = NewMemory(
                 partition,
                 kind,
                 content,
                 tags=tags,
                 importance=importance,
-                limit=self.memory_limit,
                 origin=scope.origin,
                 # A group memory records who wrote it (their export lists it).
                 author=scope.user_id if kind == "group" else "",
-                # The user's own request: an automatic memory gives way (storage/room).
-                displace=EXPLICIT,
-                fence=scope.fence,
             )
+            # The user's own request: an automatic memory gives way (storage/room).
+            rules = WriteRules(
+                merge=True, limit=self.memory_limit, displace=EXPLICIT, fence=scope.fence
+            )
+            written = await self.store.write(memory, rules)
             merged = " merged" if written.merged else ""
             logger.info(
                 f"[Memory] write_memory{merged} partition={partition} id={written.record.id}"
@@ -201,11 +202,7 @@ class MemoryTools:
             kind = parse_enum(args, "scope", SCOPES, "user")
             assert query is not None and kind
             hits = await self.store.query(
-                scope.partition(kind),
-                query,
-                top_k=top_k,
-                importance=importance,
-                origins=scope.origins(kind),
+                scope.view(kind), query, top_k=top_k, importance=importance
             )
             return results.found(kind, hits)
 
@@ -223,13 +220,13 @@ class MemoryTools:
             if content is None and tags is None and importance is None:
                 raise ToolArgError("至少提供 content、tags、importance 之一")
             partition = await scope.require("update", kind)
+            view = scope.view(kind)
             missing = f"记忆 {memory_id} 不存在（或不属于 scope={kind} 的当前分区）"
-            origins = scope.origins(kind)
             origin: str | None = None
-            if origins.narrows or (content is not None and kind == "user"):
-                current = await self.store.get(partition, memory_id)
+            if view.origins.narrows or (content is not None and kind == "user"):
+                current = await self.store.get(view, memory_id)
                 # Its answer shows the memory: one this chat may not read is missing here.
-                if current is None or not origins.allows(current.origin):
+                if current is None:
                     raise ToolArgError(missing)
                 if content is not None and kind == "user":
                     # A private chat's text must not stay readable in the memory's group.
@@ -273,10 +270,9 @@ class MemoryTools:
             offset = parse_int(args, "offset", low=0, high=1_000_000, default=0)
             kind = parse_enum(args, "scope", SCOPES, "user")
             assert kind
-            partition = scope.partition(kind)
-            origins = scope.origins(kind)
-            records = await self.store.list(partition, limit=limit, offset=offset, origins=origins)
-            total = await self.store.count(partition, origins=origins)
+            view = scope.view(kind)
+            records = await self.store.list(view, limit=limit, offset=offset)
+            total = await self.store.count(view)
             return results.listed(kind, total, offset, records)
 
         return await self._guard("list_memory", run)

@@ -3,8 +3,11 @@
 What the model (and the ``/memory`` commands, the L3 loop) reads back is
 decided here only: a memory always appears as :meth:`MemoryRecord.compact`,
 every answer carries ``ok``, and a refused memo write names its numbers so
-the model can shorten and retry. The tool logic (:mod:`.memory_tools`)
-returns these and never builds a dict itself.
+the model can shorten and retry. The tool logic (:mod:`.memory_tools`, and a
+new tool there) returns these and never builds a dict itself: an answer that
+shows memories has its function here (a new kind of answer: a new function),
+any other answer is :func:`ok` with its fields; an error is
+``args.tool_error`` (or an exception ``args.guard_tool_call`` words).
 """
 
 from __future__ import annotations
@@ -22,11 +25,17 @@ __all__ = [
     "found",
     "listed",
     "memo_written",
+    "ok",
     "updated",
     "written",
 ]
 
 MERGED_NOTE = "与已有记忆重复，已合并到该条（更新时间、合并标签、取较高重要性）"
+
+
+def ok(**fields: Any) -> dict[str, Any]:
+    """An answer that shows no memory (a count, a confirmation): ``ok`` and ``fields``."""
+    return {"ok": True, **fields}
 
 
 def written(result: WriteResult) -> dict[str, Any]:

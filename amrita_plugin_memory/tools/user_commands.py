@@ -33,7 +33,7 @@ from typing import Any
 from nonebot import logger
 
 from ..storage.scope import Scope
-from ..upkeep.users.user_data import ForgetBlocked, ForgetCounts, UserData
+from ..upkeep.users.user_data import ForgetCounts, UserData
 from .args import guard_tool_call
 
 __all__ = [
@@ -177,9 +177,7 @@ class UserCommands:
                 "没有待确认的删除：请先发送 /memory user forget 查看将删除的内容，"
                 f"再在 {CONFIRM_SECONDS // 60} 分钟内发送 /memory user forget confirm"
             )
-        result = await guard_tool_call(
-            "[Memory]", "forget", lambda: self._forget(user_id), expected=(ForgetBlocked,)
-        )
+        result = await guard_tool_call("[Memory]", "forget", lambda: self._forget(user_id))
         if not result["ok"]:
             return (
                 f"删除未完成：{result['error']}\n已删除的部分不会恢复；"

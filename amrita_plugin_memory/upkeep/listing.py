@@ -8,11 +8,9 @@ id, whatever the size of the partition or of the collection.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from typing import Any
 
 from ..core.records import MemoryRecord
-from ..storage.memory_store import MemoryStore
+from ..storage.memory_store import MemoryStore, operator_view
 
 __all__ = ["locate", "newest_page", "partition_ids"]
 
@@ -27,8 +25,7 @@ async def _read_ids(store: MemoryStore, partition: str) -> list[str]:
     collection and the cached list, so the list read here misses none of them.
     """
     async with store.locks.hold(partition):
-        res = await store._run(lambda c: c.get(where={"user_id": partition}, include=[]))
-        ids = list(res["ids"])
+        ids = await store.ids(operator_view(partition))
         store.recent.set(partition, ids)
         return ids
 
@@ -64,24 +61,6 @@ async def partition_ids(store: MemoryStore, partition: str) -> list[str]:
     return ids
 
 
-def _records(
-    res: Mapping[str, Any], wanted: list[str], partition: str | None
-) -> list[MemoryRecord]:
-    """The items of a ``get(ids=...)`` in the order of ``wanted`` (Chroma keeps its own order)."""
-    docs = res.get("documents") or [None] * len(res["ids"])
-    metas = res.get("metadatas") or [None] * len(res["ids"])
-    found = {i: (d, m) for i, d, m in zip(res["ids"], docs, metas, strict=False)}
-    out: list[MemoryRecord] = []
-    for memory_id in wanted:
-        if memory_id not in found:
-            continue  # deleted meanwhile
-        doc, meta = found[memory_id]
-        if partition is not None and (meta or {}).get("user_id") != partition:
-            continue  # moved meanwhile (key migration)
-        out.append(MemoryRecord.from_chroma(memory_id, doc, meta))
-    return out
-
-
 async def newest_page(
     store: MemoryStore, partition: str, *, offset: int = 0, limit: int = 20
 ) -> tuple[list[MemoryRecord], int]:
@@ -92,12 +71,11 @@ async def newest_page(
     page = ids[max(stop - limit, 0) : stop][::-1]
     if not page:
         return [], total
-    res = await store._run(lambda c: c.get(ids=page, include=["documents", "metadatas"]))
-    return _records(res, page, partition), total
+    rows = await store.fetch(operator_view(partition), page)  # moved meanwhile: left out
+    return [row.record for row in rows], total
 
 
 async def locate(store: MemoryStore, memory_id: str) -> MemoryRecord | None:
     """The memory ``memory_id`` in whatever partition it is (admin only; tools never do this)."""
-    res = await store._run(lambda c: c.get(ids=[memory_id], include=["documents", "metadatas"]))
-    records = _records(res, [memory_id], None)
-    return records[0] if records else None
+    rows = await store.fetch_anywhere([memory_id])
+    return rows[0].record if rows else None

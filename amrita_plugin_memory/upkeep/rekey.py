@@ -6,13 +6,12 @@ lives above ``storage/``; the key format itself is :mod:`..storage.keys`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..storage.keys import KEY_FORMAT_META, current_key_format, normalize_key
 from ..storage.memory_store import MemoryStore
 
-__all__ = ["KeyMigrationReport", "migrate_partition_keys", "rewrite_memory_keys"]
+__all__ = ["KeyMigrationReport", "migrate_partition_keys"]
 
 
 @dataclass(slots=True)
@@ -42,7 +41,7 @@ async def migrate_partition_keys(
     if stored == current:
         report.skipped = True
         return report
-    async for page in store.iter_records(page_size=page_size):
+    async for page in store.iter_all_records(page_size=page_size):
         updates: dict[str, str] = {}
         for record in page:
             report.scanned += 1
@@ -53,27 +52,9 @@ async def migrate_partition_keys(
                 updates[record.id] = new
         report.rewritten += len(updates)
         if updates and not dry_run:
-            await rewrite_memory_keys(store, updates)
+            await store.rewrite_keys(updates)
     if not dry_run:
         # Archived memories and versions follow their partition (restores find them).
         await store.archive.rewrite_partition_keys(normalize_key)
         await store.set_meta({KEY_FORMAT_META: current})
     return report
-
-
-async def rewrite_memory_keys(store: MemoryStore, updates: Mapping[str, str]) -> None:
-    """Set ``user_id`` of the given memories ``{memory id: new key}`` (key migration only)."""
-    ids = list(updates)
-    res = await store._run(lambda c: c.get(ids=ids, include=["metadatas"]))
-    new_metas = []
-    for memory_id, meta in zip(res["ids"], res.get("metadatas") or [], strict=False):
-        meta = dict(meta or {})
-        meta["user_id"] = updates[memory_id]
-        new_metas.append(meta)
-    try:
-        if res["ids"]:
-            await store._run(lambda c: c.update(ids=list(res["ids"]), metadatas=new_metas))
-    finally:
-        store.counts.clear()  # memories moved between partitions
-        store.recent.clear()
-        store.index.clear()

@@ -27,7 +27,7 @@ Every write goes through this collection's own :class:`~..chroma.remap_markers.C
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -245,6 +245,14 @@ class ArchiveStore:
             ids = list(row_ids)
             await self._write(lambda c: c.delete(ids=ids))
 
+    async def set_metadatas(
+        self, row_ids: Sequence[str], metadatas: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """Replace the metadata of rows (a forget clearing a writer mark)."""
+        if row_ids:
+            ids, metas = list(row_ids), [dict(m) for m in metadatas]
+            await self._write(lambda c: c.update(ids=ids, metadatas=metas))  # type: ignore[arg-type]
+
     async def rewrite_partition_keys(self, partition_of: Callable[[str], str | None]) -> int:
         """Rewrite every row's ``user_id`` with ``partition_of`` (key migration only;
         ``None`` or the same key leaves a row as it is). Returns the rows rewritten."""
@@ -295,6 +303,31 @@ class ArchiveStore:
         wanted = list(row_ids)
         res = await self._run(lambda c: c.get(ids=wanted, include=[]))
         return set(res["ids"])
+
+    async def row_ids(self, where: Mapping[str, Any]) -> list[str]:
+        """Ids of the rows matching ``where`` (none, and nothing created, without an archive)."""
+        if not await self._exists_now():
+            return []
+        clause = dict(where)
+        res = await self._run(lambda c: c.get(where=clause, include=[]))
+        return list(res["ids"])
+
+    async def metadatas(self, where: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        """``(row id, raw metadata)`` of the rows matching ``where`` (one read, no documents)."""
+        if not await self._exists_now():
+            return []
+        clause = dict(where)
+        res = await self._run(lambda c: c.get(where=clause, include=["metadatas"]))
+        metas = res.get("metadatas") or [None] * len(res["ids"])
+        return [(i, dict(m or {})) for i, m in zip(res["ids"], metas, strict=False)]
+
+    async def iter_rows(self, where: Mapping[str, Any]) -> AsyncIterator[list[ArchivedMemory]]:
+        """Every row matching ``where``, page by page by id (a user's export)."""
+        if not await self._exists_now():
+            return
+        pages = self.guard.pages(self.name, self.invalidate, where=dict(where))
+        async for items in pages:
+            yield [ArchivedMemory.from_chroma(i.id, i.document, i.metadata) for i in items]
 
     async def versions(self, memory_ids: Sequence[str]) -> dict[str, int]:
         """Archived rows per memory (the swept memory itself and its previous versions);

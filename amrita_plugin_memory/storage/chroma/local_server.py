@@ -50,6 +50,8 @@ from pathlib import Path
 import psutil
 from nonebot.log import logger
 
+from ...core.errors import ErrorKind, PluginError
+
 __all__ = ["CHILD_MAIN", "LocalChromaServer", "PortTaken", "can_supervise", "listens_on"]
 
 LOOPBACK = "127.0.0.1"
@@ -80,8 +82,10 @@ Linux there is no such signal: see :func:`can_supervise`.)
 """
 
 
-class PortTaken(RuntimeError):
+class PortTaken(PluginError, RuntimeError):
     """The server's port is served by another process (refused, never used)."""
+
+    kind = ErrorKind.STORE
 
 
 def can_supervise() -> bool:

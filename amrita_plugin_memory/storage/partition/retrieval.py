@@ -48,14 +48,15 @@ class SearchStore(IndexedStore, Protocol):
     index: PartitionIndex
     clock: Callable[[], str]
 
-    async def query_vector(
+    async def _query_vector(
         self,
         partition: str,
         vector: Sequence[float],
         *,
-        top_k: int = 5,
-        importance: str | None = None,
-        origins: OriginFilter = OriginFilter.ALL,
+        top_k: int,
+        importance: str | None,
+        origins: OriginFilter,
+        load: bool = True,
     ) -> list[MemoryRecord]: ...
 
     async def _run(self, fn: Callable[[Any], T]) -> T: ...
@@ -313,11 +314,11 @@ async def search(
     named = named_period(text, utc) if settings.time_weight > 0 else None
     hybrid = settings.hybrid and settings.keyword_weight > 0
     if not hybrid and not settings.decay and named is None:
-        return await store.query_vector(
+        return await store._query_vector(
             partition, vector, top_k=top_k, importance=importance, origins=origins
         )
     pool = max(top_k, settings.candidates)
-    by_vector = await store.query_vector(
+    by_vector = await store._query_vector(
         partition, vector, top_k=pool, importance=importance, origins=origins
     )
     records = {r.id: r for r in by_vector}

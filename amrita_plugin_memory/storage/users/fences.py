@@ -7,7 +7,7 @@ extraction batch, a persona extraction) takes a
 reads (the oldest turn of a batch, the oldest window message of a member),
 not when the work started; :meth:`UserFences.fence` turns it into the check a
 store awaits under the partition's lock right before it writes
-(``MemoryStore.add(fence=…)``). The check fails when, since the ticket's time:
+(``WriteRules.fence`` of ``MemoryStore.write``). The check fails when, since the ticket's time:
 
 * this process voided it (a forget, ``/memory auto off``: :class:`UserEpochs`);
 * any process forgot the user (the tombstone is at or after the ticket's time);

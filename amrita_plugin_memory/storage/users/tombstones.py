@@ -45,6 +45,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
+from ...core.errors import ErrorKind, PluginError
 from ...core.records import META_AUTHOR
 from ...infra.files import atomic_write_text
 from ..shared.sessions import SessionFactory, SharedWork
@@ -67,8 +68,10 @@ Normalize = Callable[[str], str | None]
 """A partition key in its current form (``storage.keys.normalize_key``; ``None``: unknown form)."""
 
 
-class ForgottenFileError(OSError):
+class ForgottenFileError(PluginError, OSError):
     """The tombstone file exists but cannot be read: restores refuse rather than guess."""
+
+    kind = ErrorKind.FILES
 
 
 def parse_time(value: Any) -> datetime | None:

@@ -82,14 +82,9 @@ class SimpleGroup:
         return ""
 
 
-async def guard(
-    name: str,
-    call: Callable[[], Awaitable[dict[str, Any]]],
-    *,
-    expected: tuple[type[Exception], ...] = (),
-) -> dict[str, Any]:
+async def guard(name: str, call: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
     """:func:`~...tools.args.guard_tool_call` with the loop's log prefix."""
-    return await guard_tool_call("[Subconscious]", name, call, expected=expected)
+    return await guard_tool_call("[Subconscious]", name, call)
 
 
 def tool_data(tool: LoopTool, label: Callable[[], str], gate: Gate | None = None) -> ToolData:

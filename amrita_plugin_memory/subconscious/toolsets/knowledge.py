@@ -17,7 +17,7 @@ from nonebot import logger
 from ...tools.args import ToolArgError, parse_int, parse_text
 from ...tools.schemas import define, prop
 from ..context import LoopContext, count_action
-from ..knowledge_base import SUMMARY_MAX, TITLE_MAX, KnowledgeBaseManager, KnowledgeError
+from ..knowledge_base import SUMMARY_MAX, TITLE_MAX, KnowledgeBaseManager
 from ..profile_store import MAX_WINDOW
 from .base import LoopTool, guard
 
@@ -46,10 +46,9 @@ LINE_NO_MAX: Final = 1_000_000
 
 
 async def guard_kb(name: str, call: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
-    """Every expected failure as an error result the model can act on."""
-    from ..profile_store import ProfileError
-
-    return await guard(name, call, expected=(KnowledgeError, ProfileError))
+    """Every expected failure (``KnowledgeError``, ``ProfileError``: invalid input, in
+    the words of ``core/errors.WORDS``) as an error result the model can act on."""
+    return await guard(name, call)
 
 
 def parse_kid(args: Mapping[str, Any], *, required: bool = True) -> str | None:

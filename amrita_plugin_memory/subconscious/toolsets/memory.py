@@ -31,7 +31,7 @@ from ...tools.schemas import (
     tags_prop,
     top_k_prop,
 )
-from ...upkeep.stored_vectors import nearest, stored_vectors
+from ...upkeep.stored_vectors import stored_vectors
 from ..context import LoopContext, count_action
 from .base import LoopTool, SimpleGroup, guard
 
@@ -194,7 +194,7 @@ class MemoryToolset:
         self.memory = memory
         self.store = store
         self.scope = scope
-        self.partition = scope.partition("user")
+        self.view = scope.view("user")
 
     def group(self) -> SimpleGroup:
         defs = memory_schemas()
@@ -241,7 +241,7 @@ class MemoryToolset:
     async def _all_records(self, cap: int | None = None) -> list[MemoryRecord]:
         """The partition's memories (at most ``cap``), paged by id."""
         records: list[MemoryRecord] = []
-        async for page in self.store.iter_records(self.partition, with_documents=True):
+        async for page in self.store.iter_records(self.view, with_documents=True):
             records.extend(page)
             if cap is not None and len(records) >= cap:
                 return records[:cap]
@@ -259,9 +259,9 @@ class MemoryToolset:
             # The stored vectors, compared with each other in one batched query:
             # no embedding request, and no new-model query against old-model
             # vectors when the embedding model changed (EMBED_MISMATCH_POLICY=never).
-            stored = await stored_vectors(self.store, self.partition, DUPLICATE_SCAN_MAX)
+            stored = await stored_vectors(self.store, self.view, DUPLICATE_SCAN_MAX)
             records = [record for record, _ in stored]
-            total = await self.store.count(self.partition)
+            total = await self.store.count(self.view)
             if len(records) < 2:
                 return {
                     "ok": True,
@@ -271,9 +271,7 @@ class MemoryToolset:
                     "guidance": "记忆不足两条，无需去重。",
                 }
             k = min(DUPLICATE_NEIGHBOURS + 1, len(records))
-            rows = await nearest(
-                self.store, self.partition, [vector for _, vector in stored], top_k=k
-            )
+            rows = await self.store.nearest(self.view, [vector for _, vector in stored], top_k=k)
             by_id = {r.id: r for r in records}
             neighbours: dict[str, list[MemoryRecord]] = {
                 record.id: [
@@ -297,7 +295,7 @@ class MemoryToolset:
 
     async def get_memory_stats(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
         async def run() -> dict[str, Any]:
-            total = await self.store.count(self.partition)
+            total = await self.store.count(self.view)
             records = await self._all_records()
             importance = Counter(r.importance for r in records)
             tags = Counter(tag for r in records for tag in r.tags)

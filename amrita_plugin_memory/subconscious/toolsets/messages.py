@@ -9,7 +9,7 @@ from amrita_core import FunctionDefinitionSchema, ToolContext
 from nonebot import logger
 
 from ...core.errors import EmbeddingError, VectorStoreError
-from ...storage.memory_store import MemoryStore
+from ...storage.memory_store import MemoryStore, View
 from ...tools.args import parse_text, tool_error
 from ...tools.schemas import define, prop
 from ..consts import PENDING_MAX
@@ -65,7 +65,7 @@ class MessageToolset:
         pending: PendingMessages,
         messenger: Messenger,
         store: MemoryStore,
-        partition: str,
+        view: View,
         *,
         can_send: bool,
     ) -> None:
@@ -73,7 +73,8 @@ class MessageToolset:
         self.pending = pending
         self.messenger = messenger
         self.store = store
-        self.partition = partition
+        self.view = view
+        """The loop's view of its user's memories (``Scope.of_loop``)."""
         self.can_send = can_send
 
     def group(self) -> SimpleGroup:
@@ -121,7 +122,7 @@ class MessageToolset:
 
     async def _memory_context(self, intent: str) -> str:
         try:
-            hits = await self.store.query(self.partition, intent, top_k=5)
+            hits = await self.store.query(self.view, intent, top_k=5)
         except (EmbeddingError, VectorStoreError) as exc:
             logger.warning(f"[Subconscious] send_to_user 检索相关记忆失败：{exc}")
             return "（相关记忆暂不可用）"

@@ -28,11 +28,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...core.errors import MemoryLimitReached, VectorStoreError
+from ...core.errors import ErrorKind, MemoryLimitReached, VectorStoreError
 from ...core.records import MemoryRecord
 from ...storage.archive.store import ArchivedMemory
 from ...storage.keys import normalize_key
-from ...storage.memory_store import MemoryStore
+from ...storage.memory_store import MemoryStore, operator_view
 from ...storage.users.tombstones import Tombstones
 
 __all__ = ["ROW_ID_CHARS", "ArchiveRestoreError", "Restored", "parse_row_id", "restore"]
@@ -43,6 +43,8 @@ ROW_ID_CHARS = 80
 
 class ArchiveRestoreError(VectorStoreError):
     """The row cannot be restored (unknown id, another partition's, its memory archived)."""
+
+    kind = ErrorKind.NOT_FOUND
 
 
 def parse_row_id(value: object) -> str:
@@ -84,23 +86,17 @@ async def _reinstate(
 ) -> None:
     """Write ``record`` back into the live collection with its id and vector (if absent)."""
     partition = record.partition
+    view = operator_view(partition)
     async with store.writing(partition):
-        if await store.get(partition, record.id) is not None:
+        if await store.get(view, record.id) is not None:
             return  # an interrupted restore already put it back
         if limit is not None:
-            count = await store.count(partition)
+            count = await store.count(view)
             if count >= limit:
                 raise MemoryLimitReached(limit, count)
         record.updated_at = store.clock()
         try:
-            await store._write(
-                lambda c: c.add(
-                    ids=[record.id],
-                    documents=[record.content],
-                    embeddings=[list(vector)],  # type: ignore[arg-type]
-                    metadatas=[record.to_metadata()],
-                )
-            )
+            await store.put_row(record, vector)
         except BaseException:
             store.drop_views(partition)
             raise
@@ -133,7 +129,7 @@ async def restore(
         raise ArchiveRestoreError(f"归档记忆 {row_id} 没有存储的向量，无法恢复")
     owner = row.record.partition
     if row.is_version:
-        live = await store.get(owner, row.memory_id)
+        live = await store.get(operator_view(owner), row.memory_id)
         if live is not None:
             updated = await store.update(
                 owner, row.memory_id, content=row.record.content, stored_vector=vector

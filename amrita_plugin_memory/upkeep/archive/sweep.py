@@ -34,8 +34,9 @@ rests after each chunk as long as the chunk took (:data:`REST_RATIO`): the
 loop has at least half the time. A remote ChromaDB, or the local one served by
 a child process (``VECTOR_DB_LOCAL_SERVER``, the default on Linux), releases
 the GIL while it waits for the server: no rest is needed.
-The live-collection writes go through the store's own guarded write
-(``MemoryStore._write``): refused while a remap replaces the collection.
+The live-collection reads and writes go through the store's doors for work on the
+whole collection (``MemoryStore.scan_all``, ``fetch_anywhere``, ``remove_rows``),
+which are guarded: refused while a remap replaces the collection.
 """
 
 from __future__ import annotations
@@ -47,14 +48,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import numpy as np
 from nonebot.log import logger
 
-from ...core.errors import VectorStoreError
+from ...core.errors import ErrorKind, VectorStoreError
 from ...core.records import MemoryRecord
 from ...ranking.scores import parse_time
 from ...storage.archive.store import REASON_EXPIRED, REASON_UPDATED, history_id
-from ...storage.memory_store import MemoryStore, deleted_count, row_state, unchanged_where
+from ...storage.memory_store import MemoryStore, row_state, unchanged_where
 
 __all__ = [
     "SWEEP_LEASE_TTL",
@@ -79,6 +79,8 @@ def sweep_lease(store: MemoryStore) -> str:
 
 class SweepBusy(VectorStoreError):
     """Another process is sweeping this collection right now."""
+
+    kind = ErrorKind.CONFLICT
 
 
 WRITE_CHUNK = 25
@@ -131,18 +133,13 @@ async def _candidates(
         began = time.monotonic()
         # A memory deleted meanwhile shifts the pages: one may be missed this
         # time, never archived wrongly (each batch is checked again by id).
-        res = await store._run(
-            lambda c, at=offset: c.get(include=["metadatas"], limit=SCAN_PAGE, offset=at)
-        )
-        ids = res["ids"]
-        metas = res.get("metadatas") or [None] * len(ids)
-        for memory_id, meta in zip(ids, metas, strict=False):
-            record = MemoryRecord.from_chroma(memory_id, None, meta)
+        page = await store.scan_all(offset=offset, limit=SCAN_PAGE)
+        for record in page:
             if expired(record, lifetime, now):
-                found.setdefault(record.partition, []).append(memory_id)
-        result.scanned += len(ids)
-        offset += len(ids)
-        if len(ids) < SCAN_PAGE:
+                found.setdefault(record.partition, []).append(record.id)
+        result.scanned += len(page)
+        offset += len(page)
+        if len(page) < SCAN_PAGE:
             return found
         await _rest(store, began)
 
@@ -180,24 +177,17 @@ async def _move(
     # No partition leases: a sweep only removes rows it read unchanged (no limit or
     # repeat is decided here); the feed still tells other processes what changed.
     async with store.writing(*partitions, lease=False):
-        ids = [memory_id for _, memory_id in batch]
-        res = await store._run(
-            lambda c: c.get(ids=ids, include=["documents", "metadatas", "embeddings"])
-        )
         wanted = {memory_id: partition for partition, memory_id in batch}
-        docs = res.get("documents") or [None] * len(res["ids"])
-        metas = res.get("metadatas") or [None] * len(res["ids"])
-        vectors = res.get("embeddings")
         rows: list[tuple[str, MemoryRecord, list[float]]] = []
         read: list[dict[str, Any]] = []
-        for i, memory_id in enumerate(res["ids"]):
-            record = MemoryRecord.from_chroma(memory_id, docs[i], metas[i])
-            if vectors is None or record.partition != wanted.get(memory_id):
+        for row in await store.fetch_anywhere(list(wanted), vectors=True):
+            record = row.record
+            if row.vector is None or record.partition != wanted.get(record.id):
                 continue  # moved meanwhile (key migration)
             if not expired(record, lifetime, now):
                 continue  # updated meanwhile
-            rows.append((memory_id, record, np.asarray(vectors[i], dtype=np.float64).tolist()))
-            read.append(dict(metas[i] or {}))
+            rows.append((record.id, record, row.vector))
+            read.append(row.metadata)
         result.skipped += len(batch) - len(rows)
         if not rows:
             return
@@ -205,7 +195,7 @@ async def _move(
         moved = [row_id for row_id, _, _ in rows]
         where = unchanged_where(read)
         try:
-            done = deleted_count(await store._write(lambda c: c.delete(ids=moved, where=where)))
+            done = await store.remove_rows(moved, where=where)
             live = {} if done == len(rows) else await _still_live(store, moved)
         finally:
             # The delete may or may not have landed: cached views of these
@@ -227,10 +217,8 @@ async def _move(
 
 async def _still_live(store: MemoryStore, ids: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
     """``{id: (text, metadata)}`` of the rows among ``ids`` still in the live collection."""
-    res = await store._run(lambda c: c.get(ids=ids, include=["documents", "metadatas"]))
-    docs = res.get("documents") or [None] * len(res["ids"])
-    metas = res.get("metadatas") or [None] * len(res["ids"])
-    return {i: (d or "", dict(m or {})) for i, d, m in zip(res["ids"], docs, metas, strict=False)}
+    rows = await store.fetch_anywhere(ids)
+    return {row.record.id: (row.record.content, row.metadata) for row in rows}
 
 
 async def _undo_changed(

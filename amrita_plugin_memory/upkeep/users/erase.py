@@ -7,7 +7,8 @@ the rows are deleted from the collections directly, under the partition's lock
 and the store's write gate (a sweep, an update or an archive restore of the
 partition waits; a re-embedding or a backup restore refuses the forget), and
 the store's caches of the partition (counts, recent ids, the vector index) are
-dropped. Every call is idempotent: a forget interrupted half-way completes
+dropped. It uses the stores' raw row doors (``MemoryStore.remove_rows``,
+``MemoryStore.set_metadatas``, ``ArchiveStore.remove``), never the Chroma handle. Every call is idempotent: a forget interrupted half-way completes
 when it runs again.
 
 Group memories the user wrote stay (they belong to the group); only the
@@ -16,16 +17,13 @@ user's writer mark (:data:`~...core.records.META_AUTHOR`) is cleared on them.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ...core.records import META_AUTHOR, MemoryRecord, where_partition
+from ...core.records import META_AUTHOR, MemoryRecord
 from ...storage.archive.store import ArchivedMemory
-from ...storage.memory_store import MemoryStore
-
-if TYPE_CHECKING:
-    from chromadb.api.models.Collection import Collection
+from ...storage.memory_store import MemoryStore, operator_view
 
 __all__ = [
     "ERASE_BATCH",
@@ -53,26 +51,14 @@ def _chunks(ids: Sequence[str]) -> list[list[str]]:
     return [list(ids[i : i + ERASE_BATCH]) for i in range(0, len(ids), ERASE_BATCH)]
 
 
-async def _archive_ids(store: MemoryStore, where: dict[str, Any]) -> list[str]:
-    """Ids of archive rows matching ``where`` (none, and nothing created, without an archive)."""
-    archive = store.archive
-    if await archive.count() == 0:
-        return []
-    res = await archive._run(lambda c: c.get(where=where, include=[]))
-    return list(res["ids"])
-
-
 async def partition_contents(store: MemoryStore, partition: str) -> PartitionContents:
     """Every live memory and every archive row of ``partition``, with their texts."""
     memories: list[MemoryRecord] = []
-    async for page in store.iter_records(partition, with_documents=True):
+    async for page in store.iter_records(operator_view(partition), with_documents=True):
         memories.extend(page)
     archived: list[ArchivedMemory] = []
-    if await store.archive.count(partition):
-        archive = store.archive
-        pages = archive.guard.pages(archive.name, archive.invalidate, where={"user_id": partition})
-        async for items in pages:
-            archived.extend(ArchivedMemory.from_chroma(i.id, i.document, i.metadata) for i in items)
+    async for rows in store.archive.iter_rows({"user_id": partition}):
+        archived.extend(rows)
     memories.sort(key=lambda r: (r.created_at, r.id))
     archived.sort(key=lambda r: (r.archived_at, r.id))
     return PartitionContents(memories, archived)
@@ -81,8 +67,7 @@ async def partition_contents(store: MemoryStore, partition: str) -> PartitionCon
 async def authored_records(store: MemoryStore, user_id: str) -> list[MemoryRecord]:
     """Live group memories whose writer mark is ``user_id``, oldest first."""
     out: list[MemoryRecord] = []
-    pages = store.guard.pages(store.name, store.invalidate, where={META_AUTHOR: user_id})
-    async for items in pages:
+    async for items in store.iter_authored(user_id):
         out.extend(MemoryRecord.from_chroma(i.id, i.document, i.metadata) for i in items)
     out.sort(key=lambda r: (r.created_at, r.id))
     return out
@@ -91,13 +76,9 @@ async def authored_records(store: MemoryStore, user_id: str) -> list[MemoryRecor
 async def authored_archived(store: MemoryStore, user_id: str) -> list[ArchivedMemory]:
     """Archive rows of group memories whose writer mark is ``user_id`` (swept, deleted
     or previous versions), oldest first."""
-    if await store.archive.count() == 0:
-        return []
-    archive = store.archive
     out: list[ArchivedMemory] = []
-    pages = archive.guard.pages(archive.name, archive.invalidate, where={META_AUTHOR: user_id})
-    async for items in pages:
-        out.extend(ArchivedMemory.from_chroma(i.id, i.document, i.metadata) for i in items)
+    async for rows in store.archive.iter_rows({META_AUTHOR: user_id}):
+        out.extend(rows)
     out.sort(key=lambda r: (r.archived_at, r.id))
     return out
 
@@ -105,34 +86,20 @@ async def authored_archived(store: MemoryStore, user_id: str) -> list[ArchivedMe
 async def erase_partition(store: MemoryStore, partition: str) -> tuple[int, int]:
     """Delete every live memory and every archive row of ``partition``: ``(live, archived)``."""
     async with store.writing(partition):
-        res = await store._run(lambda c: c.get(where=where_partition(partition), include=[]))
-        live = list(res["ids"])
+        live = await store.ids(operator_view(partition))
         try:
             for chunk in _chunks(live):
-                await store._write(lambda c, ids=chunk: c.delete(ids=ids))
+                await store.remove_rows(chunk)
         finally:
-            store.counts.drop(partition)
-            store.recent.drop(partition)
-            store.index.drop(partition)
-        archived = await _archive_ids(store, {"user_id": partition})
+            store.drop_views(partition)
+        archived = await store.archive.row_ids({"user_id": partition})
         for chunk in _chunks(archived):
-            await store.archive._write(lambda c, ids=chunk: c.delete(ids=ids))
+            await store.archive.remove(chunk)
     return len(live), len(archived)
 
 
-async def _unmark(
-    run: Callable[[Callable[[Collection], Any]], Awaitable[Any]],
-    write: Callable[[Callable[[Collection], Any]], Awaitable[Any]],
-    where: dict[str, Any],
-) -> int:
-    """Set the writer mark of the rows matching ``where`` to ``""``; how many."""
-    res = await run(lambda c: c.get(where=where, include=["metadatas"]))
-    ids = list(res["ids"])
-    metas: list[Any] = [{**(m or {}), META_AUTHOR: ""} for m in res.get("metadatas") or []]
-    for start in range(0, len(ids), ERASE_BATCH):
-        part = slice(start, start + ERASE_BATCH)
-        await write(lambda c, i=ids[part], m=metas[part]: c.update(ids=i, metadatas=m))
-    return len(ids)
+def _unmarked(rows: Sequence[tuple[str, dict[str, Any]]]) -> tuple[list[str], list[Any]]:
+    return [i for i, _ in rows], [{**meta, META_AUTHOR: ""} for _, meta in rows]
 
 
 async def unmark_author(store: MemoryStore, user_id: str) -> int:
@@ -141,18 +108,27 @@ async def unmark_author(store: MemoryStore, user_id: str) -> int:
     The memories themselves stay: they belong to their group. Live rows change
     under their partition's lock, so a concurrent update cannot put the mark back.
     """
-    res = await store._run(lambda c: c.get(where={META_AUTHOR: user_id}, include=["metadatas"]))
-    partitions = sorted({str((m or {}).get("user_id", "")) for m in res.get("metadatas") or []})
+    partitions: set[str] = set()
+    async for items in store.iter_authored(user_id):
+        partitions.update(str((i.metadata or {}).get("user_id", "")) for i in items)
     changed = 0
-    for partition in partitions:
+    for partition in sorted(partitions):
         async with store.writing(partition):
-            where = {"$and": [{META_AUTHOR: user_id}, {"user_id": partition}]}
             try:
-                changed += await _unmark(store._run, store._write, where)
+                rows = await store.rows(operator_view(partition), author=user_id)
+                ids, metas = _unmarked([(r.record.id, r.metadata) for r in rows])
+                for start in range(0, len(ids), ERASE_BATCH):
+                    part = slice(start, start + ERASE_BATCH)
+                    await store.set_metadatas(ids[part], metas[part])
+                changed += len(ids)
             finally:
                 store.index.drop(partition)  # its cached records carry the old mark
-    if await store.archive.count():
+    archived = await store.archive.metadatas({META_AUTHOR: user_id})
+    if archived:
         async with store.gate.writing():
-            archive = store.archive
-            changed += await _unmark(archive._run, archive._write, {META_AUTHOR: user_id})
+            ids, metas = _unmarked(archived)
+            for start in range(0, len(ids), ERASE_BATCH):
+                part = slice(start, start + ERASE_BATCH)
+                await store.archive.set_metadatas(ids[part], metas[part])
+            changed += len(ids)
     return changed

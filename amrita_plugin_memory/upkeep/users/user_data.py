@@ -49,12 +49,13 @@ from typing import Any, Protocol
 
 from nonebot import logger
 
+from ...core.errors import ErrorKind, PluginError
 from ...storage.archive.store import ArchivedMemory
 from ...storage.consent_store import ConsentStore
 from ...storage.groups.stores import GroupStores
 from ...storage.keys import user_key
 from ...storage.memo_store import MemoService
-from ...storage.memory_store import MemoryStore
+from ...storage.memory_store import MemoryStore, operator_view
 from ...storage.shared.coherence import forgotten_row
 from ...storage.users.loop_profile import LoopProfile, profile_lines
 from ...storage.users.loop_state_row import LoopStateAccess, drop_user_items, user_items
@@ -87,9 +88,11 @@ AMRITA_HISTORY = (
 """What a forget does not remove, and how it is removed (Amrita's ``/session`` command)."""
 
 
-class ForgetBlocked(RuntimeError):
+class ForgetBlocked(PluginError, RuntimeError):
     """Work for the user still runs and a forget cannot fence it (a forget fence gave
     up waiting): the forget stopped before removing anything more; run it again."""
+
+    kind = ErrorKind.CONFLICT
 
 
 class BackupFiles(Protocol):
@@ -324,7 +327,7 @@ class UserData:
         authored = len(await authored_records(self.store, user_id))
         authored += len(await authored_archived(self.store, user_id))
         return ForgetCounts(
-            memories=await self.store.count(partition),
+            memories=await self.store.count(operator_view(partition)),
             archived=await self.store.archive.count(partition),
             memo=1 if await self.memo.get(partition) else 0,
             persona_fields=len(persona.fields),

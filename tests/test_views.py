@@ -1,0 +1,167 @@
+"""Reads fail closed: every memory store read names what it may see (``storage/scope.View``).
+
+A read or count of :class:`MemoryStore` without a view does not type-check (pyright, run on
+a snippet here) and raises at run time; a view narrowed to one group's origin shows only
+that origin through every read door; only ``storage/scope.py`` builds views, and nothing
+above ``storage/`` reaches into the store's private Chroma calls.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import new_memory
+from tests.lazy import lazy_import
+
+S = lazy_import("amrita_plugin_memory.storage.scope", "amrita_plugin_memory.core.records")
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "amrita_plugin_memory"
+PYRIGHT = ROOT / ".venv" / "bin" / "pyright"
+
+P = "QQPlatform_Private_10001"
+GROUP_A, GROUP_B = "group:20001", "group:20002"
+
+# Every read door of the store with a plain partition key where the view belongs.
+UNVIEWED_READS = {
+    "get": 'store.get(P, "id")',
+    "query": 'store.query(P, "text")',
+    "search": 'store.search(P, "text", [0.0])',
+    "query_vector": "store.query_vector(P, [0.0])",
+    "list": "store.list(P)",
+    "count": "store.count(P)",
+    "stored_vector": 'store.stored_vector(P, "id")',
+    "ids": "store.ids(P)",
+    "fetch": 'store.fetch(P, ["id"])',
+    "rows": "store.rows(P)",
+    "nearest": "store.nearest(P, [[0.0]], top_k=1)",
+}
+
+
+def _snippet(calls: list[str]) -> str:
+    body = "\n".join(f"    await {call}" for call in calls)
+    return (
+        "from amrita_plugin_memory.storage.memory_store import MemoryStore\n"
+        "from amrita_plugin_memory.storage.scope import operator_view\n\n"
+        f"P = {P!r}\n\n\n"
+        "async def reads(store: MemoryStore) -> None:\n"
+        f"{body}\n"
+        "    async for _ in store.iter_records(P):\n"
+        "        pass\n"
+    )
+
+
+def _pyright_errors(path: Path) -> list[str]:
+    done = subprocess.run(
+        [str(PYRIGHT), "--outputjson", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    report = json.loads(done.stdout)
+    return [d["message"] for d in report["generalDiagnostics"] if d["severity"] == "error"]
+
+
+@pytest.mark.skipif(not PYRIGHT.exists(), reason="pyright is installed by `uv sync` (dev group)")
+def test_a_read_without_a_view_does_not_type_check(tmp_path: Path) -> None:
+    bad = tmp_path / "unviewed.py"
+    bad.write_text(_snippet(list(UNVIEWED_READS.values())))
+    errors = _pyright_errors(bad)
+    assert len(errors) == len(UNVIEWED_READS) + 1, errors
+    assert all('parameter "view"' in e for e in errors), errors
+    # The same reads with a view type-check: the errors above are about the view alone.
+    good = tmp_path / "viewed.py"
+    good.write_text(_snippet(list(UNVIEWED_READS.values())).replace("(P", "(operator_view(P)"))
+    assert _pyright_errors(good) == []
+
+
+async def test_a_read_without_a_view_raises(store: Any) -> None:
+    await store.add(new_memory(P, "user", "用户喜欢喝乌龙茶"))
+    for name, call in UNVIEWED_READS.items():
+        with pytest.raises(TypeError, match="View"):
+            await eval(call, {"store": store, "P": P})  # the snippet's calls, run for real
+        assert name
+    with pytest.raises(TypeError, match="View"):
+        async for _ in store.iter_records(P):
+            pass
+    # What a count of everything is for: named as such, for operators.
+    assert await store.count_all() == 1
+
+
+async def test_a_narrowed_view_hides_other_origins_through_every_door(store: Any) -> None:
+    mine = await store.add(new_memory(P, "user", "在 A 群说过：用户喜欢喝乌龙茶", origin=GROUP_A))
+    other = await store.add(new_memory(P, "user", "在 B 群说过：用户喜欢喝乌龙茶", origin=GROUP_B))
+    secret = await store.add(new_memory(P, "user", "私聊说过：用户喜欢喝乌龙茶"))
+    in_a = S.ScopeRules().of_chat(S.ChatTarget("10001", P, "QQPlatform_Group_20001", "20001"))
+    view = in_a.view("user")
+    assert (view.partition, view.origins) == (P, S.OriginFilter.only(GROUP_A))
+    vector = await store.stored_vector(S.operator_view(P), mine.id)
+    assert vector is not None
+
+    assert await store.get(view, mine.id) is not None
+    assert await store.get(view, other.id) is None and await store.get(view, secret.id) is None
+    assert [r.id for r in await store.query(view, "乌龙茶", top_k=5)] == [mine.id]
+    assert [r.id for r in await store.search(view, "乌龙茶", vector, top_k=5)] == [mine.id]
+    assert [r.id for r in await store.query_vector(view, vector, top_k=5)] == [mine.id]
+    assert [r.id for r in await store.list(view)] == [mine.id]
+    assert await store.count(view) == 1
+    assert await store.ids(view) == [mine.id]
+    all_ids = [mine.id, other.id, secret.id]
+    assert [row.record.id for row in await store.fetch(view, all_ids)] == [mine.id]
+    assert [row.record.id for row in await store.rows(view)] == [mine.id]
+    assert await store.stored_vector(view, other.id) is None
+    assert await store.stored_vector(view, secret.id) is None
+    assert [[i for i, _ in hits] for hits in await store.nearest(view, [vector], top_k=3)] == [
+        [mine.id]
+    ]
+    seen = [r.id async for page in store.iter_records(view) for r in page]
+    assert seen == [mine.id]
+    # The operator's view of the partition shows every origin.
+    assert await store.count(S.operator_view(P)) == 3
+
+
+def _modules() -> list[tuple[str, ast.Module]]:
+    return [
+        (str(path.relative_to(PACKAGE)), ast.parse(path.read_text(encoding="utf-8")))
+        for path in sorted(PACKAGE.rglob("*.py"))
+    ]
+
+
+def test_only_scope_builds_views() -> None:
+    builders = sorted(
+        name
+        for name, tree in _modules()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and (
+            (isinstance(node.func, ast.Name) and node.func.id == "View")
+            or (isinstance(node.func, ast.Attribute) and node.func.attr == "View")
+        )
+    )
+    assert set(builders) == {"storage/scope.py"}
+
+
+PRIVATE_DOORS = {"_run", "_write", "_get", "_count", "_query_vector", "_stored_vector", "guard"}
+
+
+def test_nothing_above_storage_reaches_into_a_store() -> None:
+    """Above ``storage/`` a store is used through its public methods only (``upkeep/``
+    included: it used to call ``MemoryStore._run``)."""
+    reaches = sorted(
+        f"{name}:{node.lineno} .{node.attr}"
+        for name, tree in _modules()
+        if not name.startswith("storage/")
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr in PRIVATE_DOORS
+        and not (isinstance(node.value, ast.Name) and node.value.id == "self")
+    )
+    assert reaches == []
