@@ -133,6 +133,14 @@ class MemoryRuntime:
         data.forget_hooks.append(self.fences.epochs.bump)  # work in flight writes nothing
         return data
 
+    async def leave_loop(self) -> None:
+        """Before a private event loop ends (an ``ambot memory`` command's): the store's
+        database tasks started on it finish (ending the loop would cancel them while they
+        hold a connection) and the embedder's HTTP session, bound to it, closes. The
+        runtime keeps working on the next loop."""
+        await self.store.coherence.settle()
+        await self.embedder.close()
+
     async def close(self) -> None:
         """Release everything, for good (the bot's shutdown, the end of a command).
 

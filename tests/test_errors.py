@@ -121,12 +121,9 @@ def test_the_cli_says_the_error_itself(capsys: pytest.CaptureFixture[str]) -> No
     """``ambot memory`` prints the error's own text after ``错误：`` (the operator's words)."""
     from amrita_plugin_memory.cli.plumbing import run
 
-    class Embedder:
-        async def close(self) -> None:
+    class Runtime:  # what `run` needs of the runtime: leaving the command's loop
+        async def leave_loop(self) -> None:
             pass
-
-    class Runtime:  # what `run` needs of the runtime: the embedder it closes
-        embedder = Embedder()
 
     for exc, _, _ in _samples():
 

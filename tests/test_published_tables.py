@@ -204,10 +204,13 @@ async def test_a_published_database_is_adopted_row_for_row(engine: Any) -> None:
             ("QQPlatform_Private_10001", "用户是程序员，住在杭州", WHEN_UTC),
         ]
         assert columns(connection, STATE) == {"uid", "data", "updated_at"}
-        ((uid, data, stamp),) = read_rows(connection, STATE, "uid", "data", "updated_at")
-        data = json.loads(data) if isinstance(data, str) else data
+        ((uid, _, stamp),) = read_rows(connection, STATE, "uid", "data", "updated_at")
+        data = loop_document(connection, uid)
         assert (uid, str(stamp)[:19]) == ("amrita_memory", WHEN_UTC)
-        assert data == LS.convert_loop_state(published_payload())[0]
+        expected = LS.convert_loop_state(published_payload())[0]
+        # A cycle's abstract had no id; as a row of the loop's items it has one of its own.
+        assert all(a.pop("id") for a in data["last_abstracts"])
+        assert data == expected
         assert data["total_runs"] == 1
         (pending,) = data["pending_messages"]  # what its loop sent, for the next turn
         assert pending["intent"] == "周五晚上八点有读书会，别忘了带书。" and pending["id"]
@@ -224,6 +227,32 @@ async def test_a_published_database_is_adopted_row_for_row(engine: Any) -> None:
     before = await run(engine, snapshot)
     await run(engine, upgrade(after(SHARED[1])[-1:]))
     assert await run(engine, snapshot) == before
+
+
+LOOP_LISTS = {"pending": "pending_messages", "abstract": "last_abstracts"}
+LOOP_LISTS["suggestion"] = "knowledge_suggestions"
+
+
+def loop_document(connection: Any, uid: str) -> dict[str, Any]:
+    """The loop's state as the loop reads it: the state row (``total_runs``) and its items,
+    one row each in ``amrita_plugin_memory_loop_item`` since the migration ``e4b2d9c61f07``."""
+    import sqlalchemy as sa
+
+    ((data,),) = connection.execute(
+        sa.text(f'SELECT data FROM "{STATE}" WHERE uid = :u'), {"u": uid}
+    ).all()
+    document = json.loads(data) if isinstance(data, str) else dict(data)
+    items = connection.execute(
+        sa.text(
+            "SELECT kind, item_id, data FROM amrita_plugin_memory_loop_item "
+            "WHERE loop = :u ORDER BY seq"
+        ),
+        {"u": uid},
+    ).all()
+    for kind, item_id, body in items:
+        body = json.loads(body) if isinstance(body, str) else dict(body)
+        document.setdefault(LOOP_LISTS[kind], []).append({"id": item_id, **body})
+    return document
 
 
 def sa_tables(connection: Any) -> set[str]:
@@ -308,8 +337,9 @@ async def test_every_revision_of_this_plugin_still_upgrades(engine: Any, tmp_pat
             assert columns(connection, MEMO) == T.OURS[MEMO]
             assert columns(connection, STATE) == T.OURS[STATE]
             assert read_rows(connection, MEMO, "content") == [(f"备忘录 {stop}",)]
-            ((data,),) = read_rows(connection, STATE, "data")
-            assert (json.loads(data) if isinstance(data, str) else data) == state
+            document = loop_document(connection, "amrita_memory")
+            assert document["total_runs"] == state["total_runs"]
+            assert not any(document.get(key) for key in LOOP_LISTS.values())
 
         await run(engine, check)
 

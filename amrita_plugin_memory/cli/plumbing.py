@@ -74,8 +74,7 @@ def run(rt: MemoryRuntime, work: Callable[[], Awaitable[T]]) -> T:
         try:
             return await work()
         finally:
-            await rt.store.coherence.settle()  # its database tasks end before the loop does
-            await rt.embedder.close()
+            await rt.leave_loop()
 
     try:
         return asyncio.run(main())

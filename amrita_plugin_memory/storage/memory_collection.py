@@ -154,12 +154,8 @@ class MemoryCollection:
     async def rewrite_metadata(self, metadatas: Mapping[str, Mapping[str, Any]]) -> None:
         """Replace the stored metadata of rows ``{id: metadata}`` as given (maintenance of
         the stored form only: documents, vectors and ids are untouched); caches dropped."""
-        ids = list(metadatas)
-        if not ids:
-            return
-        rows = [dict(metadatas[i]) for i in ids]
         try:
-            await self._write(lambda c: c.update(ids=ids, metadatas=rows))  # type: ignore[arg-type]
+            await self.set_metadatas(list(metadatas), list(metadatas.values()))
         finally:
             self.counts.clear()
             self.recent.clear()
@@ -262,6 +258,14 @@ class MemoryCollection:
     ) -> AsyncIterator[list[MemoryRecord]]:
         """Every memory of every partition, page by page by id (key migration, the catalog)."""
         async for page in self._pages(None, with_documents, page_size):
+            yield page
+
+    async def iter_stored_form(self, *, page_size: int | None = None) -> AsyncIterator[list[Item]]:
+        """Every row of the collection as stored (raw metadata, no documents), page by page:
+        maintenance of the stored form itself (the published plugin's memories adopted)."""
+        async for page in self.guard.pages(
+            self.name, self.invalidate, with_documents=False, page_size=page_size
+        ):
             yield page
 
     async def iter_authored(self, user_id: str) -> AsyncIterator[list[Item]]:

@@ -32,7 +32,7 @@ class RowAdoption:
 async def rows_to_adopt(store: MemoryStore) -> int:
     """How many memories are still in the published form (metadata only is read)."""
     found = 0
-    async for page in store.guard.pages(store.name, store.invalidate, with_documents=False):
+    async for page in store.iter_stored_form():
         found += sum(1 for item in page if needs_adoption(item.metadata))
     return found
 
@@ -40,9 +40,7 @@ async def rows_to_adopt(store: MemoryStore) -> int:
 async def adopt_rows(store: MemoryStore, *, page_size: int = ADOPT_PAGE_SIZE) -> RowAdoption:
     """Rewrite every memory still in the published form, a page at a time."""
     report = RowAdoption()
-    async for page in store.guard.pages(
-        store.name, store.invalidate, with_documents=False, page_size=page_size
-    ):
+    async for page in store.iter_stored_form(page_size=page_size):
         report.scanned += len(page)
         updates = {
             item.id: adopted_metadata(item.metadata or {})

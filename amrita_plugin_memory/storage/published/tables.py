@@ -24,6 +24,8 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from nonebot.log import logger
 
+from ...core.errors import ErrorKind, PluginError
+
 __all__ = [
     "MEMO_TABLE",
     "OURS",
@@ -58,9 +60,11 @@ _BATCH_TEMP = "_alembic_tmp_"
 """Prefix of the copy alembic's batch mode builds on SQLite (a kill can leave it behind)."""
 
 
-class ForeignSchema(RuntimeError):
+class ForeignSchema(PluginError, RuntimeError):
     """The plugin's tables are neither this plugin's nor the published plugin's (Chinese
     message naming what was found); nothing was changed."""
+
+    kind = ErrorKind.INVALID
 
 
 def _names(columns: frozenset[str]) -> str:
