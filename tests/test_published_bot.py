@@ -35,6 +35,7 @@ import websockets
 from tests.botproject import BotProject, ambot_ok, make_runtime, snapshot
 from tests.console_bot import PASSWORD, USER, RunningBot, api_data, run_async, stored_memories
 from tests.events import BOT_ID
+from tests.helpers import seen_by_model
 from tests.published_data import (
     CAT,
     CLUB,
@@ -136,8 +137,16 @@ class Chat:
         return self.client.recorder.texts()[before:]
 
     def system_prompts(self) -> list[str]:
+        return [str(r["messages"][0]["content"]) for r in self._chat_requests()]
+
+    def seen(self) -> list[str]:
+        """What the model saw of the plugin: the system prompt, then the turn's message
+        (the per-turn blocks stand after the history, ``adapters/turn_context``)."""
+        return [seen_by_model(r) for r in self._chat_requests()]
+
+    def _chat_requests(self) -> list[dict[str, Any]]:
         return [
-            str(r["messages"][0]["content"])
+            r
             for r in self.server.requests
             if r.get("tools") and not str(r["messages"][0]["content"]).startswith(EXTRACTION)
         ]
@@ -255,7 +264,7 @@ async def check_private_chat(chat: Chat) -> None:
     # The personal memo is in the prompt of every private turn; the message the published
     # loop sent was waiting for this first turn, as it would have under the published plugin.
     assert any(MEMO in p for p in chat.system_prompts())
-    assert any("SUBCONSCIOUS_NOTES" in p and SENT in p for p in chat.system_prompts())
+    assert any("SUBCONSCIOUS_NOTES" in p and SENT in p for p in chat.seen())
 
     found = await chat.tool(
         private("我的猫叫什么"), "read_memory", query="我的猫叫什么名字", scope="user"
