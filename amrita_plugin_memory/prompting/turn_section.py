@@ -7,10 +7,12 @@ side is ``adapters/turn_context``). It rides in the current user message,
 after the user's words, behind :data:`TURN_SECTION_LEAD`.
 
 The lead starts with ASCII square brackets on purpose: Amrita escapes the
-user's text in the message it formats (its legacy format turns ``[`` and
-``]`` into full-width brackets, its XML format turns ``<`` into ``&lt;``), so
-a user can type neither this line nor a block tag, and the model can tell the
-plugin's section from what the user said.
+user's text in the message it formats. Its legacy format turns ``[`` and
+``]`` into full-width brackets, so a user can type neither this line nor a
+block tag. Its XML format turns ``<`` into ``&lt;`` and closes the user's
+words with ``</msg>``: a typed lead line stays inside the user's ``<msg>``,
+and the section follows it. Either way the model can tell the plugin's
+section from what the user said.
 """
 
 from __future__ import annotations
