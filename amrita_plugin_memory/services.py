@@ -10,6 +10,7 @@ import asyncio
 
 from nonebot.log import logger
 
+from .core.calendar import OwnerCalendar
 from .core.config import PluginConfig
 from .embedding.client import EmbeddingClient
 from .embedding.fingerprint import pin_auto_model
@@ -45,6 +46,8 @@ class MemoryRuntime:
 
     def __init__(self, config: PluginConfig) -> None:
         self.config = config
+        self.calendar = OwnerCalendar.named(config.file.memory.timezone)
+        """The owner's days (``[memory] timezone``): every day boundary, period and shown date."""
         self.embedder = EmbeddingClient.from_env(config.env)
         self.connection = ChromaConnection(config.env, config.chroma_dir)
         self.store = MemoryStore(self.connection, self.embedder, MEMORY_COLLECTION)

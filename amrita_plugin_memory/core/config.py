@@ -37,6 +37,7 @@ from .config_sections import (
     BudgetConfig,
     DecayConfig,
     GroupContextConfig,
+    MemoryConfig,
     PersonaConfig,
     RetrievalConfig,
     Section,
@@ -193,6 +194,7 @@ class ConfigFile(Section):
     # Not in the spec: byte budget (MiB) of the in-process per-partition vector
     # index that makes a search cost O(partition); 0 = every search asks Chroma.
     vector_index_max_mb: int = Field(default=256, ge=0, le=65_536)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
     subconscious: SubconsciousConfig = Field(default_factory=SubconsciousConfig)
     group_context: GroupContextConfig = Field(default_factory=GroupContextConfig)
     persona: PersonaConfig = Field(default_factory=PersonaConfig)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .calendar import zone_named
 
 __all__ = [
     "ActiveMemoryConfig",
@@ -18,6 +20,7 @@ __all__ = [
     "BudgetConfig",
     "DecayConfig",
     "GroupContextConfig",
+    "MemoryConfig",
     "PersonaConfig",
     "RetrievalConfig",
     "Section",
@@ -38,6 +41,23 @@ class Section(BaseModel):
 
     # Unknown keys are detected (and warned about) before validation.
     model_config = ConfigDict(extra="ignore", validate_assignment=True)
+
+
+class MemoryConfig(Section):
+    """``[memory]``: settings of the memory as a whole (not of one layer)."""
+
+    comment: ClassVar[str] = "记忆整体：日期按哪个时区算（空 = 本机时区）"
+    """The comment above the table in the written default file."""
+
+    # The owner's calendar (core/calendar): every day boundary, period in a
+    # question and shown date; stored stamps stay UTC. An IANA name.
+    timezone: str = ""
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        zone_named(value)  # ValueError (named by the key) for an unknown zone
+        return value.strip()
 
 
 class SubconsciousConfig(Section):

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from .calendar import EVENT_TIME_KEY
+
 if TYPE_CHECKING:
     from .config import ConfigFile
 
@@ -202,6 +204,10 @@ class MemoryRecord:
     """The user id of who wrote a group memory (``""``: not recorded, e.g. written
     before writers were recorded). A user's export lists the group memories they
     wrote; their forget removes the mark (the memory itself belongs to the group)."""
+    event_time: str = ""
+    """When what it tells happened, apart from when it was said: ``2026-12-01`` /
+    ``2026-12`` / ``2026`` (the precision is the form, ``core/calendar.parse_event_time``);
+    ``""``: unknown (a period question then matches :attr:`created_at`)."""
 
     @classmethod
     def from_chroma(
@@ -225,6 +231,7 @@ class MemoryRecord:
             origin=str(meta.get("origin") or ORIGIN_PRIVATE),
             source=str(meta.get("source") or ""),
             author=str(meta.get(META_AUTHOR) or ""),
+            event_time=str(meta.get(EVENT_TIME_KEY) or ""),
         )
 
     def to_metadata(self) -> dict[str, Any]:
@@ -241,6 +248,8 @@ class MemoryRecord:
         }
         if self.author:
             meta[META_AUTHOR] = self.author
+        if self.event_time:
+            meta[EVENT_TIME_KEY] = self.event_time
         return meta
 
     def to_json(self) -> dict[str, Any]:
@@ -260,6 +269,8 @@ class MemoryRecord:
             out["author"] = self.author
         if self.source:
             out["source"] = self.source
+        if self.event_time:
+            out["event_time"] = self.event_time
         if self.distance is not None:
             out["distance"] = self.distance
         return out
@@ -273,6 +284,8 @@ class MemoryRecord:
             "importance": self.importance,
             "created_at": self.created_at,
         }
+        if self.event_time:
+            out["event_time"] = self.event_time
         if self.distance is not None:
             out["distance"] = self.distance
         if self.source:

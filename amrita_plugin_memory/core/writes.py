@@ -35,9 +35,14 @@ class NewMemory:
     """``""`` (a tool call, a command) or ``SOURCE_AUTO`` (learned by active memory)."""
     author: str = ""
     """Who wrote a group memory (a user's export lists it; their forget clears the mark)."""
+    event_time: str = ""
+    """When what it tells happened (``core/calendar.parse_event_time``'s form; ``""``: unknown)."""
+    created_at: str = ""
+    """When it was said, if not now (an import keeps the original stamp: aware UTC ISO)."""
 
     def record(self, memory_id: str, now: str) -> MemoryRecord:
-        """The stored memory: this one with its id, written ``now``."""
+        """The stored memory: this one with its id, written ``now`` (or at :attr:`created_at`)."""
+        said = self.created_at or now
         return MemoryRecord(
             id=memory_id,
             content=self.content,
@@ -45,11 +50,12 @@ class NewMemory:
             scope=self.scope,
             tags=list(self.tags),
             importance=self.importance,
-            created_at=now,
-            updated_at=now,
+            created_at=said,
+            updated_at=said,
             origin=self.origin,
             source=self.source,
             author=self.author,
+            event_time=self.event_time,
         )
 
 
