@@ -54,6 +54,7 @@ class MemoryRuntime:
         self.store.index.max_bytes = config.file.vector_index_max_mb * 1024 * 1024
         self.store.keep_versions = config.file.archive.keep_history
         self.store.settings = RetrievalSettings.from_config(config.file)
+        self.store.calendar = self.calendar
         shared = self.connection.mode == "remote"
         if shared:
             # Other processes (bots, ``ambot memory``) may write the same store: the change

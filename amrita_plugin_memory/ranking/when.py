@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta, tzinfo
 
 __all__ = ["FIRST_CHAT", "Period", "has_cjk", "named_period"]
 
@@ -41,13 +41,33 @@ def has_cjk(text: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Period:
-    """Calendar days ``first`` … ``last`` (inclusive) in ``now``'s time zone."""
+    """[start, end) in the owner's zone (interim; the parser branch replaces it)."""
 
-    first: date
-    last: date
+    start: datetime
+    end: datetime
 
-    def holds(self, day: date) -> bool:
+    @property
+    def first(self) -> date:
+        return self.start.date()
+
+    @property
+    def last(self) -> date:
+        return (self.end - timedelta(microseconds=1)).astimezone(self.start.tzinfo).date()
+
+    def holds(self, moment: datetime) -> bool:
+        return self.start <= moment.astimezone(self.start.tzinfo) < self.end
+
+    def holds_day(self, day: date) -> bool:
         return self.first <= day <= self.last
+
+    def overlaps(self, first: date, last: date) -> bool:
+        return first <= self.last and self.first <= last
+
+    @classmethod
+    def of_days(cls, first: date, last: date, zone: tzinfo) -> Period:
+        start = datetime(first.year, first.month, first.day, tzinfo=zone)
+        end = datetime(last.year, last.month, last.day, tzinfo=zone) + timedelta(days=1)
+        return cls(start, end)
 
 
 FIRST_CHAT = "first chat"
@@ -89,6 +109,13 @@ _ZH_DAYS_AGO = {"今天": 0, "昨天": 1, "前天": 2}
 _ZH_FIRST_CHAT = re.compile(r"第一次(?:和你)?(?:对话|聊天|聊|交谈|说话)")
 
 
+_ZONE: list[tzinfo] = []
+
+
+def _p(first: date, last: date) -> Period:
+    return Period.of_days(first, last, _ZONE[0])
+
+
 def _day(year: int, month: int, day: int) -> date | None:
     try:
         return date(year, month, day)
@@ -101,7 +128,7 @@ def _month_span(year: int, month: int) -> Period | None:
         return None
     first = date(year, month, 1)
     following = date(year + month // 12, month % 12 + 1, 1)
-    return Period(first, following - timedelta(days=1))
+    return _p(first, following - timedelta(days=1))
 
 
 def _zh_period(text: str, today: date) -> Period | str | None:
@@ -113,7 +140,7 @@ def _zh_period(text: str, today: date) -> Period | str | None:
             found = _day(today.year, month, day)
             if found is not None and found > today:
                 found = _day(today.year - 1, month, day)
-        return Period(found, found) if found is not None else None
+        return _p(found, found) if found is not None else None
     if m := _ZH_MONTH_YEAR.search(text):
         return _month_span(int(m["year"]), int(m["month"]))
     if _ZH_FIRST_CHAT.search(text):
@@ -121,7 +148,7 @@ def _zh_period(text: str, today: date) -> Period | str | None:
     for word, ago in _ZH_DAYS_AGO.items():
         if word in text:
             day = today - timedelta(days=ago)
-            return Period(day, day)
+            return _p(day, day)
     return None
 
 
@@ -130,18 +157,19 @@ def _en_period(text: str, today: date) -> Period | None:
         if m := pattern.search(text):
             found = _day(int(m["year"]), _MONTHS[m["month"].lower()], int(m["day"]))
             if found is not None:
-                return Period(found, found)
+                return _p(found, found)
     if m := _EN_MONTH_YEAR.search(text):
         return _month_span(int(m["year"]), _MONTHS[m["month"].lower()])
     if _EN_YESTERDAY.search(text):
         day = today - timedelta(days=1)
-        return Period(day, day)
+        return _p(day, day)
     return None
 
 
 def named_period(text: str, now: datetime) -> Period | str | None:
     """The days ``text`` names (:class:`Period`), :data:`FIRST_CHAT`, or ``None``."""
     today = now.date()
+    _ZONE[:] = [now.tzinfo or UTC]
     if has_cjk(text):
         return _zh_period(text, today) or _en_period(text, today)
     return _en_period(text, today)

@@ -26,10 +26,12 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..core.calendar import OwnerCalendar
 from ..core.errors import VectorStoreError
 from ..core.protocols import Embedder, Fence, TextKind
 from ..core.records import MemoryRecord, OriginFilter, utc_now, where_partition
 from ..core.writes import NewMemory, WriteRules
+from ..ranking.when import Period
 from .archive.removal import move_to_archive, row_state, unchanged_where
 from .archive.store import REASON_DELETED, REASON_OUTDATED, REASON_UPDATED
 from .chroma.connection import ChromaConnection
@@ -39,6 +41,7 @@ from .merge import WriteResult, merge_repeat
 from .partition.counts import PartitionCounts
 from .partition.index import query_records
 from .partition.retrieval import RetrievalSettings, search
+from .partition.timeline import row_time
 from .room import EXPLICIT, make_room
 from .scope import View, operator_view
 from .users.tombstones import ForgottenUsers
@@ -89,6 +92,9 @@ class MemoryStore(MemoryCollection):
         """Whether a changed text keeps the previous one in the archive (``[archive] keep_history``)."""
         self.settings = RetrievalSettings()
         """Ranking (hybrid, decay) and merging settings (``[retrieval]``, ``[decay]``)."""
+        self.calendar = OwnerCalendar()
+        """The owner's days (``[memory] timezone``): periods in questions, ``since`` /
+        ``until``. Set by the runtime (its one calendar)."""
         self.forgotten: ForgottenUsers | None = None
         """Users whose data a forget removed (``storage.users.tombstones``): every restore path
         drops their rows from before it. Set by the runtime (it knows the data dir)."""
@@ -179,6 +185,7 @@ class MemoryStore(MemoryCollection):
         importance: str | None = None,
         stored_vector: Sequence[float] | None = None,
         origin: str | None = None,
+        event_time: str | None = None,
         fence: Fence | None = None,
     ) -> MemoryRecord | None:
         """Change a memory of ``partition``; ``None`` if it is not there.
@@ -210,6 +217,8 @@ class MemoryStore(MemoryCollection):
                 current.importance = importance
             if origin is not None:
                 current.origin = origin
+            if event_time is not None:
+                current.event_time = event_time
             current.updated_at = self.clock()
             kwargs: dict[str, Any] = {"ids": [memory_id], "metadatas": [current.to_metadata()]}
             if vector is not None:
@@ -303,13 +312,22 @@ class MemoryStore(MemoryCollection):
         return MemoryRecord.from_chroma(res["ids"][0], docs[0], meta)
 
     async def query(
-        self, view: View, text: str, *, top_k: int = 5, importance: str | None = None
+        self,
+        view: View,
+        text: str,
+        *,
+        top_k: int = 5,
+        importance: str | None = None,
+        window: Period | None = None,
     ) -> list[MemoryRecord]:
-        """The best memories ``view`` shows for ``text``: vector and keyword channels, age
-        decay (:mod:`.partition.retrieval`; ``distance`` is the vector distance)."""
+        """The best memories ``view`` shows for ``text``: vector and keyword channels, the
+        period the text names, age decay (:mod:`.partition.retrieval`; ``distance`` is the
+        vector distance); only those of ``window`` when given."""
         View.check(view)
         vector = (await self._embed([text], "query"))[0]
-        return await self.search(view, text, vector, top_k=top_k, importance=importance)
+        return await self.search(
+            view, text, vector, top_k=top_k, importance=importance, window=window
+        )
 
     async def search(
         self,
@@ -319,6 +337,7 @@ class MemoryStore(MemoryCollection):
         *,
         top_k: int = 5,
         importance: str | None = None,
+        window: Period | None = None,
     ) -> list[MemoryRecord]:
         """:meth:`query` for a caller that has embedded ``text`` already (``vector``):
         active memory's recall and extraction reuse their one query embedding."""
@@ -332,6 +351,7 @@ class MemoryStore(MemoryCollection):
             importance=importance,
             origins=view.origins,
             settings=self.settings,
+            window=window,
         )
 
     async def query_vector(
@@ -367,9 +387,13 @@ class MemoryStore(MemoryCollection):
         include: Any = ["documents", "metadatas", "distances"]
         return query_records(await self._run(lambda c: c.query(**q, include=include)))
 
-    async def list(self, view: View, *, limit: int = 20, offset: int = 0) -> list[MemoryRecord]:
-        """Memories ``view`` shows, oldest first."""
+    async def list(
+        self, view: View, *, limit: int = 20, offset: int = 0, window: Period | None = None
+    ) -> list[MemoryRecord]:
+        """Memories ``view`` shows, oldest first; only those of ``window`` when given."""
         where = View.check(view).where()
+        if window is not None:
+            return (await self._within(view, window))[offset : offset + limit]
         res = await self._run(
             lambda c: c.get(
                 where=where, limit=limit, offset=offset, include=["documents", "metadatas"]
@@ -382,9 +406,27 @@ class MemoryStore(MemoryCollection):
             for i, d, m in zip(res["ids"], docs, metas, strict=False)
         ]
 
-    async def count(self, view: View) -> int:
-        """Memories ``view`` shows (the whole collection: :meth:`count_all`)."""
+    async def _within(self, view: View, window: Period) -> list[MemoryRecord]:
+        """Every memory ``view`` shows of ``window`` (its event time, else when it was
+        said: :mod:`.partition.timeline`), in the order they were said."""
+        where = view.where()
+        res = await self._run(lambda c: c.get(where=where, include=["documents", "metadatas"]))
+        docs = res.get("documents") or [None] * len(res["ids"])
+        metas = [dict(m or {}) for m in (res.get("metadatas") or [None] * len(res["ids"]))]
+        inside = [
+            MemoryRecord.from_chroma(i, d, m)
+            for i, d, m in zip(res["ids"], docs, metas, strict=False)
+            if row_time(m, self.calendar).within(window)
+        ]
+        inside.sort(key=lambda r: (r.created_at, r.id))
+        return inside
+
+    async def count(self, view: View, *, window: Period | None = None) -> int:
+        """Memories ``view`` shows (the whole collection: :meth:`count_all`); only those of
+        ``window`` when given."""
         View.check(view)
+        if window is not None:
+            return len(await self._within(view, window))
         if not view.origins.narrows:
             return await self._count(view.partition)
         where = view.where()

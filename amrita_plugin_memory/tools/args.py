@@ -13,11 +13,14 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from datetime import date, tzinfo
 from typing import Any
 
 from nonebot import logger
 
+from ..core.calendar import event_span, parse_event_time
 from ..core.errors import Described, ErrorKind, PluginError, describe
+from ..ranking.when import Period
 
 __all__ = [
     "LIMITS",
@@ -27,6 +30,7 @@ __all__ = [
     "guard_tool_call",
     "log_failure",
     "parse_enum",
+    "parse_event_date",
     "parse_int",
     "parse_memory_id",
     "parse_number",
@@ -34,6 +38,7 @@ __all__ = [
     "parse_tags",
     "parse_text",
     "parse_user_id",
+    "parse_window",
     "tool_error",
 ]
 
@@ -85,6 +90,43 @@ def parse_optional_text(
             f"参数 {name} 过长（{len(value)} 字，上限 {max_chars} 字），请精简后重试"
         )
     return value
+
+
+_DATE_CHARS = 40
+_EARLIEST = date(1970, 1, 1)
+_LATEST = date(9999, 12, 30)
+
+
+def parse_event_date(args: Mapping[str, Any], name: str = "event_date") -> str | None:
+    """An optional event time (``2026-12-01`` / ``2026-12`` / ``2026``) in its stored form."""
+    value = parse_optional_text(args, name, max_chars=_DATE_CHARS, blank_is_absent=True)
+    if value is None:
+        return None
+    try:
+        return parse_event_time(value)
+    except ValueError:
+        raise ToolArgError(
+            f"参数 {name} 的值 {value!r} 无效，应为 YYYY-MM-DD、YYYY-MM 或 YYYY（本地日期）"
+        ) from None
+
+
+def parse_window(args: Mapping[str, Any], zone: tzinfo) -> Period | None:
+    """``since`` / ``until`` (local dates, inclusive; a month or a year covers all its days)
+    as a :class:`Period` of the owner's days, or ``None`` when neither is given."""
+    spans: dict[str, tuple[date, date]] = {}
+    for name in ("since", "until"):
+        text = parse_event_date(args, name)
+        if text is not None:
+            span = event_span(text)
+            assert span is not None  # parse_event_date accepted it
+            spans[name] = span
+    if not spans:
+        return None
+    first = spans["since"][0] if "since" in spans else _EARLIEST
+    last = spans["until"][1] if "until" in spans else _LATEST
+    if first > last:
+        raise ToolArgError(f"参数 since（{first}）晚于 until（{last}）")
+    return Period.of_days(first, last, zone)
 
 
 def parse_text(args: Mapping[str, Any], name: str, *, max_chars: int) -> str:

@@ -30,13 +30,17 @@ from .args import (
     ToolArgError,
     guard_tool_call,
     parse_enum,
+    parse_event_date,
     parse_int,
     parse_memory_id,
     parse_optional_text,
     parse_tags,
     parse_text,
+    parse_window,
 )
 from .schemas import (
+    EVENT_DATE_MEANING,
+    date_prop,
     define,
     importance_prop,
     limit_prop,
@@ -67,6 +71,7 @@ def write_memory_schema() -> FunctionDefinitionSchema:
             "tags": tags_prop(),
             "importance": importance_prop(),
             "scope": scope_prop(explained=True),
+            "event_date": date_prop(EVENT_DATE_MEANING),
         },
         ["content", "tags", "importance", "scope"],
     )
@@ -75,12 +80,14 @@ def write_memory_schema() -> FunctionDefinitionSchema:
 def read_memory_schema() -> FunctionDefinitionSchema:
     return define(
         "read_memory",
-        "按语义检索记忆",
+        "按语义检索记忆;问题里的时间(上周/十月份/昨天)自动优先",
         {
             "query": prop("string"),
             "top_k": top_k_prop(),
             "importance": importance_prop(),
             "scope": scope_prop(),
+            "since": date_prop(),
+            "until": date_prop(),
         },
         ["query", "scope"],
     )
@@ -96,6 +103,7 @@ def update_memory_schema() -> FunctionDefinitionSchema:
             "content": prop("string", maxLength=LIMITS.content_chars),
             "tags": tags_prop(),
             "importance": importance_prop(),
+            "event_date": date_prop(),
         },
         ["id", "scope"],
     )
@@ -113,8 +121,14 @@ def delete_memory_schema() -> FunctionDefinitionSchema:
 def list_memory_schema() -> FunctionDefinitionSchema:
     return define(
         "list_memory",
-        "按写入时间列出记忆",
-        {"limit": limit_prop(), "offset": offset_prop(), "scope": scope_prop()},
+        "按写入时间列出记忆;since/until为本地日期",
+        {
+            "limit": limit_prop(),
+            "offset": offset_prop(),
+            "scope": scope_prop(),
+            "since": date_prop(),
+            "until": date_prop(),
+        },
         ["limit", "scope"],
     )
 
@@ -166,6 +180,7 @@ class MemoryTools:
             tags = parse_tags(args, required=True)
             importance = parse_enum(args, "importance", IMPORTANCE_LEVELS, "medium")
             kind = parse_enum(args, "scope", SCOPES, "user")
+            event_time = parse_event_date(args)
             assert content is not None and tags is not None and importance and kind
             partition = await scope.require("write", kind)
             memory = NewMemory(
@@ -177,6 +192,7 @@ class MemoryTools:
                 origin=scope.origin,
                 # A group memory records who wrote it (their export lists it).
                 author=scope.user_id if kind == "group" else "",
+                event_time=event_time or "",
             )
             # The user's own request: an automatic memory gives way (storage/room).
             rules = WriteRules(
@@ -200,9 +216,10 @@ class MemoryTools:
             )
             importance = parse_enum(args, "importance", IMPORTANCE_LEVELS, None)
             kind = parse_enum(args, "scope", SCOPES, "user")
+            window = parse_window(args, self.store.calendar.zone)
             assert query is not None and kind
             hits = await self.store.query(
-                scope.view(kind), query, top_k=top_k, importance=importance
+                scope.view(kind), query, top_k=top_k, importance=importance, window=window
             )
             return results.found(kind, hits)
 
@@ -216,9 +233,10 @@ class MemoryTools:
             content = parse_optional_text(args, "content", max_chars=LIMITS.content_chars)
             tags = parse_tags(args)
             importance = parse_enum(args, "importance", IMPORTANCE_LEVELS, None)
+            event_time = parse_event_date(args)
             assert kind
-            if content is None and tags is None and importance is None:
-                raise ToolArgError("至少提供 content、tags、importance 之一")
+            if content is None and tags is None and importance is None and event_time is None:
+                raise ToolArgError("至少提供 content、tags、importance、event_date 之一")
             partition = await scope.require("update", kind)
             view = scope.view(kind)
             missing = f"记忆 {memory_id} 不存在（或不属于 scope={kind} 的当前分区）"
@@ -238,6 +256,7 @@ class MemoryTools:
                 tags=tags,
                 importance=importance,
                 origin=origin,
+                event_time=event_time,
                 fence=scope.fence,
             )
             if record is None:
@@ -269,10 +288,11 @@ class MemoryTools:
             )
             offset = parse_int(args, "offset", low=0, high=1_000_000, default=0)
             kind = parse_enum(args, "scope", SCOPES, "user")
+            window = parse_window(args, self.store.calendar.zone)
             assert kind
             view = scope.view(kind)
-            records = await self.store.list(view, limit=limit, offset=offset)
-            total = await self.store.count(view)
+            records = await self.store.list(view, limit=limit, offset=offset, window=window)
+            total = await self.store.count(view, window=window)
             return results.listed(kind, total, offset, records)
 
         return await self._guard("list_memory", run)

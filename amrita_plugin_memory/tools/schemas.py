@@ -10,7 +10,9 @@ from ..core.records import IMPORTANCE_LEVELS, SCOPES
 from .args import LIMITS
 
 __all__ = [
+    "EVENT_DATE_MEANING",
     "SCOPE_MEANING",
+    "date_prop",
     "define",
     "importance_prop",
     "limit_prop",
@@ -68,6 +70,15 @@ def tags_prop() -> FunctionPropertySchema:
 # The bounds a model could plausibly overstep are keywords it reads (``maximum``); the
 # others (an id's or a query's length, a negative offset) are refused with a clear error
 # by ``args`` and cost no characters in every request.
+
+
+EVENT_DATE_MEANING = "事情发生的本地日期YYYY-MM-DD(或YYYY-MM),与说的日期不同时填"
+"""What ``event_date`` means, told once per request (on ``write_memory``)."""
+
+
+def date_prop(description: str | None = None) -> FunctionPropertySchema:
+    """A local date (``YYYY-MM-DD``; a month or a year also accepted by ``args.parse_event_date``)."""
+    return prop("string", description, maxLength=10)
 
 
 def memory_id_prop() -> FunctionPropertySchema:

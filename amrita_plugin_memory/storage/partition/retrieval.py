@@ -20,26 +20,32 @@ plain cosine on a language's public yardstick (MemoryBank-CN, LoCoMo; dev
 splits) is off for it: for Chinese the CJK terms of the keyword channel (ASCII
 words and codes in a Chinese question still count). Age decay helped neither
 language and is off by default (``[decay] enabled``).
-A question that names a time (:func:`~...ranking.when.named_period`) adds the
-memories written then to the candidates and gives them :attr:`~RetrievalSettings.time_weight`.
+A question that names a period (:func:`~...ranking.when.named_period`, relative to now in
+the owner's zone) adds the memories of that period (:mod:`.timeline`: their event time
+where known, else when they were said) to the candidates, and those on the question's
+topic come first (:attr:`~RetrievalSettings.period_topic`); ``since`` / ``until`` keep only
+the memories of a period.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
+from functools import partial
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from ...core.calendar import OwnerCalendar
 from ...core.config import ConfigFile
 from ...core.records import MemoryRecord, OriginFilter, where_partition
 from ...ranking.keywords import CJK_UNIT, KeywordIndex
-from ...ranking.scores import age_days, combine, decay_factor, decayed_distance, parse_time
+from ...ranking.scores import age_days, combine, decay_factor, decayed_distance
 from ...ranking.when import Period, has_cjk, named_period
 from .index import IndexedStore, PartitionIndex
+from .timeline import RowTime, period_first, resolve, row_times, rows_within
 
 
 class SearchStore(IndexedStore, Protocol):
@@ -47,6 +53,7 @@ class SearchStore(IndexedStore, Protocol):
 
     index: PartitionIndex
     clock: Callable[[], str]
+    calendar: OwnerCalendar
 
     async def _query_vector(
         self,
@@ -104,7 +111,10 @@ class RetrievalSettings:
     cjk: ScriptRanking = CJK_RANKING
     other: ScriptRanking = OTHER_RANKING
     time_weight: float = 0.2
-    """Added to the score of a memory written in the period the query names (0: off)."""
+    """Added to the score of a memory of the period the query names (0: periods ignored)."""
+    period_topic: float = 0.75
+    """A memory of the named period comes first when its vector closeness is at least this
+    share of the best candidate's (on the question's topic); 0: only :attr:`time_weight`."""
 
     def script(self, text: str) -> ScriptRanking:
         """The channels for the query ``text``, by its script."""
@@ -142,7 +152,7 @@ def _now(clock: Callable[[], str]) -> datetime:
         return datetime.now(UTC)
 
 
-def _keep(meta: dict[str, Any], importance: str | None, origins: OriginFilter) -> bool:
+def _keep(meta: Mapping[str, Any], importance: str | None, origins: OriginFilter) -> bool:
     if importance is not None and meta.get("importance") != importance:
         return False
     return origins.allows_meta(meta)
@@ -234,65 +244,46 @@ async def _keyword_hits(
     return out
 
 
-_DAYS_KEY = "days"
-"""Key of the memories' calendar days in a cached partition entry's ``derived`` dict."""
-
-
-def _day_of(meta: dict[str, Any]) -> date | None:
-    """The calendar day (UTC, like the stored stamps and the clock) a memory was written."""
-    when = parse_time(str(meta.get("created_at") or meta.get("updated_at") or ""))
-    return None if when is None else when.astimezone(UTC).date()
-
-
-def _days(entry: Any, metas: Sequence[dict[str, Any]]) -> list[date | None]:
-    """Every row's day, cached with the partition's snapshot (parsed once, not per question)."""
-    if entry is None:
-        return [_day_of(m) for m in metas]
-    days = entry.derived.get(_DAYS_KEY)
-    if days is None:
-        days = entry.derived[_DAYS_KEY] = [_day_of(m) for m in metas]
-    return days
-
-
 async def _period_hits(
     store: SearchStore,
     entry: Any,
     partition: str,
-    named: Period | str,
+    period: Period,
+    rows: list[int],
+    ids: Sequence[str],
+    docs: Sequence[str | None],
+    metas: Sequence[dict[str, Any]],
     vector: Sequence[float],
     limit: int,
-    importance: str | None,
-    origins: OriginFilter,
 ) -> list[MemoryRecord]:
-    """Memories written in the period a query names (the closest ``limit``), with distances
-    when the partition's vectors are cached. :data:`FIRST_CHAT` is the oldest memory's day."""
-    if entry is not None:
-        ids, docs, metas = entry.ids, entry.documents, entry.metadatas
-    else:
-        ids, docs, metas = await _partition_rows(store, partition)
-    days = _days(entry, metas)
-    if isinstance(named, Period):
-        period = named
-    else:  # FIRST_CHAT
-        known = [d for d in days if d is not None]
-        if not known:
-            return []
-        period = Period(min(known), min(known))
-    rows = [
-        r
-        for r, day in enumerate(days)
-        if day is not None and period.holds(day) and _keep(metas[r], importance, origins)
-    ]
+    """The memories of ``rows`` (those of a period), the closest ``limit`` first, with
+    their vector distances (from the cached vectors, or read from Chroma for these rows:
+    whether a memory of the period is on the question's topic is judged by them)."""
     query = np.asarray(vector, dtype=np.float32)
     distances: list[float | None] = [None] * len(rows)
     if entry is not None and query.shape == (entry.dim,) and rows:
         diff = entry.vectors[np.asarray(rows, dtype=np.int64)] - query
         distances = np.einsum("ij,ij->i", diff, diff).tolist()
+    elif rows and len(rows) <= PERIOD_FETCH_MAX:
+        wanted = [ids[r] for r in rows]
+        got = await store._run(lambda c: c.get(ids=wanted, include=["embeddings"]))
+        found = got.get("embeddings")
+        stored = dict(zip(got["ids"], [] if found is None else list(found), strict=False))
+        for i, memory_id in enumerate(wanted):
+            row = stored.get(memory_id)
+            if row is not None and len(row) == query.shape[0]:
+                diff = np.asarray(row, dtype=np.float32) - query
+                distances[i] = float(diff @ diff)
     order = sorted(range(len(rows)), key=lambda i: (distances[i] is None, distances[i] or 0.0))
     return [
         MemoryRecord.from_chroma(ids[rows[i]], docs[rows[i]], metas[rows[i]], distances[i])
         for i in order[:limit]
     ]
+
+
+PERIOD_FETCH_MAX = 2_000
+"""Without cached vectors, at most this many memories of a period get their vectors read
+from Chroma (beyond it they rank by the period alone, without a topic check)."""
 
 
 async def search(
@@ -305,40 +296,81 @@ async def search(
     importance: str | None,
     origins: OriginFilter,
     settings: RetrievalSettings,
+    window: Period | None = None,
 ) -> list[MemoryRecord]:
     """The ``top_k`` memories of ``partition`` for the query ``text`` / ``vector``
-    (only those ``origins`` lets through)."""
+    (only those ``origins`` lets through; only those of ``window`` when it is given:
+    ``read_memory``'s ``since`` / ``until``)."""
     script = settings.script(text)
-    now = _now(store.clock)
-    utc = now.astimezone(UTC) if now.tzinfo is not None else now  # days are UTC days
-    named = named_period(text, utc) if settings.time_weight > 0 else None
+    calendar = store.calendar
+    now = _now(store.clock).astimezone(calendar.zone)  # the owner's days
+    named = named_period(text, now) if settings.time_weight > 0 else None
     hybrid = settings.hybrid and settings.keyword_weight > 0
-    if not hybrid and not settings.decay and named is None:
+    if not hybrid and not settings.decay and named is None and window is None:
         return await store._query_vector(
             partition, vector, top_k=top_k, importance=importance, origins=origins
         )
     pool = max(top_k, settings.candidates)
-    by_vector = await store._query_vector(
-        partition, vector, top_k=pool, importance=importance, origins=origins
-    )
-    records = {r.id: r for r in by_vector}
     entry = await _snapshot(store, partition)
+    times: list[RowTime] = []
+    ids: Sequence[str] = ()
+    docs: Sequence[str | None] = ()
+    metas: Sequence[dict[str, Any]] = ()
+    if named is not None or window is not None:
+        if entry is not None:
+            ids, docs, metas = entry.ids, entry.documents, entry.metadatas
+        else:
+            ids, docs, metas = await _partition_rows(store, partition)
+        times = row_times(entry, metas, calendar)
+        kept = partial(_keep, importance=importance, origins=origins)
+        allowed: set[str] | None = None
+        if window is not None:
+            inside = rows_within(window, times, metas, kept)
+            allowed = {ids[r] for r in inside}
+            # Every memory of the window is a candidate (the closest ``pool``): a filter.
+            by_vector = await _period_hits(
+                store, entry, partition, window, inside, ids, docs, metas, vector, pool
+            )
+        else:
+            by_vector = await store._query_vector(
+                partition, vector, top_k=pool, importance=importance, origins=origins
+            )
+    else:
+        allowed = None
+        by_vector = await store._query_vector(
+            partition, vector, top_k=pool, importance=importance, origins=origins
+        )
+    records = {r.id: r for r in by_vector}
     bonus: dict[str, float] = {}
     if hybrid:
         hits = await _keyword_hits(
             store, entry, partition, text, vector, pool, importance, origins, script.cjk_unit
         )
         for record, part in hits:
+            if allowed is not None and record.id not in allowed:
+                continue
             records.setdefault(record.id, record)
             bonus[record.id] = settings.keyword_weight * part
-    if named is not None:
-        then = await _period_hits(store, entry, partition, named, vector, pool, importance, origins)
+    within: set[str] = set()
+    period = None if named is None else resolve(named, times, calendar.zone)
+    if period is not None:
+        kept = partial(_keep, importance=importance, origins=origins)
+        rows = rows_within(period, times, metas, kept)
+        if allowed is not None:
+            rows = [r for r in rows if ids[r] in allowed]
+        then = await _period_hits(
+            store, entry, partition, period, rows, ids, docs, metas, vector, pool
+        )
         for record in then:
             records.setdefault(record.id, record)
+            if records[record.id].distance is None and record.distance is not None:
+                records[record.id] = record
             bonus[record.id] = bonus.get(record.id, 0.0) + settings.time_weight
+            within.add(record.id)
     distances = {
         memory_id: None if r.distance is None else r.distance * settings.growth(r, now)
         for memory_id, r in records.items()
     }
-    ranked = [records[i] for i in combine(distances, bonus, 1.0)]
-    return [replace(r) for r in ranked[:top_k]]
+    ranked = combine(distances, bonus, 1.0)
+    ranked = period_first(ranked, distances, within, settings.period_topic)
+    return [replace(records[i]) for i in ranked[:top_k]]
