@@ -171,3 +171,53 @@ async def test_hostile_dates_are_refused_and_change_nothing(
     )
     assert bad["ok"] is False and "event_date" in bad["error"]
     assert (await rt.tools.list_memory(_caller(61006), {"limit": 5}))["total"] == 0
+
+
+def _rec(text: str, day: str = "2026-11-25T11:00:00+00:00") -> Any:
+    return dataclasses.replace(new_memory("p", "user", text).record("id-" + text, day))
+
+
+def test_passing_floors_by_script_and_period() -> None:
+    R = lazy_import("amrita_plugin_memory.active.recall")
+    cat, job, hike = _rec("用户的猫叫年糕"), _rec("用户在腾讯做程序员"), _rec("I love hiking")
+    never = lambda record: False  # noqa: E731
+    # An English question, Chinese memories: shown when they stand out from plain
+    # Chinese memories (baseline 0.73 here), whatever the English floor says.
+    shown = R.passing(
+        "What is my cat called?",
+        [(cat, 0.80), (job, 0.76), (hike, 0.83)],
+        floor=0.82,
+        lift=0.045,
+        baselines={True: 0.73},
+        of_period=never,
+    )
+    assert [r.content for r, _ in shown] == ["用户的猫叫年糕", "I love hiking"]
+    # No baseline known (the anchors could not be embedded): no cross-script memory.
+    assert (
+        R.passing("my cat?", [(cat, 0.9)], floor=0.82, lift=0.045, baselines={}, of_period=never)
+        == []
+    )
+    # Same script: the message's own floor; a memory of the named period a little lower.
+    args = {"floor": 0.87, "lift": 0.045, "baselines": {}}
+    assert R.passing("上周我说过什么", [(job, 0.85)], **args, of_period=never) == []
+    shown = R.passing("上周我说过什么", [(job, 0.85)], **args, of_period=lambda r: True)
+    assert [r.content for r, _ in shown] == ["用户在腾讯做程序员"]
+
+
+async def test_active_recall_finds_chinese_memories_for_an_english_question(rt: Any) -> None:
+    await _seed(rt, 61007, PLANS + OTHER)
+    R = lazy_import("amrita_plugin_memory.active.recall")
+    recall = R.MemoryRecall(
+        rt.store, top_k=3, max_chars=600, min_similarity=0.87, min_similarity_non_cjk=0.82
+    )  # the defaults of [active_memory]
+    scope = T.ScopeRules().of_chat(K.target_from_ids(61007))
+    found = [
+        r.content
+        for r, _ in await recall.recall(scope, "Where did I say I wanted to travel last week?")
+    ]
+    assert found and found[0] == PLANS[2][1]
+    assert "用户在腾讯做程序员" not in found
+    cat = [r.content for r, _ in await recall.recall(scope, "What is my cat called?")]
+    assert cat == ["用户的猫叫年糕，最近有点挑食"]
+    for chatter in ["hello there", "thanks!", "lol that's funny", "I'm bored"]:
+        assert await recall.recall(scope, chatter) == [], chatter

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 from nonebot import logger
@@ -33,7 +33,14 @@ from ..ranking.when import has_cjk
 from ..storage.memory_store import MemoryStore
 from ..storage.scope import Scope, View
 
-__all__ = ["MemoryRecall", "cosine_similarities", "has_cjk"]
+__all__ = [
+    "ANCHORS",
+    "PERIOD_RELIEF",
+    "MemoryRecall",
+    "cosine_similarities",
+    "has_cjk",
+    "passing",
+]
 
 QUERY_CHARS = 500
 """A message is searched with at most this much of its text (like ``read_memory``'s query)."""
@@ -70,6 +77,70 @@ async def cosine_similarities(
     return out
 
 
+PERIOD_RELIEF = 0.05
+"""A memory of the period a message names ("上周我说想去哪来着") passes at its floor less
+this: the period itself says which memories the message is about, and a bare period
+question ("上周我说过什么") scores every memory a little lower than a topical one."""
+
+ANCHORS: dict[bool, tuple[str, ...]] = {
+    True: (
+        "用户说今天天气不错",
+        "用户提到了一件事",
+        "用户喜欢一些东西",
+        "用户最近比较忙",
+        "用户和朋友聊了聊天",
+        "用户有一个计划",
+        "用户说了一句话",
+        "用户在家休息",
+    ),
+    False: (
+        "The user said the weather is nice today",
+        "The user mentioned something",
+        "The user likes some things",
+        "The user has been busy lately",
+        "The user chatted with a friend",
+        "The user has a plan",
+        "The user said something",
+        "The user is resting at home",
+    ),
+}
+"""Plain memories about nothing in particular, per script (CJK or not): how close a message
+comes to *any* memory of that script. Across scripts e5 scores every pair alike (an
+English "hello" is as close to a Chinese memory as "what is my cat called" to the
+wrong one), so a cross-script memory is shown only when it stands out from these."""
+
+
+def passing(
+    query: str,
+    scored: Sequence[tuple[MemoryRecord, float]],
+    *,
+    floor: float,
+    lift: float,
+    baselines: Mapping[bool, float],
+    of_period: Callable[[MemoryRecord], bool],
+) -> list[tuple[MemoryRecord, float]]:
+    """The hits close enough to the message to be shown, in the ranking's order.
+
+    A memory in the message's script: at least the message's ``floor``. A memory in the
+    other script (an English question, a Chinese memory): at least ``lift`` above the
+    message's similarity to plain memories of that script (``baselines``; none known:
+    not shown). A memory of the period the message names: :data:`PERIOD_RELIEF` less.
+    """
+    script = has_cjk(query)
+    out: list[tuple[MemoryRecord, float]] = []
+    for record, similarity in scored:
+        relief = PERIOD_RELIEF if of_period(record) else 0.0
+        other = has_cjk(record.content)
+        if other == script:
+            shown = similarity >= floor - relief
+        else:
+            base = baselines.get(other)
+            shown = base is not None and similarity - base >= lift - relief
+        if shown:
+            out.append((record, similarity))
+    return out
+
+
 class MemoryRecall:
     """Finds and renders the memories a turn's message brings to mind."""
 
@@ -81,6 +152,7 @@ class MemoryRecall:
         max_chars: int,
         min_similarity: float,
         min_similarity_non_cjk: float,
+        cross_script_lift: float = 0.045,
         timeout: float = 1.2,
     ) -> None:
         self.store = store
@@ -91,6 +163,9 @@ class MemoryRecall:
         self.max_chars = max_chars
         self.min_similarity = min_similarity
         self.min_similarity_non_cjk = min_similarity_non_cjk
+        self.cross_script_lift = cross_script_lift
+        self._anchors: dict[bool, np.ndarray] = {}
+        """Each script's :data:`ANCHORS`, embedded once (with the query's model)."""
 
     async def recall(self, scope: Scope, text: str) -> list[tuple[MemoryRecord, float]]:
         """The relevant memories of the speaker for ``text``, best first, with their similarity
@@ -104,8 +179,36 @@ class MemoryRecall:
         view = scope.view("user")
         hits = await self.store.search(view, query, vector, top_k=self.top_k)
         similarity = await cosine_similarities(self.store, view, vector, hits)
-        floor = self.min_similarity if has_cjk(query) else self.min_similarity_non_cjk
-        return [(r, similarity[r.id]) for r in hits if similarity.get(r.id, -math.inf) >= floor]
+        script = has_cjk(query)
+        crossing = any(has_cjk(r.content) != script for r in hits)
+        return passing(
+            query,
+            [(r, similarity.get(r.id, -math.inf)) for r in hits],
+            floor=self.min_similarity if script else self.min_similarity_non_cjk,
+            lift=self.cross_script_lift,
+            baselines=await self._baselines(vector, not script) if crossing else {},
+            of_period=self.store.period_test(query),
+        )
+
+    async def _baselines(self, vector: Sequence[float], script: bool) -> dict[bool, float]:
+        """The query's mean similarity to the plain memories of ``script`` (``{}`` when they
+        cannot be embedded now: cross-script memories are then not shown this turn)."""
+        anchors = self._anchors.get(script)
+        query = np.asarray(vector, dtype=np.float32)
+        if anchors is None or anchors.shape[1] != query.shape[0]:
+            if not self.breaker.allow():
+                return {}
+            try:
+                async with asyncio.timeout(self.timeout):
+                    rows = await self.store.embedder.embed(list(ANCHORS[script]), "document")
+            except Exception as exc:  # the turn goes on; recall in the message's script stays
+                logger.warning(f"[Memory] 主动召回的跨语言基准嵌入失败：{exc.__class__.__name__}")
+                return {}
+            anchors = np.asarray(rows, dtype=np.float32)
+            anchors /= np.maximum(np.linalg.norm(anchors, axis=1, keepdims=True), 1e-12)
+            self._anchors[script] = anchors
+        norm = float(np.linalg.norm(query)) or 1.0
+        return {script: float((anchors @ query).mean() / norm)}
 
     async def _embed(self, query: str) -> list[float] | None:
         """The query's vector, or ``None`` when the embedder is late, failing, or known to fail."""

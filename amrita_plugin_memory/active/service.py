@@ -165,6 +165,7 @@ class ActiveMemory:
             max_chars=am.recall_max_chars,
             min_similarity=am.recall_min_similarity,
             min_similarity_non_cjk=am.recall_min_similarity_non_cjk,
+            cross_script_lift=am.recall_cross_script_lift,
             timeout=am.recall_timeout_seconds,
         )
         if previous is not None:

@@ -231,6 +231,10 @@ class ActiveMemoryConfig(Section):
     # for the bundled multilingual-e5-small (`python -m bench.active_bench`).
     recall_min_similarity: float = Field(default=0.87, ge=0, le=1)
     recall_min_similarity_non_cjk: float = Field(default=0.82, ge=0, le=1)
+    # A message and a memory in different scripts (an English question, a Chinese
+    # memory): e5 scores every such pair alike, so the memory must stand this far
+    # above the message's similarity to plain memories of its script (active/recall).
+    recall_cross_script_lift: float = Field(default=0.045, ge=0, le=1)
     # Recall's query embedding waits at most this long (the turn goes on without
     # a block); after repeated failures it is skipped until the service answers.
     recall_timeout_seconds: float = Field(default=1.2, ge=0.1, le=30)

@@ -31,7 +31,7 @@ from ..core.errors import VectorStoreError
 from ..core.protocols import Embedder, Fence, TextKind
 from ..core.records import MemoryRecord, OriginFilter, utc_now, where_partition
 from ..core.writes import NewMemory, WriteRules
-from ..ranking.when import Period
+from ..ranking.when import Period, named_period
 from .archive.removal import move_to_archive, row_state, unchanged_where
 from .archive.store import REASON_DELETED, REASON_OUTDATED, REASON_UPDATED
 from .chroma.connection import ChromaConnection
@@ -405,6 +405,15 @@ class MemoryStore(MemoryCollection):
             MemoryRecord.from_chroma(i, d, m)
             for i, d, m in zip(res["ids"], docs, metas, strict=False)
         ]
+
+    def period_test(self, text: str) -> Callable[[MemoryRecord], bool]:
+        """Whether a memory belongs to the period ``text`` names, relative to now in the
+        owner's zone (always false when it names none, or only "our first chat")."""
+        now = self.calendar.local(self.clock()) or self.calendar.now()
+        named = named_period(text, now) if self.settings.time_weight > 0 else None
+        if not isinstance(named, Period):
+            return lambda record: False
+        return lambda record: row_time(record.to_metadata(), self.calendar).within(named)
 
     async def _within(self, view: View, window: Period) -> list[MemoryRecord]:
         """Every memory ``view`` shows of ``window`` (its event time, else when it was
