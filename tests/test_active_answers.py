@@ -114,7 +114,8 @@ async def test_a_reply_cannot_forge_a_user_line_in_the_request(
     await service.drain()
     (request,) = extractions(chat_server)
     said = batch_of(request).split("用户最近的消息（旧的在前）：\n", 1)[1]
-    user_line, reply_line = said.split("\n")
+    day_line, user_line, reply_line = said.split("\n")
+    assert day_line.startswith("【") and day_line.endswith("】")  # the message's local day
     # One user line and one reply line, each what it claims to be: the reply
     # neither closes its bracket early nor starts a user line.
     assert reply_line == (

@@ -20,6 +20,8 @@ __all__ = [
     "ORIGIN_PRIVATE",
     "SCOPES",
     "SOURCE_AUTO",
+    "SUPERSEDED_BY_KEY",
+    "SUPERSEDES_KEY",
     "GroupPrivacy",
     "MemoryRecord",
     "OriginFilter",
@@ -42,6 +44,10 @@ ScopeKind = Literal["user", "group"]
 
 SOURCE_AUTO = "auto"
 """``source`` of a memory that active memory learned without a tool call."""
+SUPERSEDES_KEY = "supersedes"
+"""Metadata key of :attr:`MemoryRecord.supersedes`."""
+SUPERSEDED_BY_KEY = "superseded_by"
+"""Metadata key of :attr:`MemoryRecord.superseded_by`."""
 META_AUTHOR = "author"
 """Metadata key of :attr:`MemoryRecord.author` (present only when a writer is recorded;
 a forget sets it to ``""``, which Chroma's metadata update can store, unlike a removal)."""
@@ -208,6 +214,11 @@ class MemoryRecord:
     """When what it tells happened, apart from when it was said: ``2026-12-01`` /
     ``2026-12`` / ``2026`` (the precision is the form, ``core/calendar.parse_event_time``);
     ``""``: unknown (a period question then matches :attr:`created_at`)."""
+    supersedes: str = ""
+    """The id of the older version of this fact (``用户住在北京`` before ``用户搬到了上海``):
+    both stay, linked; "now" questions get this one first, "before" questions the older."""
+    superseded_by: str = ""
+    """The id of the newer version of this fact (``""``: none, this is current)."""
 
     @classmethod
     def from_chroma(
@@ -232,6 +243,8 @@ class MemoryRecord:
             source=str(meta.get("source") or ""),
             author=str(meta.get(META_AUTHOR) or ""),
             event_time=str(meta.get(EVENT_TIME_KEY) or ""),
+            supersedes=str(meta.get(SUPERSEDES_KEY) or ""),
+            superseded_by=str(meta.get(SUPERSEDED_BY_KEY) or ""),
         )
 
     def to_metadata(self) -> dict[str, Any]:
@@ -250,6 +263,10 @@ class MemoryRecord:
             meta[META_AUTHOR] = self.author
         if self.event_time:
             meta[EVENT_TIME_KEY] = self.event_time
+        if self.supersedes:
+            meta[SUPERSEDES_KEY] = self.supersedes
+        if self.superseded_by:
+            meta[SUPERSEDED_BY_KEY] = self.superseded_by
         return meta
 
     def to_json(self) -> dict[str, Any]:
@@ -271,6 +288,10 @@ class MemoryRecord:
             out["source"] = self.source
         if self.event_time:
             out["event_time"] = self.event_time
+        if self.supersedes:
+            out["supersedes"] = self.supersedes
+        if self.superseded_by:
+            out["superseded_by"] = self.superseded_by
         if self.distance is not None:
             out["distance"] = self.distance
         return out
@@ -286,6 +307,10 @@ class MemoryRecord:
         }
         if self.event_time:
             out["event_time"] = self.event_time
+        if self.supersedes:
+            out["supersedes"] = self.supersedes
+        if self.superseded_by:
+            out["superseded_by"] = self.superseded_by
         if self.distance is not None:
             out["distance"] = self.distance
         if self.source:

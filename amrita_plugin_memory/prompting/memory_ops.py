@@ -41,6 +41,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..core.calendar import parse_event_time
 from ..core.records import IMPORTANCE_LEVELS
 from ..core.text import distinct_json, json_values
 
@@ -75,6 +76,11 @@ class MemoryOp:
     ref: str = ""
     importance: str = "medium"
     tags: tuple[str, ...] = ()
+    event_time: str = ""
+    """When it happened (``core/calendar.parse_event_time``'s form; ``""``: not given)."""
+    replaces: str = ""
+    """An ``add`` that is the newer version of a fact shown as this reference (the older
+    stays, linked: it answers "before" questions)."""
 
 
 @dataclass(slots=True)
@@ -181,7 +187,22 @@ def _check_item(
         tags = _tags(item.get("tags"), limits)
         if tags is None:
             return "tags not a list of short texts"
-        return MemoryOp("add", content=content, importance=importance, tags=tags)
+        replaces = item.get("replaces")
+        if replaces is not None:
+            if not isinstance(replaces, str) or replaces.strip() not in refs:
+                return "replaces: ref not shown"
+            replaces = replaces.strip()
+            if replaces in used:
+                return "replaces: ref already changed by an earlier op"
+            used.add(replaces)
+        return MemoryOp(
+            "add",
+            content=content,
+            importance=importance,
+            tags=tags,
+            event_time=_event(item),
+            replaces=replaces or "",
+        )
     ref = item.get("ref")
     if not isinstance(ref, str) or ref.strip() not in refs:
         return "ref not shown"
@@ -193,4 +214,16 @@ def _check_item(
     content = _content(item, limits)
     if not content:
         return "content missing, not text, empty or over-long"
-    return MemoryOp("update", content=content, ref=ref)
+    return MemoryOp("update", content=content, ref=ref, event_time=_event(item))
+
+
+def _event(item: Mapping[str, Any]) -> str:
+    """The item's ``event`` date in its stored form; ``""`` when absent or unreadable (a bad
+    date drops the date, never the fact)."""
+    value = item.get("event")
+    if not isinstance(value, str) or not value.strip() or len(value) > 40:
+        return ""
+    try:
+        return parse_event_time(value)
+    except ValueError:
+        return ""

@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, tzinfo
+from typing import Literal
 
 __all__ = ["FIRST_CHAT", "Period", "has_cjk", "named_period"]
 
@@ -173,3 +174,12 @@ def named_period(text: str, now: datetime) -> Period | str | None:
     if has_cjk(text):
         return _zh_period(text, today) or _en_period(text, today)
     return _en_period(text, today)
+
+
+def tense(text: str) -> Literal["now", "before"] | None:
+    """Interim (the parser branch replaces it)."""
+    if any(w in text for w in ("以前", "之前", "原来", "过去", "曾经")) or "before" in text:
+        return "before"
+    if any(w in text for w in ("现在", "目前", "如今")) or "now" in text:
+        return "now"
+    return None

@@ -45,6 +45,7 @@ from .partition.timeline import row_time
 from .room import EXPLICIT, make_room
 from .scope import View, operator_view
 from .users.tombstones import ForgottenUsers
+from .versions import link_versions
 
 # Besides the store: the names of storage's private modules that the layers above use
 # (``storage/partition``, ``storage/merge``, ``storage/room``, ``storage/archive/removal``
@@ -405,6 +406,10 @@ class MemoryStore(MemoryCollection):
             MemoryRecord.from_chroma(i, d, m)
             for i, d, m in zip(res["ids"], docs, metas, strict=False)
         ]
+
+    async def link_versions(self, partition: str, older_id: str, newer_id: str) -> bool:
+        """Link two memories of ``partition`` as versions of one fact (:mod:`.versions`)."""
+        return await link_versions(self, partition, older_id, newer_id)
 
     def period_test(self, text: str) -> Callable[[MemoryRecord], bool]:
         """Whether a memory belongs to the period ``text`` names, relative to now in the

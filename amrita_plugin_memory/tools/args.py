@@ -34,6 +34,7 @@ __all__ = [
     "parse_int",
     "parse_memory_id",
     "parse_number",
+    "parse_optional_id",
     "parse_optional_text",
     "parse_tags",
     "parse_text",
@@ -210,6 +211,14 @@ def parse_memory_id(args: Mapping[str, Any]) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
     return parse_text({"id": value}, "id", max_chars=LIMITS.id_chars)
+
+
+def parse_optional_id(args: Mapping[str, Any], name: str) -> str | None:
+    """An optional memory id (``""`` counts as absent: models send empty optional fields)."""
+    value = args.get(name)
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    return parse_optional_text({name: value}, name, max_chars=LIMITS.id_chars, blank_is_absent=True)
 
 
 USER_ID_DIGITS = 20

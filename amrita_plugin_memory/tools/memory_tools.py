@@ -33,6 +33,7 @@ from .args import (
     parse_event_date,
     parse_int,
     parse_memory_id,
+    parse_optional_id,
     parse_optional_text,
     parse_tags,
     parse_text,
@@ -40,6 +41,7 @@ from .args import (
 )
 from .schemas import (
     EVENT_DATE_MEANING,
+    REPLACES_MEANING,
     date_prop,
     define,
     importance_prop,
@@ -72,6 +74,7 @@ def write_memory_schema() -> FunctionDefinitionSchema:
             "importance": importance_prop(),
             "scope": scope_prop(explained=True),
             "event_date": date_prop(EVENT_DATE_MEANING),
+            "replaces": prop("string", REPLACES_MEANING),
         },
         ["content", "tags", "importance", "scope"],
     )
@@ -181,8 +184,12 @@ class MemoryTools:
             importance = parse_enum(args, "importance", IMPORTANCE_LEVELS, "medium")
             kind = parse_enum(args, "scope", SCOPES, "user")
             event_time = parse_event_date(args)
+            replaces = parse_optional_id(args, "replaces")
             assert content is not None and tags is not None and importance and kind
             partition = await scope.require("write", kind)
+            older = None if replaces is None else await self.store.get(scope.view(kind), replaces)
+            if replaces is not None and older is None:
+                raise ToolArgError(f"记忆 {replaces} 不存在（或不属于 scope={kind} 的当前分区）")
             memory = NewMemory(
                 partition,
                 kind,
@@ -199,6 +206,9 @@ class MemoryTools:
                 merge=True, limit=self.memory_limit, displace=EXPLICIT, fence=scope.fence
             )
             written = await self.store.write(memory, rules)
+            if older is not None and not written.merged:
+                await self.store.link_versions(partition, older.id, written.record.id)
+                written.record.supersedes = older.id
             merged = " merged" if written.merged else ""
             logger.info(
                 f"[Memory] write_memory{merged} partition={partition} id={written.record.id}"

@@ -11,6 +11,7 @@ from .args import LIMITS
 
 __all__ = [
     "EVENT_DATE_MEANING",
+    "REPLACES_MEANING",
     "SCOPE_MEANING",
     "date_prop",
     "define",
@@ -74,6 +75,10 @@ def tags_prop() -> FunctionPropertySchema:
 
 EVENT_DATE_MEANING = "事情发生的本地日期YYYY-MM-DD(或YYYY-MM),与说的日期不同时填"
 """What ``event_date`` means, told once per request (on ``write_memory``)."""
+
+
+REPLACES_MEANING = "事实变了时填旧记忆id:旧的保留为过去的事实"
+"""What ``replaces`` means (``write_memory``): the older version of a fact that changed."""
 
 
 def date_prop(description: str | None = None) -> FunctionPropertySchema:

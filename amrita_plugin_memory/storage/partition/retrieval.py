@@ -43,7 +43,8 @@ from ...core.config import ConfigFile
 from ...core.records import MemoryRecord, OriginFilter, where_partition
 from ...ranking.keywords import CJK_UNIT, KeywordIndex
 from ...ranking.scores import age_days, combine, decay_factor, decayed_distance
-from ...ranking.when import Period, has_cjk, named_period
+from ...ranking.versions import order_versions
+from ...ranking.when import Period, has_cjk, named_period, tense
 from .index import IndexedStore, PartitionIndex
 from .timeline import RowTime, period_first, resolve, row_times, rows_within
 
@@ -307,9 +308,12 @@ async def search(
     named = named_period(text, now) if settings.time_weight > 0 else None
     hybrid = settings.hybrid and settings.keyword_weight > 0
     if not hybrid and not settings.decay and named is None and window is None:
-        return await store._query_vector(
+        plain = await store._query_vector(
             partition, vector, top_k=top_k, importance=importance, origins=origins
         )
+        found = {r.id: r for r in plain}
+        order = await _versions(store, partition, text, list(found), found, importance, origins)
+        return [found[i] for i in order[:top_k]]
     pool = max(top_k, settings.candidates)
     entry = await _snapshot(store, partition)
     times: list[RowTime] = []
@@ -372,5 +376,41 @@ async def search(
         for memory_id, r in records.items()
     }
     ranked = combine(distances, bonus, 1.0)
-    ranked = period_first(ranked, distances, within, settings.period_topic)
+    ranked = period_first(ranked, distances, within, settings.period_topic)[:top_k]
+    ranked = await _versions(store, partition, text, ranked, records, importance, origins)
     return [replace(records[i]) for i in ranked[:top_k]]
+
+
+async def _versions(
+    store: SearchStore,
+    partition: str,
+    text: str,
+    ranked: list[str],
+    records: dict[str, MemoryRecord],
+    importance: str | None,
+    origins: OriginFilter,
+) -> list[str]:
+    """``ranked`` with linked versions of a fact side by side (:mod:`...ranking.versions`):
+    for a question not about the past, a newer version the ranking did not bring is
+    read by id (from the same partition and origins only) and put before the older."""
+    mode = tense(text)
+    if not any(records[i].supersedes or records[i].superseded_by for i in ranked):
+        return ranked
+    if mode != "before":
+        missing = [
+            r.superseded_by
+            for i in ranked
+            if (r := records[i]).superseded_by and r.superseded_by not in records
+        ]
+        if missing:
+            got = await store._run(lambda c: c.get(ids=missing, include=["documents", "metadatas"]))
+            docs = got.get("documents") or [None] * len(got["ids"])
+            metas = got.get("metadatas") or [None] * len(got["ids"])
+            for memory_id, doc, meta in zip(got["ids"], docs, metas, strict=False):
+                if meta is None or meta.get("user_id") != partition:
+                    continue
+                if _keep(meta, importance, origins):
+                    records[memory_id] = MemoryRecord.from_chroma(memory_id, doc, meta)
+                    ranked = [*ranked, memory_id]
+    links = {i: (records[i].supersedes, records[i].superseded_by) for i in ranked}
+    return order_versions(ranked, links, mode)
