@@ -179,3 +179,42 @@ async def test_help() -> None:
     rec = await command(private_event(12050, "/memory"))
     (reply,) = rec.texts("private")
     assert "/memory user list" in reply and "/memory group delete <ID>" in reply
+
+
+async def test_list_takes_a_period() -> None:
+    """``/memory list 上周``: only last week's memories (the owner's days; Monday first)."""
+    from datetime import UTC, datetime, timedelta
+
+    uid = 12031
+    key = f"QQPlatform_Private_{uid}"
+    store = runtime().store
+    today = store.calendar.today()
+    monday = today - timedelta(days=today.weekday() + 7)
+
+    def at(day: Any) -> str:
+        noon = datetime(day.year, day.month, day.day, 12, tzinfo=store.calendar.zone)
+        return noon.astimezone(UTC).isoformat(timespec="seconds")
+
+    clock = store.clock
+    written: dict[str, Any] = {}
+    try:
+        for name, day in [
+            ("上周三", monday + timedelta(days=2)),
+            ("今天", today),
+            ("很久以前", today - timedelta(days=60)),
+        ]:
+            store.clock = lambda d=day: at(d)
+            written[name] = await store.add(new_memory(key, "user", f"{name}说的事", tags=["时间"]))
+    finally:
+        store.clock = clock
+    (reply,) = (await command(private_event(uid, "/memory user list 上周"))).texts("private")
+    assert written["上周三"].id in reply and "共 1 条" in reply
+    assert written["今天"].id not in reply and written["很久以前"].id not in reply
+    old = today - timedelta(days=60)
+    month = f"{old.year:04d}-{old.month:02d}"
+    (reply,) = (await command(private_event(uid, f"/memory list {month}"))).texts("private")
+    assert written["很久以前"].id in reply and written["今天"].id not in reply
+    (reply,) = (await command(private_event(uid, "/memory list 火星上"))).texts("private")
+    assert reply.startswith("看不懂时间段「火星上」")
+    (reply,) = (await command(private_event(uid, "/memory list 上周 -1"))).texts("private")
+    assert reply.startswith("页码必须是正整数")

@@ -18,9 +18,9 @@ from typing import Any
 
 from nonebot import logger
 
-from ..core.calendar import event_span, parse_event_time
+from ..core.calendar import OwnerCalendar, event_span, parse_event_time
 from ..core.errors import Described, ErrorKind, PluginError, describe
-from ..ranking.when import Period
+from ..ranking.when import Period, named_period
 
 __all__ = [
     "LIMITS",
@@ -40,6 +40,7 @@ __all__ = [
     "parse_text",
     "parse_user_id",
     "parse_window",
+    "period_words",
     "tool_error",
 ]
 
@@ -128,6 +129,24 @@ def parse_window(args: Mapping[str, Any], zone: tzinfo) -> Period | None:
     if first > last:
         raise ToolArgError(f"参数 since（{first}）晚于 until（{last}）")
     return Period.of_days(first, last, zone)
+
+
+def period_words(text: str, calendar: OwnerCalendar) -> tuple[str, str] | None:
+    """A period a person typed (``上周``, ``十月份``, ``last week``, ``2026-11``,
+    ``2026-11-01..2026-11-30``) as ``since`` / ``until`` local dates; ``None``: not one."""
+    text = text.strip()[:_DATE_CHARS]
+    if ".." in text:
+        first, _, last = text.partition("..")
+        since, until = event_span(first.strip()), event_span(last.strip())
+        if since is None or until is None or since[0] > until[1]:
+            return None
+        return since[0].isoformat(), until[1].isoformat()
+    if (span := event_span(text)) is not None:
+        return span[0].isoformat(), span[1].isoformat()
+    named = named_period(text, calendar.now())
+    if isinstance(named, Period):
+        return named.first.isoformat(), named.last.isoformat()
+    return None
 
 
 def parse_text(args: Mapping[str, Any], name: str, *, max_chars: int) -> str:

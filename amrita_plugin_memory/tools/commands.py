@@ -28,7 +28,7 @@ from ..core.records import SOURCE_AUTO
 from ..storage.scope import Scope
 from ..upkeep.archive.restore import restore
 from ..upkeep.archive.view import describe_row
-from .args import guard_tool_call, parse_memory_id
+from .args import guard_tool_call, parse_memory_id, period_words
 from .group_commands import GroupCommands
 from .memory_tools import MemoryTools
 from .user_commands import Send, Upload, UserCommands
@@ -117,14 +117,14 @@ _GROUP_ACTIONS = {"anonymize", "context_clear", "memo", "memo_clear"}
 _HEAD_AND_REST = re.compile(r"\s*(\S+)(?:\s+(.*))?", re.DOTALL)
 
 USAGE = """记忆命令：
-/memory user list [页码] — 列出个人记忆
+/memory user list [时间段] [页码] — 列出个人记忆（时间段如 上周、十月份、2026-11）
 /memory user search <关键词> — 搜索个人记忆
 /memory user delete <ID> — 删除个人记忆
 /memory user archive [页码] — 查看你已归档的记忆（过期的、删除的与更新前的旧版本，私聊）
 /memory user archive restore <ID> — 恢复一条归档记忆
 /memory user export — 导出机器人保存的你的全部数据（JSON 文件，私聊）
 /memory user forget — 删除机器人保存的你的全部数据（先显示将删除什么，再确认；私聊）
-/memory group list [页码] — 列出群共享记忆
+/memory group list [时间段] [页码] — 列出群共享记忆
 /memory group search <关键词> — 搜索群共享记忆
 /memory group delete <ID> — 删除群共享记忆（仅管理员 / 群主）
 /memory persona [clear|off|on] — 查看（私聊发送）/ 删除你的画像 / 停止并删除 / 恢复学习
@@ -328,18 +328,35 @@ class MemoryCommands:
         return await self.group.group(request.action, request.argument, scope)
 
     async def _list(self, request: CommandRequest, scope: Scope) -> str:
-        page = 1
-        if request.argument:
-            if not request.argument.isdigit() or int(request.argument) < 1:
-                return "页码必须是正整数，例如 /memory user list 2"
-            page = int(request.argument)
+        page, words = 1, request.argument.split()
+        if words and words[-1].isdigit():
+            page = int(words.pop())
+        if page < 1 or any(w.startswith("-") and w[1:].isdigit() for w in words):
+            return "页码必须是正整数，例如 /memory user list 2"
+        window: dict[str, str] = {}
+        if words:
+            span = period_words(" ".join(words), self.tools.store.calendar)
+            if span is None:
+                return (
+                    f"看不懂时间段「{_preview(' '.join(words))}」，例如 /memory {request.scope} list 上周、"
+                    f"list 十月份、list 2026-11、list 2026-11-01..2026-11-15"
+                )
+            window = {"since": span[0], "until": span[1]}
         result = await self.tools.list_memory(
-            scope, {"limit": PAGE_SIZE, "offset": (page - 1) * PAGE_SIZE, "scope": request.scope}
+            scope,
+            {
+                "limit": PAGE_SIZE,
+                "offset": (page - 1) * PAGE_SIZE,
+                "scope": request.scope,
+                **window,
+            },
         )
         if not result["ok"]:
             return f"查询失败：{result['error']}"
         total = result["total"]
         name = _scope_name(request.scope)
+        if window:
+            name = f"{window['since']} 至 {window['until']}的{name}"
         if total == 0:
             return f"暂无{name}"
         pages = (total + PAGE_SIZE - 1) // PAGE_SIZE
@@ -349,7 +366,8 @@ class MemoryCommands:
         lines = [f"{name}（共 {total} 条，第 {page}/{pages} 页）："]
         lines += [_line(start + i + 1, m) for i, m in enumerate(result["memories"])]
         if page < pages:
-            lines.append(f"下一页：/memory {request.scope} list {page + 1}")
+            more = " ".join([*words, str(page + 1)])
+            lines.append(f"下一页：/memory {request.scope} list {more}")
         return "\n".join(lines)
 
     async def _search(self, request: CommandRequest, scope: Scope) -> str:
