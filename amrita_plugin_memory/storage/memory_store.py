@@ -41,7 +41,7 @@ from .merge import WriteResult, merge_repeat
 from .partition.counts import PartitionCounts
 from .partition.index import query_records
 from .partition.retrieval import RetrievalSettings, search
-from .partition.timeline import row_time
+from .partition.timeline import of_period, row_time
 from .room import EXPLICIT, make_room
 from .scope import View, operator_view
 from .users.tombstones import ForgottenUsers
@@ -421,19 +421,10 @@ class MemoryStore(MemoryCollection):
         return lambda record: row_time(record.to_metadata(), self.calendar).within(named)
 
     async def _within(self, view: View, window: Period) -> list[MemoryRecord]:
-        """Every memory ``view`` shows of ``window`` (its event time, else when it was
-        said: :mod:`.partition.timeline`), in the order they were said."""
+        """Every memory ``view`` shows of ``window``, in the order they were said."""
         where = view.where()
         res = await self._run(lambda c: c.get(where=where, include=["documents", "metadatas"]))
-        docs = res.get("documents") or [None] * len(res["ids"])
-        metas = [dict(m or {}) for m in (res.get("metadatas") or [None] * len(res["ids"]))]
-        inside = [
-            MemoryRecord.from_chroma(i, d, m)
-            for i, d, m in zip(res["ids"], docs, metas, strict=False)
-            if row_time(m, self.calendar).within(window)
-        ]
-        inside.sort(key=lambda r: (r.created_at, r.id))
-        return inside
+        return of_period(res, window, self.calendar)
 
     async def count(self, view: View, *, window: Period | None = None) -> int:
         """Memories ``view`` shows (the whole collection: :meth:`count_all`); only those of

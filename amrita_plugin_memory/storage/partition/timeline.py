@@ -17,9 +17,18 @@ from datetime import date, datetime
 from typing import Any
 
 from ...core.calendar import EVENT_TIME_KEY, OwnerCalendar, event_span
+from ...core.records import MemoryRecord
 from ...ranking.when import FIRST_CHAT, Period
 
-__all__ = ["RowTime", "period_first", "resolve", "row_time", "row_times", "rows_within"]
+__all__ = [
+    "RowTime",
+    "of_period",
+    "period_first",
+    "resolve",
+    "row_time",
+    "row_times",
+    "rows_within",
+]
 
 _TIMES_KEY = "times"
 """Key of the rows' :class:`RowTime` list in a cached partition entry's ``derived`` dict."""
@@ -66,6 +75,21 @@ def row_times(
     if times is None:
         times = entry.derived[_TIMES_KEY] = [row_time(m, calendar) for m in metas]
     return times
+
+
+def of_period(rows: Mapping[str, Any], window: Period, calendar: OwnerCalendar) -> list[Any]:
+    """The memories of a Chroma ``get`` answer that belong to ``window`` (its event time,
+    else when it was said), in the order they were said."""
+    ids = list(rows["ids"])
+    docs = rows.get("documents") or [None] * len(ids)
+    metas = [dict(m or {}) for m in (rows.get("metadatas") or [None] * len(ids))]
+    inside = [
+        MemoryRecord.from_chroma(i, d, m)
+        for i, d, m in zip(ids, docs, metas, strict=False)
+        if row_time(m, calendar).within(window)
+    ]
+    inside.sort(key=lambda r: (r.created_at, r.id))
+    return inside
 
 
 def resolve(named: Period | str, times: Sequence[RowTime], zone: Any) -> Period | None:
