@@ -83,7 +83,7 @@ def write_memory_schema() -> FunctionDefinitionSchema:
 def read_memory_schema() -> FunctionDefinitionSchema:
     return define(
         "read_memory",
-        "按语义检索记忆;问题里的时间(上周/十月份/昨天)自动优先",
+        "按语义检索记忆",
         {
             "query": prop("string"),
             "top_k": top_k_prop(),
@@ -124,7 +124,7 @@ def delete_memory_schema() -> FunctionDefinitionSchema:
 def list_memory_schema() -> FunctionDefinitionSchema:
     return define(
         "list_memory",
-        "按写入时间列出记忆;since/until为本地日期",
+        "按写入时间列出记忆",
         {
             "limit": limit_prop(),
             "offset": offset_prop(),

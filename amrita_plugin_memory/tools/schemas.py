@@ -73,17 +73,17 @@ def tags_prop() -> FunctionPropertySchema:
 # by ``args`` and cost no characters in every request.
 
 
-EVENT_DATE_MEANING = "事情发生的本地日期YYYY-MM-DD(或YYYY-MM),与说的日期不同时填"
+EVENT_DATE_MEANING = "事发日期YYYY-MM-DD"
 """What ``event_date`` means, told once per request (on ``write_memory``)."""
 
 
-REPLACES_MEANING = "事实变了时填旧记忆id:旧的保留为过去的事实"
+REPLACES_MEANING = "事实变了:旧记忆id(保留)"
 """What ``replaces`` means (``write_memory``): the older version of a fact that changed."""
 
 
 def date_prop(description: str | None = None) -> FunctionPropertySchema:
     """A local date (``YYYY-MM-DD``; a month or a year also accepted by ``args.parse_event_date``)."""
-    return prop("string", description, maxLength=10)
+    return prop("string", description)
 
 
 def memory_id_prop() -> FunctionPropertySchema:
