@@ -277,11 +277,11 @@ async def _period_hits(
         known = [d for d in days if d is not None]
         if not known:
             return []
-        period = Period(min(known), min(known))
+        period = Period.of_days(min(known), min(known), UTC)
     rows = [
         r
         for r, day in enumerate(days)
-        if day is not None and period.holds(day) and _keep(metas[r], importance, origins)
+        if day is not None and period.holds_day(day) and _keep(metas[r], importance, origins)
     ]
     query = np.asarray(vector, dtype=np.float32)
     distances: list[float | None] = [None] * len(rows)
