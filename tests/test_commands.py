@@ -155,7 +155,8 @@ async def test_hostile_command_arguments() -> None:
     other = await store.add(new_memory("QQPlatform_Private_12041", "user", "别人的记忆"))
     cases = {
         "/memory user list -1": "页码必须是正整数",
-        "/memory user list abc": "页码必须是正整数",
+        "/memory user list abc": "看不懂时间段「abc」",
+        "/memory user list " + "长" * 600: "看不懂时间段",
         "/memory user search": "请提供关键词",
         "/memory user delete": "请提供记忆 ID",
         f"/memory user delete {other.id}": "不存在",
