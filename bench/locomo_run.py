@@ -51,6 +51,7 @@ __all__ = [
     "RunResult",
     "ask_all",
     "ask_variants",
+    "load_vectors",
     "run_locomo",
     "write_all",
 ]
@@ -161,6 +162,13 @@ async def _write(
         out.merged += bool(result.get("merged"))
         turns.setdefault(str(result["memory"]["id"]), set()).update(obs.turns)
     part.turns = {memory_id: frozenset(t) for memory_id, t in turns.items()}
+    await load_vectors(rt, part)
+    out.memories.append(len(part.ids))
+    return part
+
+
+async def load_vectors(rt: MemoryRuntime, part: Partition) -> None:
+    """Every memory of the partition and its stored vector (normalised) for the dense baseline."""
     partition = part.caller.target.user
     async for page in rt.store.iter_records(view_of(partition)):
         part.ids.extend(r.id for r in page)
@@ -168,12 +176,10 @@ async def _write(
     for memory_id in part.ids:
         vector = await rt.store.stored_vector(view_of(partition), memory_id)
         if vector is None:
-            raise RuntimeError(f"memory {memory_id} of {conv.name} has no stored vector")
+            raise RuntimeError(f"memory {memory_id} of {partition} has no stored vector")
         rows.append(vector)
     matrix = np.asarray(rows, dtype=np.float32)
     part.vectors = matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
-    out.memories.append(len(part.ids))
-    return part
 
 
 async def write_all(

@@ -95,8 +95,11 @@ def embedder_env(kind: str, url: str, input_type: str) -> dict[str, Any]:
     }
 
 
-def build_runtime(data_dir: Path, step: Step, embedder: dict[str, Any]) -> MemoryRuntime:
-    """A real runtime on ``data_dir`` with the step's toggles (archive off: nothing moves)."""
+def build_runtime(
+    data_dir: Path, step: Step, embedder: dict[str, Any], *, zone: str = ""
+) -> MemoryRuntime:
+    """A real runtime on ``data_dir`` with the step's toggles (archive off: nothing moves),
+    in the owner's ``zone`` (``[memory] timezone``; ``""``: the machine's)."""
     from amrita_plugin_memory.core.config import (
         ArchiveConfig,
         ConfigFile,
@@ -105,6 +108,7 @@ def build_runtime(data_dir: Path, step: Step, embedder: dict[str, Any]) -> Memor
         PluginConfig,
         RetrievalConfig,
     )
+    from amrita_plugin_memory.core.config_sections import MemoryConfig
     from amrita_plugin_memory.services import MemoryRuntime
 
     env = EnvConfig.load(
@@ -120,6 +124,7 @@ def build_runtime(data_dir: Path, step: Step, embedder: dict[str, Any]) -> Memor
         retrieval=RetrievalConfig(hybrid=step.hybrid, dedup_on_write=step.dedup),
         decay=DecayConfig(enabled=step.decay),
         archive=ArchiveConfig(enabled=False),
+        memory=MemoryConfig(timezone=zone),
     )
     config = PluginConfig(env=env, file=file, config_dir=data_dir / "config", data_dir=data_dir)
     return MemoryRuntime(config)
