@@ -167,7 +167,8 @@ async def _read(ctx: _Ctx, text: str) -> tuple[list[str], dict[str, str]]:
     got = [str(m["id"]) for m in result["memories"]]
     own = set(ctx.part.ids)
     ctx.leaks.extend(f"{text} -> {i}" for i in got if i not in own)
-    return got, {str(m["id"]): str(m.get("created_at", ""))[:10] for m in result["memories"]}
+    show = ctx.rt.calendar.show_date  # the owner's day, whatever form the answer shows
+    return got, {str(m["id"]): show(str(m.get("created_at", ""))) for m in result["memories"]}
 
 
 async def _ask(ctx: _Ctx, unit: Unit, index: int, q: Question, ids: Mapping[str, str]) -> Asked:
@@ -231,7 +232,12 @@ async def run_units(
             new_ids = await import_file(rt, path)
             part = Partition(Scope.of_loop(target_from_ids(unit.user_id)))
             await load_vectors(rt, part)
-            stored.append((part, dict(zip(unit.keys, new_ids, strict=True))))
+            by_key = dict(zip(unit.keys, new_ids, strict=True))
+            for newer, older in unit.supersedes.items():  # as the writer links them
+                await rt.store.link_versions(
+                    part.caller.partition("user"), by_key[older], by_key[newer]
+                )
+            stored.append((part, by_key))
         progress(f"{sum(len(u.keys) for u in units)} memories of {len(units)} users imported")
         cache = QueryCache(rt)
         recaller = _recaller(rt)
