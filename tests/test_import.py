@@ -25,7 +25,7 @@ from tests.helpers import new_memory, partition, runtime, view_of
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 
-I = lazy_import(
+IM = lazy_import(
     "amrita_plugin_memory.upkeep.importing",
     "amrita_plugin_memory.upkeep.import_lines",
     "amrita_plugin_memory.core.calendar",
@@ -39,7 +39,7 @@ NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 
 def calendar() -> Any:
     """The owner's calendar: Beijing time, now fixed."""
-    return I.OwnerCalendar(ZoneInfo("Asia/Shanghai"), clock=lambda: NOW)
+    return IM.OwnerCalendar(ZoneInfo("Asia/Shanghai"), clock=lambda: NOW)
 
 
 def line(**fields: Any) -> str:
@@ -53,8 +53,8 @@ def line(**fields: Any) -> str:
 
 
 def refused(text: str | bytes) -> str:
-    with pytest.raises(I.ImportFileError) as caught:
-        I.parse_lines(text, calendar())
+    with pytest.raises(IM.ImportFileError) as caught:
+        IM.parse_lines(text, calendar())
     STATS.inputs_tried += 1
     return str(caught.value)
 
@@ -128,9 +128,11 @@ def test_a_hostile_file_is_refused_whole_with_every_bad_line() -> None:
     assert message.count("importance 'urgent' 无效") == 20
 
     assert refused("\n  \n") == "导入文件中没有任何记忆"
-    assert "导入文件过大" in refused(b" " * (I.FILE_BYTES + 1))
-    too_many = "\n".join(line(content=f"第 {i} 件事") for i in range(I.MAX_LINES + 1))
-    assert refused(too_many) == f"导入文件的记忆过多（{I.MAX_LINES + 1} 条，上限 {I.MAX_LINES} 条）"
+    assert "导入文件过大" in refused(b" " * (IM.FILE_BYTES + 1))
+    too_many = "\n".join(line(content=f"第 {i} 件事") for i in range(IM.MAX_LINES + 1))
+    assert (
+        refused(too_many) == f"导入文件的记忆过多（{IM.MAX_LINES + 1} 条，上限 {IM.MAX_LINES} 条）"
+    )
 
 
 def test_good_lines_keep_their_moment_dates_and_owner() -> None:
@@ -143,35 +145,35 @@ def test_good_lines_keep_their_moment_dates_and_owner() -> None:
             line(user_id=54321, group_id="20001", source="auto", event_time="2023"),
         ]
     )
-    first, naive, utc, group, said_in_group = I.parse_lines(text, calendar())
+    first, naive, utc, group, said_in_group = IM.parse_lines(text, calendar())
     assert [x.line for x in (first, naive, utc, group, said_in_group)] == [1, 2, 3, 4, 5]
     assert first.memory.created_at == "2023-05-08T05:56:00+00:00"
     assert naive.memory.created_at == first.memory.created_at
     assert naive.memory.memory_id == first.memory.memory_id  # the same memory: the same id
     assert utc.memory.memory_id == first.memory.memory_id and utc.memory.event_time == "2023-05"
-    assert first.memory.partition == I.user_key("12345") == partition(12345)
+    assert first.memory.partition == IM.user_key("12345") == partition(12345)
     assert (first.memory.scope, first.memory.origin, first.memory.author) == ("user", "private", "")
     assert len(first.memory.memory_id) == 32
-    assert group.memory.partition == I.group_key("20001")
+    assert group.memory.partition == IM.group_key("20001")
     assert (group.memory.scope, group.memory.origin) == ("group", "group:20001")
     assert group.memory.author == "12345" and group.memory.tags == ["猫", "宠物"]
     assert group.memory.importance == "high" and group.memory.memory_id != first.memory.memory_id
     assert said_in_group.memory.partition == partition(54321)
     assert said_in_group.memory.origin == "group:20001" and said_in_group.memory.source == "auto"
     assert said_in_group.to_json()["group_id"] == "20001"
-    again = I.parse_items([x.to_json() for x in (group, said_in_group)], calendar(), most=64)
+    again = IM.parse_items([x.to_json() for x in (group, said_in_group)], calendar(), most=64)
     assert [x.memory for x in again] == [group.memory, said_in_group.memory]
     assert [x.line for x in again] == [4, 5]
 
 
 def test_requests_of_a_running_bot_are_checked_like_a_file() -> None:
     good = json.loads(line())
-    with pytest.raises(I.ImportFileError, match="一次最多导入 2 条"):
-        I.parse_items([good] * 3, calendar(), most=2)
-    with pytest.raises(I.ImportFileError, match="lines 必须是非空数组"):
-        I.parse_items({"line": 1}, calendar(), most=2)
-    with pytest.raises(I.ImportFileError, match="第 7 行：importance 'x' 无效"):
-        I.parse_items([{**good, "line": 7, "importance": "x"}], calendar(), most=2)
+    with pytest.raises(IM.ImportFileError, match="一次最多导入 2 条"):
+        IM.parse_items([good] * 3, calendar(), most=2)
+    with pytest.raises(IM.ImportFileError, match="lines 必须是非空数组"):
+        IM.parse_items({"line": 1}, calendar(), most=2)
+    with pytest.raises(IM.ImportFileError, match="第 7 行：importance 'x' 无效"):
+        IM.parse_items([{**good, "line": 7, "importance": "x"}], calendar(), most=2)
     STATS.inputs_tried += 3
 
 
@@ -194,9 +196,9 @@ async def test_importing_twice_adds_nothing_and_the_limit_leaves_lines_out(store
             dated(18802, 1, scope="group", group_id="28801"),  # line 7
         ]
     )
-    lines = I.parse_lines(text, calendar())
+    lines = IM.parse_lines(text, calendar())
     seen: list[tuple[int, int]] = []
-    report = await I.import_lines(
+    report = await IM.import_lines(
         store, lines, limit=3, batch_size=2, progress=lambda d, t: seen.append((d, t))
     )
     assert seen == [(0, 7), (2, 7), (4, 7), (6, 7), (7, 7)]
@@ -213,16 +215,16 @@ async def test_importing_twice_adds_nothing_and_the_limit_leaves_lines_out(store
     first = stored[lines[0].memory.memory_id]
     assert first.created_at == "2024-02-29T16:00:00+00:00" == first.updated_at
     assert first.event_time == "2024-02-29" and first.content == "用户 18801 的第 0 件事"
-    (group,) = await store.list(view_of(I.group_key("28801")))
+    (group,) = await store.list(view_of(IM.group_key("28801")))
     assert (group.author, group.origin, group.scope) == ("18802", "group:28801", "group")
 
-    again = await I.import_lines(store, lines, limit=3)
+    again = await IM.import_lines(store, lines, limit=3)
     assert again.added == [] and again.existing == [1, 2, 3, 6, 7]
     assert again.left_out == {"full": [4, 5]}
 
     # The user deletes one (archived): it stays deleted; the room it left takes line 4.
     assert await store.delete(partition(18801), lines[1].memory.memory_id)
-    third = await I.import_lines(store, lines, limit=3)
+    third = await IM.import_lines(store, lines, limit=3)
     assert third.added == [4] and third.existing == [1, 2, 3, 6, 7]
     assert third.left_out == {"full": [5]}
     assert await store.count(view_of(partition(18801))) == 3
@@ -251,20 +253,20 @@ async def test_forgotten_users_are_refused_and_a_forget_voids_the_rest(
             *(dated(18903, n, day=5) for n in range(5, 9)),  # 5-8: forgotten during the import
         ]
     )
-    lines = I.parse_lines(text, calendar())
+    lines = IM.parse_lines(text, calendar())
     fences = UserFences(UserEpochs(), forgotten)
 
     def progress(done: int, total: int) -> None:
         if done == 6:  # after the third batch: user 18903 is forgotten meanwhile
             fences.epochs.bump("18903")
 
-    report = await I.import_lines(
+    report = await IM.import_lines(
         store, lines, limit=50, fences=fences, batch_size=2, progress=progress
     )
     assert report.added == [2, 3, 4, 5, 6]
     assert report.left_out == {"forgotten": [1], "voided": [7, 8]}
     assert report.lines()[1] == "未导入 1 条（该用户已被遗忘，遗忘之前的记忆不再导入）：第 1 行"
-    (kept,) = await store.list(view_of(I.group_key("28901")))
+    (kept,) = await store.list(view_of(IM.group_key("28901")))
     assert kept.author == "" and kept.content == "用户 18901 的第 3 件事"
     assert [r.content for r in await store.list(view_of(partition(18901)))] == [
         "用户 18901 的第 2 件事"
@@ -273,7 +275,9 @@ async def test_forgotten_users_are_refused_and_a_forget_voids_the_rest(
     # A later forget covers imported memories like any other; importing again brings none back.
     await forgotten.add("18902", partition(18902), datetime.now(UTC))
     assert await erase_partition(store, partition(18902)) == (1, 0)
-    again = await I.import_lines(store, lines, limit=50, fences=UserFences(UserEpochs(), forgotten))
+    again = await IM.import_lines(
+        store, lines, limit=50, fences=UserFences(UserEpochs(), forgotten)
+    )
     assert again.left_out["forgotten"] == [1, 4]
     assert await store.count(view_of(partition(18902))) == 0
 
@@ -302,7 +306,7 @@ async def test_an_export_imports_into_a_fresh_store_with_the_same_contents(
     )
     await rt.store.add(
         new_memory(
-            I.group_key(gid),
+            IM.group_key(gid),
             "group",
             "群规：周五聚餐",
             origin=f"group:{gid}",
@@ -314,7 +318,7 @@ async def test_an_export_imports_into_a_fresh_store_with_the_same_contents(
         str(uid)
     )
     text = json.dumps(document, ensure_ascii=False, indent=1)
-    assert I.is_export_document(text.encode())
+    assert IM.is_export_document(text.encode())
 
     def contents(records: list[Any]) -> set[tuple[Any, ...]]:
         return {
@@ -329,14 +333,14 @@ async def test_an_export_imports_into_a_fresh_store_with_the_same_contents(
                 r.get("event_time", ""),
                 r.get("author", ""),
                 r.get("source", ""),
-            )  # fmt: skip
+            )
             for r in records
         }
 
     fresh = make_runtime(tmp_path / "fresh")
     try:
-        lines = I.parse_lines(text, fresh.calendar)
-        report = await I.import_lines(fresh.store, lines, limit=50, fences=fresh.fences)
+        lines = IM.parse_lines(text, fresh.calendar)
+        report = await IM.import_lines(fresh.store, lines, limit=50, fences=fresh.fences)
         assert report.added == [1, 2, 3] and report.lines(unit="条")[0].startswith(
             "共 3 条：新增 3 条"
         )
@@ -346,7 +350,7 @@ async def test_an_export_imports_into_a_fresh_store_with_the_same_contents(
         assert contents(again["memories"]) == contents(document["memories"])
         assert contents(again["group_memories"]) == contents(document["group_memories"])
         assert len(again["memories"]) == 2 and len(again["group_memories"]) == 1
-        second = await I.import_lines(fresh.store, I.parse_lines(text, fresh.calendar), limit=50)
+        second = await IM.import_lines(fresh.store, IM.parse_lines(text, fresh.calendar), limit=50)
         assert second.added == [] and second.existing == [1, 2, 3]
     finally:
         await fresh.close()

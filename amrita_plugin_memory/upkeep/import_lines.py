@@ -274,18 +274,22 @@ def _line(obj: Any, number: int, calendar: OwnerCalendar) -> ImportLine:
 
 
 def _checked(
-    items: Sequence[tuple[int, Any]], calendar: OwnerCalendar, unit: str
+    items: Sequence[tuple[int, Any]],
+    calendar: OwnerCalendar,
+    unit: str,
+    unreadable: Sequence[tuple[int, str]] = (),
 ) -> list[ImportLine]:
-    """Every item checked; the bad ones named together (:class:`ImportFileError`)."""
+    """Every item checked; the bad ones (and the ``unreadable`` lines) named together, in
+    the file's order (:class:`ImportFileError`)."""
     lines: list[ImportLine] = []
-    bad: list[str] = []
+    bad = list(unreadable)
     for number, obj in items:
         try:
             lines.append(_line(obj, number, calendar))
         except _Bad as exc:
-            bad.append(f"第 {number} {unit}：{exc}")
+            bad.append((number, str(exc)))
     if bad:
-        _refuse(bad, unit)
+        _refuse([f"第 {n} {unit}：{said}" for n, said in sorted(bad)], unit)
     if not lines:
         raise ImportFileError("导入文件中没有任何记忆")
     return lines
@@ -297,24 +301,23 @@ def _refuse(bad: list[str], unit: str) -> None:
     raise ImportFileError(f"导入文件有 {len(bad)} {unit}无效，未写入任何记忆：\n  {shown}{more}")
 
 
-def _json_lines(raw: bytes) -> list[tuple[int, Any]]:
+def _json_lines(raw: bytes) -> tuple[list[tuple[int, Any]], list[tuple[int, str]]]:
+    """The lines read as JSON, and those that cannot be (number, why)."""
     items: list[tuple[int, Any]] = []
-    bad: list[str] = []
+    bad: list[tuple[int, str]] = []
     for number, line in enumerate(raw.split(b"\n"), start=1):
         if len(line) > LINE_BYTES:
-            bad.append(f"第 {number} 行：过长（{len(line)} 字节，上限 {LINE_BYTES} 字节）")
+            bad.append((number, f"过长（{len(line)} 字节，上限 {LINE_BYTES} 字节）"))
             continue
         if not line.strip():
             continue
         try:
             items.append((number, json.loads(line.decode("utf-8"))))
         except UnicodeDecodeError:
-            bad.append(f"第 {number} 行：不是 UTF-8 文本")
+            bad.append((number, "不是 UTF-8 文本"))
         except ValueError:
-            bad.append(f"第 {number} 行：不是合法的 JSON")
-    if bad:
-        _refuse(bad, "行")
-    return items
+            bad.append((number, "不是合法的 JSON"))
+    return items, bad
 
 
 def _export_items(document: Mapping[str, Any]) -> list[tuple[int, Any]]:
@@ -365,15 +368,17 @@ def parse_lines(text: str | bytes, calendar: OwnerCalendar) -> list[ImportLine]:
     if len(raw) > FILE_BYTES:
         raise ImportFileError(f"导入文件过大（{len(raw)} 字节，上限 {FILE_BYTES} 字节）")
     document = _whole_document(raw)
+    unreadable: list[tuple[int, str]] = []
     if document is not None:
         if document.get("user_id") is None:
             raise ImportFileError("导出文件缺少 user_id")
         items, unit = _export_items(document), "条"
     else:
-        items, unit = _json_lines(raw), "行"
-    if len(items) > MAX_LINES:
-        raise ImportFileError(f"导入文件的记忆过多（{len(items)} 条，上限 {MAX_LINES} 条）")
-    return _checked(items, calendar, unit)
+        (items, unreadable), unit = _json_lines(raw), "行"
+    if len(items) + len(unreadable) > MAX_LINES:
+        count = len(items) + len(unreadable)
+        raise ImportFileError(f"导入文件的记忆过多（{count} 条，上限 {MAX_LINES} 条）")
+    return _checked(items, calendar, unit, unreadable)
 
 
 def _whole_document(raw: bytes) -> dict[str, Any] | None:
