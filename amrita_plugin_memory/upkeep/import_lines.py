@@ -127,8 +127,10 @@ class ImportLine:
         return out
 
 
-class _Bad(Exception):
+class _Bad(PluginError, ValueError):
     """One field of one line is unusable (collected into :class:`ImportFileError`)."""
+
+    kind = ErrorKind.INVALID
 
 
 def _digits(value: Any, name: str) -> str:
