@@ -127,7 +127,7 @@ class _Verbose:
 @click.option("-v", "--verbose", is_flag=True, help="显示 Bot 启动日志（默认只显示警告与错误）")
 @click.pass_context
 def memory(ctx: click.Context, verbose: bool) -> None:
-    """长期记忆插件运维：嵌入指纹、重映射、备份、分区键迁移、用户数据导出与遗忘。"""
+    """长期记忆插件运维：嵌入指纹、重映射、备份、分区键迁移、用户数据导出与遗忘、导入记忆。"""
     if verbose:
         ctx.obj = _Verbose()
 
@@ -211,6 +211,13 @@ def export(user: str, out: Path | None) -> None:
 def forget(user: str, yes: bool) -> None:
     """删除一个用户的全部数据（含备份中的；不可撤销），并保证旧备份恢复时不会带回。"""
     _run("forget", user=user, yes=yes)
+
+
+@memory.command("import")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+def import_memories(file: Path) -> None:
+    """从 JSON Lines 文件 FILE（或 export 的导出文件）导入记忆；重复执行不会重复添加。"""
+    _run("import", file=file)
 
 
 @memory.group("backup")

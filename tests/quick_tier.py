@@ -90,6 +90,7 @@ PROCESS_TESTS = frozenset(
         "test_coherence_caches.py",
         "test_console_api.py",
         "test_console_browser.py",
+        "test_import_cli.py",
         "test_local_server.py",
         "test_postgres_bot.py",
         "test_published_bot.py",

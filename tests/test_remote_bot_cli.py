@@ -96,6 +96,23 @@ def test_every_other_writing_command_asks_the_bot_or_refuses(bot: RunningBot) ->
         assert "需要先停止 Bot（它正在读写同一个远程向量库" in line, line
 
 
+def test_import_runs_inside_the_remote_bot(bot: RunningBot, tmp_path: Any) -> None:
+    project = bot.project
+    rows = [
+        {"user_id": "10002", "content": f"鲍勃导入的旧事 {i}", "created_at": f"2021-0{i + 1}-01"}
+        for i in range(3)
+    ]
+    source = tmp_path / "bob.jsonl"
+    source.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows), "utf-8")
+    out = ambot_ok(project.ambot("import", str(source)))
+    assert f"（由运行中的 Bot 执行，PID {_bot_pid(project)}）" in out, out
+    assert "共 3 条：新增 3 条，已存在 0 条" in out, out
+    assert f"{LOCAL_ACTOR}：导入记忆 lines=3 added=3 existing=0 left_out=0" in bot.log()
+    assert "共 3 条：新增 0 条，已存在 3 条" in ambot_ok(project.ambot("import", str(source)))
+    imported = [m for _, m in _live_rows(project).values() if m and m["created_at"] < "2022"]
+    assert len(imported) == 3  # the owner's midnight of each day, stored in UTC
+
+
 def _live_rows(project: BotProject) -> dict[str, Any]:
     async def read() -> dict[str, Any]:
         rt = project.runtime()

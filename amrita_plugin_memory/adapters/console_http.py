@@ -276,6 +276,14 @@ def build_router(service: ConsoleService, actor_of: ActorOf) -> APIRouter:
 
         return await respond(request, call)
 
+    @router.post("/import")
+    async def import_memories(request: Request) -> JSONResponse:
+        async def call() -> Any:
+            body = await _body(request, ("lines",))
+            return await service.imports.run(await actor_of(request), body)
+
+        return await respond(request, call)
+
     # -- maintenance ---------------------------------------------------------------------
 
     @router.get("/backups")

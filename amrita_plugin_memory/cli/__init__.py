@@ -18,13 +18,15 @@ Modules: :mod:`.plumbing` (runtime, event loop, the running bot's admin API,
 progress bars), :mod:`.output` (terminal formatting of the reports),
 :mod:`.maintenance` (status, reindex, migrate-keys, reset-fingerprint),
 :mod:`.backups` (backup list/create/restore), :mod:`.archive` (archive
-list/restore/sweep), :mod:`.users` (a user's export and forget).
+list/restore/sweep), :mod:`.users` (a user's export and forget), :mod:`.importing` (memories imported from
+a file).
 """
 
 from __future__ import annotations
 
 from .archive import archive_cmd
 from .backups import backup_create_cmd, backup_list_cmd, backup_restore_cmd
+from .importing import import_cmd
 from .maintenance import migrate_keys_cmd, reindex_cmd, reset_fingerprint_cmd, status_cmd
 from .users import export_cmd, forget_cmd
 
@@ -35,6 +37,7 @@ __all__ = [
     "backup_restore_cmd",
     "export_cmd",
     "forget_cmd",
+    "import_cmd",
     "migrate_keys_cmd",
     "reindex_cmd",
     "reset_fingerprint_cmd",

@@ -15,6 +15,7 @@ from .archive import ArchiveAdmin
 from .catalog import PartitionCatalog
 from .errors import guarded
 from .groups import GroupAdmin
+from .importing import ImportAdmin
 from .jobs import MaintenanceJobs
 from .knowledge import KnowledgeAdmin, ProfileAdmin
 from .memories import MemoryAdmin
@@ -61,6 +62,7 @@ class ConsoleService:
         )
         self.groups = GroupAdmin(groups, runtime.config.file.persona)
         self.users = UserAdmin(user_data, self.catalog)
+        self.imports = ImportAdmin(runtime, self.catalog)
         if user_data is not None:  # a forget from the chat or the command line too
             user_data.after_forget.append(lambda _user_id: self.catalog.invalidate())
         self.jobs = MaintenanceJobs(

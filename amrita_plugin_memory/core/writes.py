@@ -39,6 +39,9 @@ class NewMemory:
     """When what it tells happened (``core/calendar.parse_event_time``'s form; ``""``: unknown)."""
     created_at: str = ""
     """When it was said, if not now (an import keeps the original stamp: aware UTC ISO)."""
+    memory_id: str = ""
+    """A fixed id (an import's, derived from what the line says: a second import finds it
+    stored and adds nothing); ``""``: a new random id."""
 
     def record(self, memory_id: str, now: str) -> MemoryRecord:
         """The stored memory: this one with its id, written ``now`` (or at :attr:`created_at`)."""

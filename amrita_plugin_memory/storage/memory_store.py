@@ -122,7 +122,8 @@ class MemoryStore(MemoryCollection):
         ``[retrieval] dedup`` on) a true repeat of a memory of the partition, written
         with the same scope and origin, is refreshed instead (:mod:`.merge`; a merge adds
         nothing, so a full partition accepts a repeated fact, and two writers of one
-        fact never both add it); with ``rules.limit`` a full partition refuses unless
+        fact never both add it); a fixed id (``memory.memory_id``) stored already, live or
+        archived, writes nothing (``existed``); with ``rules.limit`` a full partition refuses unless
         an automatic memory gives way (:mod:`.room`); then the add.
         """
         if vector is None:
@@ -134,11 +135,13 @@ class MemoryStore(MemoryCollection):
         async with self.writing(partition):
             if rules.fence is not None:
                 await rules.fence()
+            if memory.memory_id and (held := await self.held(memory.memory_id)) is not None:
+                return WriteResult(held, existed=True)
             if merge and (merged := await merge_repeat(self, memory, vector)) is not None:
                 return WriteResult(merged, merged=True)
             if rules.limit is not None:
                 await make_room(self, partition, rules.limit, rules.displace)
-            record = memory.record(uuid.uuid4().hex, self.clock())
+            record = memory.record(memory.memory_id or uuid.uuid4().hex, self.clock())
             try:
                 await self._write(
                     lambda c: c.add(
@@ -155,6 +158,15 @@ class MemoryStore(MemoryCollection):
             self.recent.added(partition, record.id)
             self.index.added(partition, vector, record)
         return WriteResult(record)
+
+    async def held(self, memory_id: str) -> MemoryRecord | None:
+        """The memory stored under ``memory_id``, live or archived (deleted, swept), in
+        whatever partition; ``None``: the id is free (a fixed id of an import)."""
+        rows = await self.fetch_anywhere([memory_id])
+        if rows:
+            return rows[0].record
+        archived = await self.archive.get(memory_id)
+        return archived[0].record if archived is not None else None
 
     async def add(
         self,

@@ -65,6 +65,9 @@ class WriteResult:
 
     record: MemoryRecord
     merged: bool = False
+    existed: bool = False
+    """The fixed id (``NewMemory.memory_id``) was stored already, live or archived: nothing
+    was written (``record`` is the stored one)."""
 
 
 def _normalised(text: str) -> str:
