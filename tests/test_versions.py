@@ -190,3 +190,16 @@ async def test_an_extraction_that_replaces_a_fact_keeps_both_linked(rt: Any) -> 
     assert rows["用户跳槽到了腾讯"].supersedes == old.id
     assert rows["用户跳槽到了腾讯"].event_time == "2026-11"
     assert rows["用户2026-12-01去了医院"].event_time == "2026-12-01"
+
+
+def test_an_imported_memory_is_swept_by_its_import_day_not_its_old_date() -> None:
+    SW = lazy_import("amrita_plugin_memory.upkeep.archive.sweep")
+    old = new_memory("p", "user", "用户2023年养了猫", importance="low").record(
+        "m1", "2023-05-08T05:56:00+00:00"
+    )
+    now = datetime(2026, 12, 4, tzinfo=UTC)
+    assert SW.expired(old, lambda level: 7, now)  # written here in 2023: past its lifetime
+    imported = dataclasses.replace(old, imported_at="2026-12-01T00:00:00+00:00")
+    assert not SW.expired(imported, lambda level: 7, now)
+    assert SW.expired(imported, lambda level: 7, now + timedelta(days=8))
+    assert imported.to_metadata()["imported_at"] == "2026-12-01T00:00:00+00:00"

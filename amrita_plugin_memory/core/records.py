@@ -219,6 +219,9 @@ class MemoryRecord:
     both stay, linked; "now" questions get this one first, "before" questions the older."""
     superseded_by: str = ""
     """The id of the newer version of this fact (``""``: none, this is current)."""
+    imported_at: str = ""
+    """When ``ambot memory import`` brought it in (``""``: written here): the archive sweep
+    counts its lifetime from the later of this and :attr:`updated_at`."""
 
     @classmethod
     def from_chroma(
@@ -245,6 +248,7 @@ class MemoryRecord:
             event_time=str(meta.get(EVENT_TIME_KEY) or ""),
             supersedes=str(meta.get(SUPERSEDES_KEY) or ""),
             superseded_by=str(meta.get(SUPERSEDED_BY_KEY) or ""),
+            imported_at=str(meta.get("imported_at") or ""),
         )
 
     def to_metadata(self) -> dict[str, Any]:
@@ -267,6 +271,8 @@ class MemoryRecord:
             meta[SUPERSEDES_KEY] = self.supersedes
         if self.superseded_by:
             meta[SUPERSEDED_BY_KEY] = self.superseded_by
+        if self.imported_at:
+            meta["imported_at"] = self.imported_at
         return meta
 
     def to_json(self) -> dict[str, Any]:

@@ -39,6 +39,9 @@ class NewMemory:
     """When what it tells happened (``core/calendar.parse_event_time``'s form; ``""``: unknown)."""
     created_at: str = ""
     """When it was said, if not now (an import keeps the original stamp: aware UTC ISO)."""
+    imported_at: str = ""
+    """When an import brought it in (its archive lifetime counts from then, not from
+    :attr:`created_at`)."""
     memory_id: str = ""
     """A fixed id (an import's, derived from what the line says: a second import finds it
     stored and adds nothing); ``""``: a new random id."""
@@ -59,6 +62,7 @@ class NewMemory:
             source=self.source,
             author=self.author,
             event_time=self.event_time,
+            imported_at=self.imported_at,
         )
 
 

@@ -31,7 +31,7 @@ from ..core.errors import VectorStoreError
 from ..core.protocols import Embedder, Fence, TextKind
 from ..core.records import MemoryRecord, OriginFilter, utc_now, where_partition
 from ..core.writes import NewMemory, WriteRules
-from ..ranking.when import Period, named_period
+from ..ranking.when import Period
 from .archive.removal import move_to_archive, row_state, unchanged_where
 from .archive.store import REASON_DELETED, REASON_OUTDATED, REASON_UPDATED
 from .chroma.connection import ChromaConnection
@@ -41,7 +41,7 @@ from .merge import WriteResult, merge_repeat
 from .partition.counts import PartitionCounts
 from .partition.index import query_records
 from .partition.retrieval import RetrievalSettings, search
-from .partition.timeline import of_period, row_time
+from .partition.timeline import of_period, period_test
 from .room import EXPLICIT, make_room
 from .scope import View, operator_view
 from .users.tombstones import ForgottenUsers
@@ -424,13 +424,9 @@ class MemoryStore(MemoryCollection):
         return await link_versions(self, partition, older_id, newer_id)
 
     def period_test(self, text: str) -> Callable[[MemoryRecord], bool]:
-        """Whether a memory belongs to the period ``text`` names, relative to now in the
-        owner's zone (always false when it names none, or only "our first chat")."""
-        now = self.calendar.local(self.clock()) or self.calendar.now()
-        named = named_period(text, now) if self.settings.time_weight > 0 else None
-        if not isinstance(named, Period):
-            return lambda record: False
-        return lambda record: row_time(record.to_metadata(), self.calendar).within(named)
+        """Whether a memory belongs to the period ``text`` names (now, the owner's days)."""
+        on = self.settings.time_weight > 0
+        return period_test(text, self.calendar.local(self.clock()), self.calendar, on=on)
 
     async def _within(self, view: View, window: Period) -> list[MemoryRecord]:
         """Every memory ``view`` shows of ``window``, in the order they were said."""

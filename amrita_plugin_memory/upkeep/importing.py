@@ -34,6 +34,7 @@ from datetime import datetime
 from typing import Any
 
 from ..core.errors import MemoryLimitReached, WriteFenced
+from ..core.records import utc_now
 from ..core.writes import NewMemory, WriteRules
 from ..infra.fences import Ticket
 from ..storage.keys import normalize_key
@@ -197,7 +198,10 @@ class _Import:
         fence = None if ticket is None or self.fences is None else self.fences.fence(ticket)
         rules = WriteRules(limit=self.limit, fence=fence)
         try:
-            written = await self.store.write(line.memory, rules, vector=vector)
+            # Its lifetime (the archive sweep) counts from today: an old history brought in
+            # is not swept the same night.
+            memory = dataclasses.replace(line.memory, imported_at=utc_now())
+            written = await self.store.write(memory, rules, vector=vector)
         except MemoryLimitReached:  # filled meanwhile by the bot's own writes
             self.report.leave_out(FULL, line)
             return

@@ -18,12 +18,13 @@ from typing import Any
 
 from ...core.calendar import EVENT_TIME_KEY, OwnerCalendar, event_span
 from ...core.records import MemoryRecord
-from ...ranking.when import FIRST_CHAT, Period
+from ...ranking.when import FIRST_CHAT, Period, named_period
 
 __all__ = [
     "RowTime",
     "of_period",
     "period_first",
+    "period_test",
     "resolve",
     "row_time",
     "row_times",
@@ -90,6 +91,17 @@ def of_period(rows: Mapping[str, Any], window: Period, calendar: OwnerCalendar) 
     ]
     inside.sort(key=lambda r: (r.created_at, r.id))
     return inside
+
+
+def period_test(
+    text: str, now: datetime | None, calendar: OwnerCalendar, *, on: bool = True
+) -> Callable[[MemoryRecord], bool]:
+    """Whether a memory belongs to the period ``text`` names, relative to ``now`` (always
+    false when it names none, or only "our first chat" / "last time", or ``on`` is false)."""
+    named = named_period(text, now or calendar.now()) if on else None
+    if not isinstance(named, Period):
+        return lambda record: False
+    return lambda record: row_time(record.to_metadata(), calendar).within(named)
 
 
 def resolve(named: Period | str, times: Sequence[RowTime], zone: Any) -> Period | None:

@@ -119,8 +119,9 @@ def expired(record: MemoryRecord, lifetime: Lifetime, now: datetime) -> bool:
     days = lifetime(record.importance)
     if days <= 0:
         return False
-    updated = parse_time(record.updated_at or record.created_at)
-    return updated is not None and now - updated > timedelta(days=days)
+    stamps = [parse_time(s) for s in (record.updated_at or record.created_at, record.imported_at)]
+    known = [s for s in stamps if s is not None]
+    return bool(known) and now - max(known) > timedelta(days=days)
 
 
 async def _candidates(
