@@ -1,20 +1,17 @@
-"""Dated memories into a runtime, as ``ambot memory import`` will bring them, and the runtime's clock.
+"""Dated memories into a runtime, as ``ambot memory import`` brings them, and the runtime's clock.
 
 The time benchmark writes every memory as one JSON Lines row of the import's format
 (``{"user_id", "content", "created_at"}`` + optional ``event_time``, ``tags``,
 ``importance``, ``scope``: issue 45 item 6) into a file, then brings the file in with
-:func:`import_file`. The import itself (``upkeep/importing.py``) is being built in
-parallel; until it lands :func:`import_file` is a small adapter of its own over the
-store's one write path (``NewMemory(created_at=...)`` + ``MemoryStore.write``: a plain
-add, no merge, as an import of an export must be). Switching to the real import is the
-one marked line in :func:`import_file`.
+:func:`import_file`: the plugin's own import (``upkeep/importing.py``), the one
+``ambot memory import`` runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,35 +38,17 @@ def write_jsonl(path: Path, rows: Iterable[Mapping[str, Any]]) -> Path:
     return path
 
 
-async def _adapter(rt: MemoryRuntime, rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The import's stand-in: every row a memory at its own ``created_at`` (ids in row order)."""
-    from amrita_plugin_memory.core.writes import NewMemory
-    from amrita_plugin_memory.storage.keys import target_from_ids
-
-    ids: list[str] = []
-    for start in range(0, len(rows), EMBED_BATCH):
-        batch = rows[start : start + EMBED_BATCH]
-        vectors = await rt.embedder.embed([str(r["content"]) for r in batch], "document")
-        for r, vector in zip(batch, vectors, strict=True):
-            said = datetime.fromisoformat(str(r["created_at"])).astimezone(UTC)
-            memory = NewMemory(
-                partition=target_from_ids(str(r["user_id"])).user,
-                scope=str(r.get("scope") or "user"),
-                content=str(r["content"]),
-                tags=tuple(r.get("tags") or ()),
-                importance=str(r.get("importance") or "medium"),
-                event_time=str(r.get("event_time") or ""),
-                created_at=said.isoformat(timespec="seconds"),
-            )
-            ids.append((await rt.store.write(memory, vector=vector)).record.id)
-    return ids
-
-
 async def import_file(rt: MemoryRuntime, path: Path) -> list[str]:
-    """Bring ``path`` (JSON Lines, the import's format) into ``rt``; the new ids in line order."""
-    text = await asyncio.to_thread(path.read_text, encoding="utf-8")
-    rows = [json.loads(line) for line in text.splitlines() if line]
-    return await _adapter(rt, rows)  # the real import replaces this line once it lands
+    """Bring ``path`` (JSON Lines, the import's format) into ``rt`` through the plugin's own
+    import (``upkeep/importing``: every line checked first, fixed ids); the ids in line order."""
+    from amrita_plugin_memory.upkeep.importing import import_lines, parse_lines
+
+    text = await asyncio.to_thread(path.read_bytes)
+    lines = parse_lines(text, rt.calendar)
+    report = await import_lines(rt.store, lines, limit=10**6, batch_size=EMBED_BATCH)
+    if report.left_out:
+        raise RuntimeError(f"import left lines out: {report.left_out}")
+    return [line.memory.memory_id for line in lines]
 
 
 def set_now(rt: MemoryRuntime, moment: datetime) -> None:
