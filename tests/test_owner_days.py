@@ -308,13 +308,27 @@ async def test_the_loop_tells_its_model_the_owners_time(
     from amrita_plugin_memory.subconscious import create_runner
     from amrita_plugin_memory.subconscious.prompts import format_abstract
 
-    clone = runtime_with(tmp_path, enabled=True, target_user_id=str(_uid()))
+    clone = runtime_with(
+        tmp_path,
+        own_data_dir=True,
+        enabled=True,
+        target_user_id=str(_uid()),
+        enable_knowledge=True,
+        knowledge_collection_name=f"kb-days-{uuid.uuid4().hex[:8]}",
+    )
     clone.calendar = calendar(zone)
     runner = create_runner(clone, state_uid=f"days-{uuid.uuid4().hex[:8]}")
     try:
         guide = runner.render_guide("prompt_knowledge_file")
         assert f"当前时间：{day} {local[11:19]}（{weekday}）" in guide, guide
         assert runner.pending.calendar is runner.messenger.calendar is clone.calendar
+        # The knowledge tools (the loop's and the chat's) show an entry's time the same way.
+        assert runner.knowledge is not None and runner.knowledge_tools is not None
+        entry = await runner.knowledge.create("调试技巧", "用 pdb 定位问题", "第一行")
+        listed = await runner.knowledge_tools.list_entries({})
+        shown = listed["entries"][0]["updated_at"]
+        assert shown == clone.calendar.show_stamp(entry.updated_at) and shown.endswith(local[-6:])
+        assert entry.updated_at.endswith("+00:00")  # stored UTC
     finally:
         await runner.shutdown()
     entry: Any = {"time": STAMP, "cycle": 3, "outcome": "success", "summary": "整理了记忆"}
