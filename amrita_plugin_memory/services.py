@@ -73,7 +73,7 @@ class MemoryRuntime:
         in this process, and through the shared tombstones and opt-outs in every other."""
         # EMBEDDING_MODEL_NAME=auto keeps the model of the stored fingerprint.
         pin_auto_model(self.embedder, self.store)
-        self.usage = UsageLedger()
+        self.usage = UsageLedger(self.calendar)
         """What the plugin's background requests and per-turn blocks cost (shared table)."""
         self.budget = BackgroundBudget(config.file.budget, self.usage)
         """``[budget]``: background requests wait for the next day once a cap is reached."""
@@ -88,6 +88,7 @@ class MemoryRuntime:
         self.tools = MemoryTools(
             self.store,
             self.memo,
+            calendar=self.calendar,
             memory_limit=config.file.per_session_memory_limit,
             config=config.file,
         )
@@ -127,6 +128,7 @@ class MemoryRuntime:
             self.store,
             self.memo,
             groups,
+            calendar=self.calendar,
             forgotten=self.forgotten,
             loop=loop,
             loop_target=loop_target,

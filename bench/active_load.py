@@ -82,7 +82,13 @@ async def _flood(rt: Any, texts: list[str], users: int, args: argparse.Namespace
     from amrita_plugin_memory.storage.keys import target_from_ids
 
     model = _Model(args.model_seconds)
-    active = ActiveMemory(ConfigFile(), rt.store, _Consent(), complete=model)  # type: ignore[arg-type]
+    active = ActiveMemory(
+        ConfigFile(),
+        rt.store,
+        _Consent(),  # type: ignore[arg-type]
+        calendar=rt.calendar,
+        complete=model,
+    )  # type: ignore[arg-type]
     interval = 60.0 / args.rate
     sent = 0
     started = time.monotonic()
@@ -113,6 +119,7 @@ async def _latency(rt: Any, texts: list[str]) -> tuple[float, float]:
             await rt.store.add(new_memory(partition, "user", text))
     recall = MemoryRecall(
         rt.store,
+        calendar=rt.calendar,
         top_k=3,
         max_chars=600,
         min_similarity=0.87,

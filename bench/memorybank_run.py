@@ -83,10 +83,12 @@ def in_block(probe: Probe, threshold: float, max_chars: int) -> tuple[bool, bool
 async def _probe(
     recall: Any, part: Partition, user: int, text: str, evidence: frozenset[str]
 ) -> Probe:
+    from amrita_plugin_memory.prompting.blocks import memory_date
+
     found = await recall.recall(part.caller, text)
     hits = tuple(
         Hit(
-            (r.updated_at or r.created_at)[:10],
+            memory_date(recall.calendar, r),  # as the real block shows it
             r.content,
             float(sim),
             bool(part.turns.get(r.id, frozenset()) & evidence),
@@ -106,6 +108,7 @@ async def probe_recall(
     defaults = ActiveMemoryConfig()
     recall = MemoryRecall(
         rt.store,
+        calendar=rt.calendar,
         top_k=defaults.recall_top_k,
         max_chars=defaults.recall_max_chars,
         min_similarity=-1.0,  # every hit, with its similarity: thresholds are applied later

@@ -130,6 +130,8 @@ def _recaller(rt: MemoryRuntime) -> MemoryRecall:
         max_chars=am.recall_max_chars,
         min_similarity=am.recall_min_similarity,
         min_similarity_non_cjk=am.recall_min_similarity_non_cjk,
+        cross_script_lift=am.recall_cross_script_lift,
+        calendar=rt.calendar,
         timeout=30.0,  # a loaded 2-core machine: measure the ranking, not the deadline
     )
 

@@ -383,7 +383,7 @@ async def bench_write(ctx: ModeContext) -> None:
     vectors = {t: embed_text(t, ds.vectors.shape[1]) for t in texts}
     store = MemoryStore(rt.connection, precomputed_embedder(vectors), rt.store.name)
     limit = rt.config.file.per_session_memory_limit
-    tools = MemoryTools(store, rt.memo, memory_limit=limit)
+    tools = MemoryTools(store, rt.memo, calendar=rt.calendar, memory_limit=limit)
     written: list[str] = []
     text_iter = iter(texts)
     for partition in (ds.small, ds.big):

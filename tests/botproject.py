@@ -38,15 +38,20 @@ def make_runtime(
     chroma: ChromaEndpoint | None = None,
     memory_name: str | None = None,
     knowledge_name: str | None = None,
+    timezone: str = "",
     **env: Any,
 ) -> Any:
-    """A real runtime whose data dir is ``data_dir`` (fast-failing embedder)."""
+    """A real runtime whose data dir is ``data_dir`` (fast-failing embedder);
+    ``timezone``: its ``[memory] timezone`` (the owner's calendar)."""
     from amrita_plugin_memory.core.config import ConfigFile, PluginConfig, SubconsciousConfig
+    from amrita_plugin_memory.core.config_sections import MemoryConfig
     from amrita_plugin_memory.services import MemoryRuntime
 
-    file = ConfigFile()
+    file = ConfigFile(memory=MemoryConfig(timezone=timezone))
     if knowledge_name:
-        file = ConfigFile(subconscious=SubconsciousConfig(knowledge_collection_name=knowledge_name))
+        file = file.model_copy(
+            update={"subconscious": SubconsciousConfig(knowledge_collection_name=knowledge_name)}
+        )
     config = PluginConfig(
         env=env_for(mode, chroma, **env),
         file=file,

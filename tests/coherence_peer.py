@@ -50,12 +50,15 @@ def _reply(value: dict[str, Any]) -> None:
 
 async def _usage(rt: Any, cmd: dict[str, Any]) -> dict[str, Any]:
     from datetime import datetime
+    from zoneinfo import ZoneInfo
 
+    from amrita_plugin_memory.core.calendar import OwnerCalendar
     from amrita_plugin_memory.core.config import BudgetConfig
     from amrita_plugin_memory.storage.usage import Spend
 
     at = datetime.fromisoformat(cmd["at"])
-    rt.usage.clock = lambda: at
+    # The owner's days of the test (Beijing), whatever this process's machine zone.
+    rt.usage.calendar = OwnerCalendar(ZoneInfo("Asia/Shanghai"), lambda: at)
     if cmd["op"] == "usage_admit":
         caps = {"background_tokens_per_day": cmd["day_cap"]}
         caps["background_tokens_per_user_per_day"] = cmd["user_cap"]

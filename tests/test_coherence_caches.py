@@ -104,6 +104,7 @@ async def test_the_background_poll_drops_bs_memo_without_a_read(
 async def test_a_forget_through_a_leaves_nothing_of_the_user_in_bs_caches(
     sides: tuple[Side, Side], tmp_path: Path
 ) -> None:
+    from amrita_plugin_memory.core.calendar import OwnerCalendar
     from amrita_plugin_memory.storage.shared.sessions import orm_session
     from amrita_plugin_memory.storage.users.loop_state_row import LoopStateRow
     from amrita_plugin_memory.storage.users.tombstones import ForgottenUsers
@@ -135,6 +136,7 @@ async def test_a_forget_through_a_leaves_nothing_of_the_user_in_bs_caches(
         a.store,
         a.memo,
         a.groups,
+        calendar=OwnerCalendar(),
         forgotten=ForgottenUsers.in_dir(tmp_path / "a", orm_session),
         loop=LoopStateRow(),
         consent=a.consent,

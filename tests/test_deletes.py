@@ -35,6 +35,7 @@ A = lazy_import(
     "amrita_plugin_memory.upkeep.archive.view",
     "amrita_plugin_memory.upkeep.archive.sweep",
     "amrita_plugin_memory.core.config",
+    "amrita_plugin_memory.core.calendar",
     "amrita_plugin_memory.core.errors",
 )
 
@@ -88,7 +89,7 @@ async def test_delete_keeps_the_memory_and_restore_brings_it_back(store: Any) ->
         ALICE,
     )
     assert archived_vector == vector  # copied, not re-embedded
-    assert "[已删除，归档于" in A.describe_row(row)
+    assert "[已删除，归档于" in A.describe_row(row, A.OwnerCalendar())
 
     done = await A.restore(store, rec.id, partition=ALICE, limit=10)
     back = await store.get(view_of(ALICE), rec.id)

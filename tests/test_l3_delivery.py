@@ -206,7 +206,7 @@ async def test_duplicate_helper_uses_stored_vectors_in_one_query(
         )
         for r in records
     }
-    expected = group_ids(find_duplicate_groups(records, neighbours, 0.6))
+    expected = group_ids(find_duplicate_groups(records, neighbours, 0.6, calendar=rt.calendar))
     assert expected, "the fixture memories must contain a true repeat"
 
     calls = embed_server.embed_calls

@@ -130,7 +130,7 @@ async def test_chinese_paraphrases_find_the_right_memory(
     from amrita_plugin_memory.tools.memory_tools import MemoryTools
 
     rt = runtimes(tmp_path, **real_env)
-    tools = MemoryTools(rt.store, rt.memo, memory_limit=50)  # type: ignore[arg-type]
+    tools = MemoryTools(rt.store, rt.memo, calendar=rt.calendar, memory_limit=50)  # type: ignore[arg-type]
     uid = 36000 + uuid.uuid4().int % 1000
     caller = await scope_from_event(make_bot(BotRecorder()), private_event(uid, "x"), rt.scopes)
     ids = []
@@ -281,6 +281,7 @@ async def test_active_recall_threshold_with_the_bundled_model(
     defaults = ActiveMemoryConfig()
     recall = MemoryRecall(
         rt.store,
+        calendar=rt.calendar,
         top_k=defaults.recall_top_k,
         max_chars=defaults.recall_max_chars,
         min_similarity=defaults.recall_min_similarity,

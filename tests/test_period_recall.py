@@ -208,7 +208,12 @@ async def test_active_recall_finds_chinese_memories_for_an_english_question(rt: 
     await _seed(rt, 61007, PLANS + OTHER)
     R = lazy_import("amrita_plugin_memory.active.recall")
     recall = R.MemoryRecall(
-        rt.store, top_k=3, max_chars=600, min_similarity=0.87, min_similarity_non_cjk=0.82
+        rt.store,
+        top_k=3,
+        max_chars=600,
+        min_similarity=0.87,
+        min_similarity_non_cjk=0.82,
+        calendar=rt.calendar,
     )  # the defaults of [active_memory]
     scope = T.ScopeRules().of_chat(K.target_from_ids(61007))
     found = [

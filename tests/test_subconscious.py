@@ -666,6 +666,7 @@ async def test_repeated_calls_are_cut_and_the_budget_ends_the_cycle(
 
 
 def test_duplicate_groups_are_transitive_and_sorted() -> None:
+    from amrita_plugin_memory.core.calendar import OwnerCalendar
     from amrita_plugin_memory.core.records import MemoryRecord
     from amrita_plugin_memory.subconscious.toolsets.memory import find_duplicate_groups
 
@@ -683,15 +684,15 @@ def test_duplicate_groups_are_transitive_and_sorted() -> None:
         "d": [rec("d", 0.0), rec("e", 0.2), rec("a", 0.9)],
         "e": [rec("e", 0.0), rec("d", 0.2)],
     }
-    groups = find_duplicate_groups(records, neighbours, 0.35)
+    groups = find_duplicate_groups(records, neighbours, 0.35, calendar=OwnerCalendar())
     assert [[m["id"] for m in g["memories"]] for g in groups] == [["a", "b", "c"], ["d", "e"]]
     assert [g["min_distance"] for g in groups] == [0.1, 0.2]
-    assert find_duplicate_groups(records, neighbours, 0.05) == []
+    assert find_duplicate_groups(records, neighbours, 0.05, calendar=OwnerCalendar()) == []
     # The notion write_memory merges by: close vectors that give another value are no pair...
     texts["e"] = "用户喜欢游泳"
     records = [rec(i) for i in "abcde"]
     neighbours = {k: [rec(h.id, h.distance) for h in v] for k, v in neighbours.items()}
-    groups = find_duplicate_groups(records, neighbours, 0.35)
+    groups = find_duplicate_groups(records, neighbours, 0.35, calendar=OwnerCalendar())
     assert [[m["id"] for m in g["memories"]] for g in groups] == [["a", "b", "c"]]
     # ...nor is the same text written in private and in a group (or in two groups).
     origins = {"a": "private", "b": "group:1", "c": "group:2"}
@@ -701,7 +702,7 @@ def test_duplicate_groups_are_transitive_and_sorted() -> None:
         k: [dataclasses.replace(by_id[h.id], distance=h.distance) for h in v]
         for k, v in neighbours.items()
     }
-    assert find_duplicate_groups(records, neighbours, 0.35) == []
+    assert find_duplicate_groups(records, neighbours, 0.35, calendar=OwnerCalendar()) == []
 
 
 async def test_more_tool_groups_plug_in(

@@ -104,7 +104,11 @@ async def test_the_worked_example_a_tool_with_a_config_switch(chat_server: ChatS
 
     rt = runtime()
     tools = CountingTools(
-        rt.store, rt.memo, memory_limit=rt.tools.memory_limit, config=WithSwitch()
+        rt.store,
+        rt.memo,
+        calendar=rt.calendar,
+        memory_limit=rt.tools.memory_limit,
+        config=WithSwitch(),
     )
     uid = 17101
     await rt.store.add(new_memory(f"QQPlatform_Private_{uid}", "user", "喜欢爬山"))

@@ -16,6 +16,7 @@ import json
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -44,19 +45,21 @@ class Clock:
 
 @pytest.fixture
 def day() -> Iterator[Clock]:
-    """The ledger's clock at noon of a day no other test writes; caps off, restored after."""
+    """The ledger's clock at noon of a day no other test writes, its days Beijing's
+    (``[memory] timezone = "Asia/Shanghai"``); caps off, restored after."""
+    from amrita_plugin_memory.core.calendar import OwnerCalendar
     from amrita_plugin_memory.core.config import BudgetConfig
 
     rt = runtime()
-    saved = (rt.usage.clock, rt.budget.config)
+    saved = (rt.usage.calendar, rt.budget.config)
     start = datetime(2033, 1, 1, 12, tzinfo=timezone(timedelta(hours=8)))
     clock = Clock(start + timedelta(days=3 * next(_days)))
-    rt.usage.clock = clock
+    rt.usage.calendar = OwnerCalendar(ZoneInfo("Asia/Shanghai"), clock)
     rt.budget.configure(
         BudgetConfig(background_tokens_per_day=0, background_tokens_per_user_per_day=0)
     )
     yield clock
-    rt.usage.clock, config = saved
+    rt.usage.calendar, config = saved
     rt.budget.configure(config)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ U = lazy_import(
     "amrita_plugin_memory.storage.usage",
     "amrita_plugin_memory.storage.usage.ledger",
     "amrita_plugin_memory.core.config",
+    "amrita_plugin_memory.core.calendar",
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +39,13 @@ class Clock:
 
     def __call__(self) -> datetime:
         return self.now
+
+
+def shanghai(clock: Callable[[], datetime]) -> Any:
+    """The owner's calendar of these tests (``[memory] timezone = "Asia/Shanghai"``) on ``clock``."""
+    from zoneinfo import ZoneInfo
+
+    return U.OwnerCalendar(ZoneInfo("Asia/Shanghai"), clock)
 
 
 class CountingSessions:
@@ -64,7 +72,7 @@ def sessions() -> CountingSessions:
 
 @pytest.fixture
 def ledger(orm_db: str, sessions: CountingSessions) -> Any:
-    return U.UsageLedger(sessions=sessions, clock=Clock())
+    return U.UsageLedger(shanghai(Clock()), sessions=sessions)
 
 
 def spend(prompt: int, completion: int, cached: int = 0) -> Any:
@@ -175,9 +183,9 @@ async def test_entries_wait_in_memory_while_the_database_is_down(
 
 async def test_rows_older_than_the_kept_days_are_pruned(ledger: Any) -> None:
     long_ago = NOON - timedelta(days=U.KEEP_DAYS + 1)
-    ledger.clock.now = long_ago
+    ledger.calendar.clock.now = long_ago
     await ledger.add("extraction", "10001", spend(1, 1))
-    ledger.clock.now = NOON  # the first write of a new day prunes
+    ledger.calendar.clock.now = NOON  # the first write of a new day prunes
     await ledger.add("extraction", "10001", spend(2, 2))
     days = await ledger.days(U.KEEP_DAYS + 5)
     assert set(days) == {NOON.date().isoformat()}, sorted(days)
@@ -230,9 +238,42 @@ async def test_a_users_share_and_the_whole_bots_cap_hold_until_midnight(
     ]
     assert status["resets_at"] == "2031-03-15T00:00:00+08:00"
 
-    ledger.clock.now = NOON + timedelta(hours=12)  # midnight: a new day
+    ledger.calendar.clock.now = NOON + timedelta(hours=12)  # midnight: a new day
     for user in ("a", "b", "c"):
         assert (await budget.admit("extraction", user)).allowed
+
+
+async def test_every_process_keys_the_owners_day_whatever_its_machine_zone(
+    orm_db: str, sessions: CountingSessions
+) -> None:
+    """Three processes on one store whose clocks read the same moment in their machine's
+    zone (UTC, Beijing, New York), one ``[memory] timezone = "Asia/Shanghai"``: one day,
+    one cap, one midnight. 23:30 UTC on 14 March is 15 March in Beijing (with the
+    machines' own days they disagreed, and the cap was spent once per day seen)."""
+    from zoneinfo import ZoneInfo
+
+    late = datetime(2031, 3, 14, 23, 30, tzinfo=UTC)
+    machines = (UTC, ZoneInfo("Asia/Shanghai"), ZoneInfo("America/New_York"))
+    ledgers = [
+        U.UsageLedger(shanghai(lambda zone=zone: late.astimezone(zone)), sessions=sessions)
+        for zone in machines
+    ]
+    assert [ledger.today() for ledger in ledgers] == ["2031-03-15"] * 3
+    budgets = [budget_of(ledger, day=100) for ledger in ledgers]
+    await budgets[0].spent("extraction", "a", spend(40, 10))
+    await budgets[2].spent("extraction", "b", spend(40, 10))  # the bot's 100, in two processes
+    for budget in budgets:
+        held = await budget.admit("persona", "c")
+        assert not held.allowed and held.cap == "bot"
+        assert held.until == datetime(2031, 3, 15, 16, tzinfo=UTC)  # Beijing's next midnight
+        assert (await budget.status_json())["resets_at"] == "2031-03-16T00:00:00+08:00"
+    assert set(await ledgers[1].days(1)) == {"2031-03-15"}
+    # The same moment with ``timezone = "UTC"``: still the 14th.
+    utc = U.UsageLedger(U.OwnerCalendar(ZoneInfo("UTC"), lambda: late), sessions=sessions)
+    assert utc.today() == "2031-03-14"
+    assert await utc.spent_on(utc.today(), "") == (0, 0)
+    for ledger in (*ledgers, utc):
+        await ledger.close()
 
 
 async def test_zero_means_no_cap_and_costs_no_read(ledger: Any, sessions: CountingSessions) -> None:
@@ -249,7 +290,7 @@ async def test_zero_means_no_cap_and_costs_no_read(ledger: Any, sessions: Counti
 
 
 async def test_the_status_usage_has_every_feature_per_day(ledger: Any) -> None:
-    clock = ledger.clock
+    clock = ledger.calendar.clock
     for back, tokens in ((0, (11, 7)), (1, (22, 14)), (29, (5, 5)), (30, (1000, 1000))):
         clock.now = NOON - timedelta(days=back)
         await ledger.add("extraction", "10001", spend(*tokens, cached=2))

@@ -25,6 +25,7 @@ from ..core.errors import MemoryLimitReached, WriteFenced
 from ..core.protocols import Fence
 from ..core.records import SOURCE_AUTO, MemoryRecord, origin_after_rewrite
 from ..core.text import cut, single_line
+from ..prompting.blocks import memory_date
 from ..prompting.labels import neutralize_brackets, neutralize_labels
 from ..prompting.memory_ops import MemoryOp, OpLimits, ParsedOps, parse_memory_ops, reference
 from ..storage.memory_store import REASON_OUTDATED, MemoryStore, NewMemory, WriteRules
@@ -103,7 +104,7 @@ def build_messages(
     parts: list[str] = []
     if related:
         lines = [
-            f"{reference(i)}: {single_line(r.content)}（{_shown(r, calendar)}）"
+            f"{reference(i)}: {single_line(r.content)}（{memory_date(calendar, r)}）"
             for i, r in enumerate(related)
         ]
         parts.append("用户已有的相关记忆（引用时用行首编号）：\n" + "\n".join(lines))
@@ -278,14 +279,6 @@ class MemoryExtractor:
             outcome.ignored.append(f"{op.ref}: gone before update")
         else:
             outcome.updated.append(changed.id)
-
-
-def _shown(record: MemoryRecord, calendar: OwnerCalendar) -> str:
-    """A related memory's local date, and its event's when that is another day."""
-    said = calendar.show_date(record.updated_at or record.created_at)
-    if record.event_time and record.event_time != said:
-        return f"{said}；事件 {record.event_time}"
-    return said
 
 
 def _chars(messages: Sequence[dict[str, str]]) -> int:

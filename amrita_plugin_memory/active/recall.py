@@ -26,9 +26,10 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 from nonebot import logger
 
+from ..core.calendar import OwnerCalendar
 from ..core.records import MemoryRecord
 from ..infra.breaker import CircuitBreaker
-from ..prompting.blocks import render_memories_block
+from ..prompting.blocks import memory_date, render_memories_block
 from ..ranking.when import has_cjk
 from ..storage.memory_store import MemoryStore
 from ..storage.scope import Scope, View
@@ -148,6 +149,7 @@ class MemoryRecall:
         self,
         store: MemoryStore,
         *,
+        calendar: OwnerCalendar,
         top_k: int,
         max_chars: int,
         min_similarity: float,
@@ -156,6 +158,8 @@ class MemoryRecall:
         timeout: float = 1.2,
     ) -> None:
         self.store = store
+        self.calendar = calendar
+        """The owner's calendar (the runtime's): each line's local day and weekday."""
         self.timeout = timeout
         self.breaker = CircuitBreaker(threshold=2, cooldown=10.0, max_cooldown=120.0)
         """Open after 2 failed or late query embeddings in a row: recall is skipped."""
@@ -231,5 +235,5 @@ class MemoryRecall:
     async def block(self, scope: Scope, text: str) -> str:
         """The ``<MEMORIES>`` block for a message (empty when nothing is relevant)."""
         found = await self.recall(scope, text)
-        lines = [((r.updated_at or r.created_at)[:10], r.content) for r, _ in found]
+        lines = [(memory_date(self.calendar, r), r.content) for r, _ in found]
         return render_memories_block(lines, max_chars=self.max_chars)

@@ -33,6 +33,7 @@ from typing import Any
 
 from nonebot import logger
 
+from ..core.calendar import OwnerCalendar
 from ..core.config import ActiveMemoryConfig, ConfigFile
 from ..core.records import ORIGIN_PRIVATE, origin_of_group
 from ..groups.amrita_llm import Completion, add_usage, complete_isolated
@@ -100,11 +101,14 @@ class ActiveMemory:
         store: MemoryStore,
         consent: ConsentStore,
         *,
+        calendar: OwnerCalendar,
         complete: Completion = complete_isolated,
         fences: UserFences | None = None,
         budget: BackgroundBudget | None = None,
     ) -> None:
         self.store = store
+        self.calendar = calendar
+        """The owner's calendar (the runtime's): the days recalled memories are shown with."""
         self.budget = budget
         """The daily caps and the usage ledger (``None``: nothing counted nor capped)."""
         self.consent = consent
@@ -129,6 +133,7 @@ class ActiveMemory:
             runtime.config.file,
             runtime.store,
             runtime.consent,
+            calendar=runtime.calendar,
             fences=runtime.fences,
             budget=runtime.budget,
         )
@@ -161,6 +166,7 @@ class ActiveMemory:
         previous = getattr(self, "recaller", None)
         recaller = MemoryRecall(
             self.store,
+            calendar=self.calendar,
             top_k=am.recall_top_k,
             max_chars=am.recall_max_chars,
             min_similarity=am.recall_min_similarity,
@@ -247,7 +253,7 @@ class ActiveMemory:
                 admission = await self.budget.admit("extraction", user_id)
                 if not admission.allowed:  # its turns wait (bounded) for the next day
                     self.stats.over_budget += 1
-                    wait = admission.wait_seconds(self.budget.ledger.clock())
+                    wait = admission.wait_seconds(self.budget.ledger.now())
                     return BatchResult(
                         ok=False, sent=0, deferred=True, retry_in=wait, voided=voided
                     )

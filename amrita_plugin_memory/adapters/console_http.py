@@ -68,8 +68,14 @@ def build_router(service: ConsoleService, actor_of: ActorOf) -> APIRouter:
     router = APIRouter()
 
     async def respond(
-        request: Request, call: Callable[[], Awaitable[Any]], *, status: int = 200
+        request: Request,
+        call: Callable[[], Awaitable[Any]],
+        *,
+        status: int = 200,
+        local: bool = True,
     ) -> JSONResponse:
+        """The envelope of ``call``'s answer; ``local``: its stamps in the owner's zone
+        (every answer but a user's export, which keeps UTC: ``console/dates``)."""
         if request.method != "GET" and not _same_origin(request):
             return envelope(403, "跨站请求被拒绝")
         try:
@@ -79,7 +85,7 @@ def build_router(service: ConsoleService, actor_of: ActorOf) -> APIRouter:
         except Exception as exc:
             logger.opt(exception=exc).error(f"[Memory] 控制台接口 {request.url.path} 出错")
             return envelope(500, f"内部错误：{exc.__class__.__name__}")
-        return envelope(status, "ok", data)
+        return envelope(status, "ok", service.shown(data) if local else data)
 
     def query(request: Request) -> dict[str, str]:
         return dict(request.query_params)
@@ -263,7 +269,7 @@ def build_router(service: ConsoleService, actor_of: ActorOf) -> APIRouter:
         async def call() -> Any:
             return await service.users.export(await actor_of(request), user_id)
 
-        return await respond(request, call)
+        return await respond(request, call, local=False)
 
     @router.get("/users/{user_id}/forget")
     async def forget_preview(request: Request, user_id: str) -> JSONResponse:

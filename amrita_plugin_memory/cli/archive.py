@@ -34,7 +34,9 @@ def archive_cmd(action: str, **options: Any) -> None:
     if bot is not None:
         click.echo("\n".join(_in_bot(bot, action, **options)))
         return
-    lines = run(rt, lambda: archive_command(rt.store, rt.config.file, action, **options))
+    lines = run(
+        rt, lambda: archive_command(rt.store, rt.config.file, rt.calendar, action, **options)
+    )
     click.echo("\n".join(lines))
 
 

@@ -29,10 +29,10 @@ def backup_list_cmd() -> None:
     bot = bot_of(rt, writes=False)
     if bot is not None:
         listing = ask(bot, "GET", "/backups")
-        print_backups(listing["backups"], listing["backup_dir"])
+        print_backups(listing["backups"], listing["backup_dir"], rt.calendar)
         return
     backups = [backup_json(b) for b in list_backups(rt.config.backup_dir)]
-    print_backups(backups, rt.config.backup_dir)
+    print_backups(backups, rt.config.backup_dir, rt.calendar)
 
 
 def backup_create_cmd() -> None:
@@ -65,7 +65,7 @@ def backup_restore_cmd(file: Path, yes: bool) -> None:
     require_confirmation(yes)
 
     def confirm(current: str) -> None:
-        click.echo(f"备份：{path}（创建于 {when(str(header.get('created_at', '')))}）")
+        click.echo(f"备份：{path}（创建于 {when(str(header.get('created_at', '')), rt.calendar)}）")
         for name, saved in contents.items():
             click.echo(f"  {name}：{len(saved.items)} 条")
         click.echo(f"将用当前模型 {current} 重新嵌入并替换当前内容（当前内容会先备份）。")

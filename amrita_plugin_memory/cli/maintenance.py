@@ -56,7 +56,7 @@ def status_cmd(as_json: bool = False) -> None:
             click.echo(json.dumps(report, ensure_ascii=False, indent=2))
             return
         click.echo(f"（Bot 正在运行，PID {bot.pid}：以下内容由运行中的 Bot 提供）")
-        print_status(report)
+        print_status(report, rt.calendar)
         return
 
     async def work() -> dict[str, Any] | VectorStoreError:
@@ -77,12 +77,12 @@ def status_cmd(as_json: bool = False) -> None:
         # Still show what needs no vector store (e.g. another process holds it).
         click.echo(f"向量库：{rt.connection.describe()}（不可用）")
         backups = [backup_json(b) for b in list_backups(rt.config.backup_dir)]
-        print_backups(backups, rt.config.backup_dir)
+        print_backups(backups, rt.config.backup_dir, rt.calendar)
         fail(str(result))
     if as_json:
         click.echo(json.dumps(result, ensure_ascii=False, indent=2))
         return
-    print_status(result)
+    print_status(result, rt.calendar)
 
 
 def reindex_cmd(yes: bool) -> None:

@@ -8,11 +8,11 @@ print exactly the same text.
 from __future__ import annotations
 
 import unicodedata
-from datetime import datetime
 from typing import Any
 
 import click
 
+from ..core.calendar import OwnerCalendar
 from ..embedding import FingerprintInfo
 
 __all__ = [
@@ -57,11 +57,11 @@ def _pad(text: str, width: int) -> str:
     return text + " " * max(0, width - _width(text))
 
 
-def when(iso: str) -> str:
-    try:
-        return datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d %H:%M:%S")
-    except ValueError:
-        return iso or "?"
+def when(iso: str, calendar: OwnerCalendar) -> str:
+    """``2026-12-04 07:30:00`` in the owner's zone (``[memory] timezone``), not the
+    terminal's: the command prints what the console shows, wherever it runs."""
+    local = calendar.local(iso)
+    return local.strftime("%Y-%m-%d %H:%M:%S") if local is not None else (iso or "?")
 
 
 def fp(info: FingerprintInfo | None) -> str:
@@ -76,7 +76,7 @@ def counts_text(counts: dict[str, Any]) -> str:
     return "，".join(f"{name} {n} 条" for name, n in counts.items())
 
 
-def print_backups(backups: list[dict[str, Any]], backup_dir: Any) -> None:
+def print_backups(backups: list[dict[str, Any]], backup_dir: Any, calendar: OwnerCalendar) -> None:
     """Backups in their JSON form (:func:`..embedding.report_json.backup_json`)."""
     click.echo(f"备份（{backup_dir}）：")
     if not backups:
@@ -84,10 +84,10 @@ def print_backups(backups: list[dict[str, Any]], backup_dir: Any) -> None:
         return
     for b in backups:
         counts = counts_text(b["counts"]) or "内容未知"
-        click.echo(f"  {b['name']}  {when(b['created_at'])}  {counts}  {size(b['size'])}")
+        click.echo(f"  {b['name']}  {when(b['created_at'], calendar)}  {counts}  {size(b['size'])}")
 
 
-def print_status(report: dict[str, Any]) -> None:
+def print_status(report: dict[str, Any], calendar: OwnerCalendar) -> None:
     """The status report in its JSON form (:func:`..embedding.report_json.status_json`)."""
     fingerprint = report["fingerprint"]
     click.echo(f"向量库：{report['vector_db']}")
@@ -127,9 +127,9 @@ def print_status(report: dict[str, Any]) -> None:
             f"未完成的重映射：{', '.join(report['pending_temps'])}（下次启动 Bot 或运行 reindex 时自动处理）",
             fg="yellow",
         )
-    print_backups(report["backups"], report["backup_dir"])
+    print_backups(report["backups"], report["backup_dir"], calendar)
     if "usage" in report:
-        print_usage(report["usage"])
+        print_usage(report["usage"], calendar)
 
 
 def _spend(row: dict[str, Any]) -> str:
@@ -139,7 +139,7 @@ def _spend(row: dict[str, Any]) -> str:
     )
 
 
-def print_usage(usage: dict[str, Any]) -> None:
+def print_usage(usage: dict[str, Any], calendar: OwnerCalendar) -> None:
     """``usage`` of the status report (:func:`..storage.usage.usage_json`)."""
     click.echo("后台请求用量（token，按供应商返回的 usage；没有 usage 时按字数估算）：")
     if usage.get("error"):
@@ -161,12 +161,13 @@ def print_usage(usage: dict[str, Any]) -> None:
         )
         if budget["reached"]:
             click.secho(
-                f"  今天已达全局上限：后台请求等到 {when(budget['resets_at'])} 再继续", fg="yellow"
+                f"  今天已达全局上限：后台请求等到 {when(budget['resets_at'], calendar)} 再继续",
+                fg="yellow",
             )
         for user in budget["users_reached"]:
             click.secho(
                 f"  用户 {user['user_id']} 今天已用 {user['tokens']}，达到每人上限：该用户的后台请求"
-                f"等到 {when(budget['resets_at'])} 再继续",
+                f"等到 {when(budget['resets_at'], calendar)} 再继续",
                 fg="yellow",
             )
     blocks = (usage.get("blocks") or {}).get("last_30_days")

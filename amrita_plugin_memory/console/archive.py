@@ -14,6 +14,7 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+from ..core.calendar import OwnerCalendar
 from ..core.config import ConfigFile
 from ..core.errors import ErrorKind
 from ..storage.archive.store import ArchivedMemory
@@ -52,8 +53,17 @@ def row_json(row: ArchivedMemory, versions: int | None = None) -> dict[str, Any]
 class ArchiveAdmin:
     """The archive operations of the console (one store, the plugin's config)."""
 
-    def __init__(self, store: MemoryStore, config: ConfigFile, catalog: PartitionCatalog) -> None:
+    def __init__(
+        self,
+        store: MemoryStore,
+        config: ConfigFile,
+        catalog: PartitionCatalog,
+        *,
+        calendar: OwnerCalendar,
+    ) -> None:
         self.store = store
+        self.calendar = calendar
+        """The owner's calendar: the times in :func:`listing_lines` (the command's output)."""
         self.config = config
         self.catalog = catalog
         self._sweeping = asyncio.Lock()
@@ -83,7 +93,7 @@ class ArchiveAdmin:
                 "offset": offset,
                 "limit": limit,
                 "rows": [row_json(row, versions.get(row.memory_id, 0)) for row in rows],
-                "lines": listing_lines(partition, total, rows),
+                "lines": listing_lines(partition, total, rows, self.calendar),
             }
 
         return await guarded("console_archive_list", run)

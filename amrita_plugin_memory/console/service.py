@@ -13,6 +13,7 @@ from ..subconscious.runner import SubconsciousRunner
 from ..upkeep.users.user_data import UserData
 from .archive import ArchiveAdmin
 from .catalog import PartitionCatalog
+from .dates import local_stamps
 from .errors import guarded
 from .groups import GroupAdmin
 from .importing import ImportAdmin
@@ -32,6 +33,8 @@ class ConsoleService:
 
     ``publish`` sends a message to the WebUI's WebSocket channel of the
     plugin (progress of long operations); ``None`` when there is no WebUI.
+    What it sends and every answer of the admin API (:meth:`shown`) carry their
+    stamps in the owner's zone (:mod:`.dates`).
     """
 
     def __init__(
@@ -44,13 +47,17 @@ class ConsoleService:
         publish: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
     ) -> None:
         self.runtime = runtime
+        self.calendar = runtime.calendar
+        """The owner's calendar (the runtime's): the zone of every stamp the console sends."""
         self.runner = runner
         self.catalog = PartitionCatalog(runtime.store)
         self.status_cache = StatusCache(runtime.maintenance)
         self.catalog.listeners.append(self.status_cache.invalidate)
         self.memories = MemoryAdmin(runtime.store, self.catalog)
         self.memos = MemoAdmin(runtime.memo)
-        self.archive = ArchiveAdmin(runtime.store, runtime.config.file, self.catalog)
+        self.archive = ArchiveAdmin(
+            runtime.store, runtime.config.file, self.catalog, calendar=self.calendar
+        )
         self.knowledge = KnowledgeAdmin(runner.knowledge if runner is not None else None)
         profile = (
             runner.profile
@@ -69,8 +76,20 @@ class ConsoleService:
             runtime.maintenance,
             self.catalog,
             knowledge=runner.knowledge if runner is not None else None,
-            publish=publish,
+            publish=self._local(publish) if publish is not None else None,
         )
+
+    def shown(self, data: Any) -> Any:
+        """``data`` as the page is sent it: its stamps in the owner's zone."""
+        return local_stamps(data, self.calendar)
+
+    def _local(
+        self, publish: Callable[[dict[str, Any]], Awaitable[None]]
+    ) -> Callable[[dict[str, Any]], Awaitable[None]]:
+        async def send(message: dict[str, Any]) -> None:
+            await publish(self.shown(message))
+
+        return send
 
     async def status(self, query: Mapping[str, Any]) -> dict[str, Any]:
         """The overview; ``fresh=1`` recomputes the store report now."""

@@ -151,6 +151,12 @@ class OwnerCalendar:
         local = self.local(moment)
         return "" if local is None else local.strftime("%Y-%m-%d %H:%M")
 
+    def show_stamp(self, moment: datetime | str | float | None) -> str:
+        """``2026-12-04T07:30:00+08:00``: a stamp in the owner's zone with its offset (a
+        tool's answer, the console), or ``""`` when unreadable."""
+        local = self.local(moment)
+        return "" if local is None else local.isoformat(timespec="seconds")
+
     def start_of(self, day: date) -> datetime:
         """The first moment of ``day`` in the owner's zone (aware)."""
         naive = datetime(day.year, day.month, day.day)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from .calendar import EVENT_TIME_KEY
+from .calendar import EVENT_TIME_KEY, OwnerCalendar
 
 if TYPE_CHECKING:
     from .config import ConfigFile
@@ -302,14 +302,15 @@ class MemoryRecord:
             out["distance"] = self.distance
         return out
 
-    def compact(self) -> dict[str, Any]:
-        """The short form an LLM reads cheaply."""
+    def compact(self, calendar: OwnerCalendar) -> dict[str, Any]:
+        """The short form an LLM reads cheaply; ``created_at`` in the owner's zone with its
+        offset (``2026-12-04T07:30:00+08:00``: the model reads the owner's day and hour)."""
         out: dict[str, Any] = {
             "id": self.id,
             "content": self.content,
             "tags": self.tags,
             "importance": self.importance,
-            "created_at": self.created_at,
+            "created_at": calendar.show_stamp(self.created_at) or self.created_at,
         }
         if self.event_time:
             out["event_time"] = self.event_time

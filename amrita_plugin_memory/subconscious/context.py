@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
+from ..core.calendar import OwnerCalendar
 from .types import Cycle, StateData
 
 __all__ = ["LoopContext", "count_action"]
@@ -23,6 +24,11 @@ class LoopContext(Protocol):
 
     @property
     def current_cycle(self) -> Cycle | None: ...
+
+    @property
+    def calendar(self) -> OwnerCalendar:
+        """The owner's calendar (the runtime's): the loop's "now" and shown times."""
+        ...
 
     @property
     def state(self) -> StateData: ...

@@ -7,7 +7,6 @@ from collections.abc import Iterable
 from nonebot import logger
 
 from .context import LoopContext
-from .templates import local_now
 from .toolsets.base import ToolGroup
 from .types import AbstractEntry, Cycle, CycleOutcome, StateData
 
@@ -43,7 +42,7 @@ async def record_cycle(
 ) -> None:
     """Count the run and keep its abstract (a window of ``max_abstracts``); never raises."""
     entry: AbstractEntry = {
-        "time": local_now().isoformat(timespec="seconds"),
+        "time": ctx.calendar.now().isoformat(timespec="seconds"),
         "cycle": cycle.number,
         "outcome": outcome,
         "summary": summary,

@@ -10,11 +10,12 @@ from amrita_core.config import AmritaConfig
 from amrita_core.types import CONTENT_LIST_TYPE, Message
 from nonebot import logger
 
+from ..core.calendar import OwnerCalendar
 from ..core.errors import ErrorKind, PluginError
 from ..prompting.blocks import render_block
 from .amrita_data import AmritaData
 from .consts import SEND_TIMEOUT_SECONDS
-from .templates import PromptError, PromptTemplates, format_time, local_now
+from .templates import PromptError, PromptTemplates, format_time
 
 __all__ = ["MessageComposeError", "Messenger"]
 
@@ -28,8 +29,16 @@ class MessageComposeError(PluginError, RuntimeError):
 class Messenger:
     """Composes and sends the loop's proactive messages to its target user."""
 
-    def __init__(self, templates: PromptTemplates, data: AmritaData, target_user_id: str) -> None:
+    def __init__(
+        self,
+        templates: PromptTemplates,
+        data: AmritaData,
+        target_user_id: str,
+        calendar: OwnerCalendar,
+    ) -> None:
         self.templates = templates
+        self.calendar = calendar
+        """The owner's calendar: the ``current_time`` of the send template."""
         self.data = data
         self.target_user_id = target_user_id
         self.bot_id: str | None = None
@@ -63,7 +72,7 @@ class Messenger:
                     # Data, not instructions: delimited blocks (see prompting.blocks).
                     "intent": render_block("INTENT", intent),
                     "memory_context": render_block("MEMORY_CONTEXT", memory_context),
-                    "current_time": format_time(local_now()),
+                    "current_time": format_time(self.calendar.now()),
                 },
             )
         except PromptError as exc:

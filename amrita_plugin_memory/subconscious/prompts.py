@@ -9,6 +9,7 @@ overwritten) is protected too.
 
 from __future__ import annotations
 
+from ..core.calendar import OwnerCalendar
 from ..prompting.blocks import render_block
 from .types import AbstractEntry, StateData
 
@@ -21,26 +22,26 @@ __all__ = [
 ]
 
 
-def format_abstract(entry: AbstractEntry) -> str:
-    """One line about a past cycle (its time, number, outcome and summary)."""
+def format_abstract(entry: AbstractEntry, calendar: OwnerCalendar) -> str:
+    """One line about a past cycle (its time in the owner's zone, number, outcome and summary)."""
     outcome = {"success": "完成", "failed": "失败", "interrupted": "被用户消息打断"}[
         entry["outcome"]
     ]
-    when = entry["time"].replace("T", " ")[:16] if entry["time"] else "时间未知"
+    when = calendar.show_time(entry["time"]) or "时间未知"
     return f"{when} 第 {entry['cycle']} 轮（{outcome}）：{entry['summary']}"
 
 
-def format_last_run(state: StateData) -> str:
+def format_last_run(state: StateData, calendar: OwnerCalendar) -> str:
     """``{{ last_run }}`` of the main template: a ``<LAST_RUN>`` block."""
     abstracts = state["last_abstracts"]
-    text = format_abstract(abstracts[-1]) if abstracts else "（从未运行，这是第一轮）"
+    text = format_abstract(abstracts[-1], calendar) if abstracts else "（从未运行，这是第一轮）"
     return render_block("LAST_RUN", text)
 
 
-def format_abstracts(state: StateData) -> str:
+def format_abstracts(state: StateData, calendar: OwnerCalendar) -> str:
     """``{{ last_abstracts }}`` of the main template: a ``<LAST_ABSTRACTS>`` block."""
     abstracts = state["last_abstracts"]
-    text = "\n".join(f"- {format_abstract(e)}" for e in abstracts) or "（暂无记录）"
+    text = "\n".join(f"- {format_abstract(e, calendar)}" for e in abstracts) or "（暂无记录）"
     return render_block("LAST_ABSTRACTS", text)
 
 

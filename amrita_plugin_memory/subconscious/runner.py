@@ -53,7 +53,7 @@ from .published_files import check_adopted_knowledge
 from .scheduling import RunPlanner, cycle_lease
 from .spend import budget_gate, record_spend, tokens_text
 from .state import LoopState, PendingMessages, StateStore
-from .templates import PromptError, PromptTemplates, format_time, local_now
+from .templates import PromptError, PromptTemplates, format_time
 from .toolsets.base import ToolGroup, tool_data
 from .toolsets.knowledge import KnowledgeToolset
 from .toolsets.memo import MemoToolset
@@ -93,6 +93,7 @@ class SubconsciousRunner:
         data_dir: Path | None = None,
     ) -> None:
         self.runtime = runtime
+        self.calendar = runtime.calendar  # the owner's: the loop's "now" and shown times
         self.config = config or runtime.config.file.subconscious
         self.target_user_id = self.config.target_user_id.strip()
         if not self.target_user_id:
@@ -101,7 +102,7 @@ class SubconsciousRunner:
         self.templates = PromptTemplates(config_dir or runtime.config.config_dir, self.config)
         self.state_store = StateStore(state_uid, target=self.target_user_id)
         self.loop_state = LoopState(self.state_store, max_abstracts=self.config.max_abstracts)
-        self.pending = PendingMessages(self.loop_state, self.target_user_id)
+        self.pending = PendingMessages(self.loop_state, self.target_user_id, self.calendar)
         self.job_id = job_id or f"{JOB_ID_PREFIX}:{self.target_user_id}"
         self.planner = RunPlanner(self.config, self.job_id, self.run_cycle, scheduler=scheduler)
         forgotten_at = lambda: runtime.forgotten.forgotten_at(self.target_user_id)  # noqa: E731
@@ -109,7 +110,7 @@ class SubconsciousRunner:
         self.fence = CycleFence(forgotten_at=forgotten_at, target=self.target_user_id)
         """Closed by a forget of the target user here (:meth:`forgetting`), or there (the
         shared tombstones, :meth:`may_act`)."""
-        self.messenger = Messenger(self.templates, self.data, self.target_user_id)
+        self.messenger = Messenger(self.templates, self.data, self.target_user_id, self.calendar)
         self.active = True
         """False after :meth:`shutdown`: hooks and planned runs become no-ops."""
         self.shutdown_grace = SHUTDOWN_GRACE_SECONDS
@@ -150,7 +151,7 @@ class SubconsciousRunner:
         scope = Scope.of_loop(self.target, fence=lambda: self.fence.check(self.current_cycle))
         self.add_tool_group(MemoryToolset(self, rt.tools, rt.store, scope).group())
         self.add_tool_group(MemoToolset(self, rt.tools, rt.memo, scope).group())
-        self.add_tool_group(ReviewToolset(self.data).group())
+        self.add_tool_group(ReviewToolset(self.data, self.calendar).group())
         self.add_tool_group(
             MessageToolset(
                 self,
@@ -198,9 +199,8 @@ class SubconsciousRunner:
     def render_guide(self, key: str) -> str:
         """Render a guide template (``prompt_knowledge_file`` / ``prompt_profile_file``) for
         tool groups' prompt sections; :class:`PromptError` (the cycle fails cleanly) if broken."""
-        return self.templates.render(
-            key, {"current_time": format_time(local_now()), "target_user_id": self.target_user_id}
-        )
+        now, target = format_time(self.calendar.now()), self.target_user_id
+        return self.templates.render(key, {"current_time": now, "target_user_id": target})
 
     # -- tools -------------------------------------------------------------------
 
@@ -324,13 +324,13 @@ class SubconsciousRunner:
 
     async def _system_prompt(self, memory_count: int) -> str:
         """JINJA2_RENDER: the main template, the groups' sections and the compression hint."""
-        now = local_now()
+        now = self.calendar.now()
         prompt = self.templates.render(
             "prompt_file",
             {
                 "character_prompt": self.data.character_prompt() or "（未设置）",
-                "last_run": format_last_run(self.state),
-                "last_abstracts": format_abstracts(self.state),
+                "last_run": format_last_run(self.state, self.calendar),
+                "last_abstracts": format_abstracts(self.state, self.calendar),
                 "current_time": format_time(now),
                 "target_user_id": self.target_user_id,
                 "total_runs": self.state["total_runs"],

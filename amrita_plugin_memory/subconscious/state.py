@@ -16,9 +16,9 @@ from typing import Any, TypeVar, cast
 
 from nonebot import logger
 
+from ..core.calendar import OwnerCalendar
 from ..storage.users.loop_state_row import LoopStateRow
 from .consts import PENDING_MAX, STATE_UID
-from .templates import local_now
 from .types import PendingMessage, StateData, empty_state, normalize_state
 
 __all__ = ["LoopState", "PendingMessages", "StateStore"]
@@ -123,9 +123,11 @@ class PendingMessages:
     claim the same message.
     """
 
-    def __init__(self, state: LoopState, target_user_id: str) -> None:
+    def __init__(self, state: LoopState, target_user_id: str, calendar: OwnerCalendar) -> None:
         self._state = state
         self.target_user_id = target_user_id
+        self.calendar = calendar
+        """The owner's calendar: a message's ``time`` (aware, in the owner's zone)."""
         self._claims: dict[str, tuple[Any, list[str]]] = {}
 
     @property
@@ -146,7 +148,7 @@ class PendingMessages:
                 return None
             message: PendingMessage = {
                 "id": uuid.uuid4().hex,
-                "time": local_now().isoformat(timespec="seconds"),
+                "time": self.calendar.now().isoformat(timespec="seconds"),
                 "intent": intent,
             }
             if text:

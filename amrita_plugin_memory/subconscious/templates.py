@@ -1,4 +1,7 @@
-"""The loop's Jinja2 prompt templates, and how the loop writes the time."""
+"""The loop's Jinja2 prompt templates, and how the loop writes the time.
+
+The time is the owner's (``[memory] timezone``: the runner's ``calendar``), never
+the machine's: the loop tells a model "now" in the days its user lives in."""
 
 from __future__ import annotations
 
@@ -14,16 +17,12 @@ from ..core.config import SubconsciousConfig
 from ..core.errors import ErrorKind, PluginError
 from .consts import DEFAULTS, TEMPLATE_VARIABLES, ensure_prompt_file
 
-__all__ = ["PromptError", "PromptTemplates", "format_time", "local_now"]
-
-
-def local_now() -> datetime:
-    """The current local time, timezone-aware."""
-    return datetime.now().astimezone()
+__all__ = ["PromptError", "PromptTemplates", "format_time"]
 
 
 def format_time(moment: datetime) -> str:
-    """``2026-11-30 21:05:00（周一）``: how the loop's prompts show a time."""
+    """``2026-11-30 21:05:00（周一）``: how the loop's prompts show a time (``moment`` in
+    the owner's zone: ``OwnerCalendar.now``)."""
     weekdays = "一二三四五六日"
     return f"{moment:%Y-%m-%d %H:%M:%S}（周{weekdays[moment.weekday()]}）"
 

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..core.calendar import OwnerCalendar
 from ..core.records import SOURCE_AUTO
 from ..storage.scope import Scope
 from ..upkeep.archive.restore import restore
@@ -211,12 +212,20 @@ def _preview(text: str) -> str:
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
 
 
-def _line(index: int, memory: Mapping[str, Any], *, with_distance: bool = False) -> str:
+def _line(
+    index: int,
+    memory: Mapping[str, Any],
+    calendar: OwnerCalendar,
+    *,
+    with_distance: bool = False,
+) -> str:
     extras = [f"重要性 {memory.get('importance', '?')}"]
     if memory.get("tags"):
         extras.append("标签 " + "、".join(memory["tags"]))
-    if memory.get("created_at"):
-        extras.append(str(memory["created_at"])[:10])
+    if memory.get("created_at"):  # the owner's day, whatever zone the stamp is written in
+        extras.append(calendar.show_date(str(memory["created_at"])) or str(memory["created_at"]))
+    if memory.get("event_time"):
+        extras.append(f"事件 {memory['event_time']}")
     if memory.get("source") == SOURCE_AUTO:
         extras.append("自动记录")
     if with_distance and memory.get("distance") is not None:
@@ -364,7 +373,8 @@ class MemoryCommands:
             return f"{name}共 {total} 条，只有 {pages} 页"
         start = (page - 1) * PAGE_SIZE
         lines = [f"{name}（共 {total} 条，第 {page}/{pages} 页）："]
-        lines += [_line(start + i + 1, m) for i, m in enumerate(result["memories"])]
+        calendar = self.tools.calendar
+        lines += [_line(start + i + 1, m, calendar) for i, m in enumerate(result["memories"])]
         if page < pages:
             more = " ".join([*words, str(page + 1)])
             lines.append(f"下一页：/memory {request.scope} list {more}")
@@ -383,7 +393,10 @@ class MemoryCommands:
         lines = [
             f"与「{_preview(request.argument)}」最相关的{_scope_name(request.scope)}（距离越小越相似）："
         ]
-        lines += [_line(i + 1, m, with_distance=True) for i, m in enumerate(result["memories"])]
+        calendar = self.tools.calendar
+        lines += [
+            _line(i + 1, m, calendar, with_distance=True) for i, m in enumerate(result["memories"])
+        ]
         return "\n".join(lines)
 
     async def _delete(self, request: CommandRequest, scope: Scope) -> str:
@@ -421,7 +434,7 @@ class MemoryCommands:
         if not rows:
             return f"归档共 {total} 条，只有 {pages} 页"
         lines = [f"你已归档的记忆（共 {total} 条，第 {page}/{pages} 页，最新的在前）："]
-        lines += [describe_row(row, chars=PREVIEW_CHARS) for row in rows]
+        lines += [describe_row(row, self.tools.calendar, chars=PREVIEW_CHARS) for row in rows]
         lines.append("恢复：/memory user archive restore <ID>")
         if page < pages:
             lines.append(f"下一页：/memory user archive {page + 1}")

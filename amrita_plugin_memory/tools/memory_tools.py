@@ -19,6 +19,7 @@ from typing import Any
 from amrita_core import FunctionDefinitionSchema
 from nonebot import logger
 
+from ..core.calendar import OwnerCalendar
 from ..core.config import ConfigFile
 from ..core.records import IMPORTANCE_LEVELS, SCOPES, origin_after_rewrite
 from ..storage.memo_store import MemoService
@@ -158,11 +159,14 @@ class MemoryTools:
         store: MemoryStore,
         memo: MemoService,
         *,
+        calendar: OwnerCalendar,
         memory_limit: int,
         config: ConfigFile | None = None,
     ) -> None:
         self.store = store
         self.memo = memo
+        self.calendar = calendar
+        """The owner's calendar (the runtime's): the stamps in the answers are its local time."""
         self.memory_limit = memory_limit
         self.config = config or ConfigFile()
         """The file configuration this runtime was built with: a tool's switch reads its key
@@ -213,7 +217,7 @@ class MemoryTools:
             logger.info(
                 f"[Memory] write_memory{merged} partition={partition} id={written.record.id}"
             )
-            return results.written(written)
+            return results.written(written, self.calendar)
 
         return await self._guard("write_memory", run)
 
@@ -231,7 +235,7 @@ class MemoryTools:
             hits = await self.store.query(
                 scope.view(kind), query, top_k=top_k, importance=importance, window=window
             )
-            return results.found(kind, hits)
+            return results.found(kind, hits, self.calendar)
 
         return await self._guard("read_memory", run)
 
@@ -272,7 +276,7 @@ class MemoryTools:
             if record is None:
                 raise ToolArgError(missing)
             logger.info(f"[Memory] update_memory partition={partition} id={memory_id}")
-            return results.updated(record)
+            return results.updated(record, self.calendar)
 
         return await self._guard("update_memory", run)
 
@@ -303,7 +307,7 @@ class MemoryTools:
             view = scope.view(kind)
             records = await self.store.list(view, limit=limit, offset=offset, window=window)
             total = await self.store.count(view, window=window)
-            return results.listed(kind, total, offset, records)
+            return results.listed(kind, total, offset, records, self.calendar)
 
         return await self._guard("list_memory", run)
 

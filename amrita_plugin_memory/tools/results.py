@@ -1,7 +1,8 @@
 """The chat tools' answers, built in one place from records and outcomes.
 
 What the model (and the ``/memory`` commands, the L3 loop) reads back is
-decided here only: a memory always appears as :meth:`MemoryRecord.compact`,
+decided here only: a memory always appears as :meth:`MemoryRecord.compact`
+(its stamp in the owner's zone: the calendar is handed in, never looked up),
 every answer carries ``ok``, and a refused memo write names its numbers so
 the model can shorten and retry. The tool logic (:mod:`.memory_tools`, and a
 new tool there) returns these and never builds a dict itself: an answer that
@@ -15,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..core.calendar import OwnerCalendar
 from ..core.records import MemoryRecord
 from ..storage.memo_store import MemoWriteResult
 from ..storage.memory_store import WriteResult
@@ -38,31 +40,34 @@ def ok(**fields: Any) -> dict[str, Any]:
     return {"ok": True, **fields}
 
 
-def written(result: WriteResult) -> dict[str, Any]:
+def written(result: WriteResult, calendar: OwnerCalendar) -> dict[str, Any]:
     """``write_memory``: the new memory, or the one it was merged into."""
+    memory = result.record.compact(calendar)
     if result.merged:
-        return {"ok": True, "merged": True, "memory": result.record.compact(), "note": MERGED_NOTE}
-    return {"ok": True, "memory": result.record.compact()}
+        return {"ok": True, "merged": True, "memory": memory, "note": MERGED_NOTE}
+    return {"ok": True, "memory": memory}
 
 
-def found(kind: str, hits: Sequence[MemoryRecord]) -> dict[str, Any]:
+def found(kind: str, hits: Sequence[MemoryRecord], calendar: OwnerCalendar) -> dict[str, Any]:
     """``read_memory``: the best memories of the partition of ``kind``."""
-    return {"ok": True, "scope": kind, "memories": [h.compact() for h in hits]}
+    return {"ok": True, "scope": kind, "memories": [h.compact(calendar) for h in hits]}
 
 
-def listed(kind: str, total: int, offset: int, records: Sequence[MemoryRecord]) -> dict[str, Any]:
+def listed(
+    kind: str, total: int, offset: int, records: Sequence[MemoryRecord], calendar: OwnerCalendar
+) -> dict[str, Any]:
     """``list_memory``: one page of the partition of ``kind`` (``total`` readable memories)."""
     return {
         "ok": True,
         "scope": kind,
         "total": total,
         "offset": offset,
-        "memories": [r.compact() for r in records],
+        "memories": [r.compact(calendar) for r in records],
     }
 
 
-def updated(record: MemoryRecord) -> dict[str, Any]:
-    return {"ok": True, "memory": record.compact()}
+def updated(record: MemoryRecord, calendar: OwnerCalendar) -> dict[str, Any]:
+    return {"ok": True, "memory": record.compact(calendar)}
 
 
 def deleted(memory_id: str) -> dict[str, Any]:

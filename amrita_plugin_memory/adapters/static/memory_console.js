@@ -55,12 +55,12 @@ function qs(params) {
   return parts.length ? "?" + parts.join("&") : "";
 }
 
+// The server sends every stamp in the owner's zone ([memory] timezone) with its offset:
+// its date and time are shown as written, never converted to the browser's zone.
 function when(iso) {
   if (!iso) return "—";
-  const d = new Date(iso);
-  if (Number.isNaN(d.getTime())) return iso;
-  const p = (n) => String(n).padStart(2, "0");
-  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}`;
+  const m = /^(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2})/.exec(String(iso));
+  return m ? `${m[1]} ${m[2]}` : String(iso);
 }
 
 function size(n) {

@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ...core.calendar import OwnerCalendar
 from ...core.records import MemoryRecord, utc_now
 from ..chroma.connection import ChromaConnection
 from ..chroma.remap_markers import CollectionGuard
@@ -129,16 +130,16 @@ class ArchivedMemory:
             archived_at=str(meta.get(META_ARCHIVED_AT) or ""),
         )
 
-    def compact(self) -> dict[str, Any]:
-        """The short form the CLI and the chat command print."""
-        out = self.record.compact()
+    def compact(self, calendar: OwnerCalendar) -> dict[str, Any]:
+        """The short form the CLI and the chat command print (stamps in the owner's zone)."""
+        out = self.record.compact(calendar)
         out.update(
             id=self.id,
             memory_id=self.memory_id,
             partition=self.record.partition,
             reason=self.reason,
-            archived_at=self.archived_at,
-            updated_at=self.record.updated_at,
+            archived_at=calendar.show_stamp(self.archived_at) or self.archived_at,
+            updated_at=calendar.show_stamp(self.record.updated_at) or self.record.updated_at,
         )
         return out
 

@@ -11,7 +11,7 @@ end above a cap (it counts all the same, and nothing more starts).
 The check reads the ledger, which every process on the store writes, so the
 caps hold for all of them together; it is made only by background work,
 never by a chat turn. Once a cap is found reached, this process remembers it
-until the local day ends, so the requests that keep arriving for it cost no
+until the owner's day ends (``[memory] timezone``), so the requests that keep arriving for it cost no
 database read. Reaching a cap is logged once per day and process.
 """
 
@@ -25,7 +25,7 @@ from nonebot.log import logger
 
 from ...core.config import BudgetConfig
 from ...core.text import short_error
-from .ledger import UsageLedger, day_of, next_day
+from .ledger import UsageLedger
 from .spend import Spend
 
 __all__ = ["Admission", "BackgroundBudget"]
@@ -41,7 +41,7 @@ class Admission:
     cap: Literal["", "bot", "user"] = ""
     """Which cap holds it back."""
     until: datetime | None = None
-    """The local midnight when the cap is lifted."""
+    """The owner's midnight when the cap is lifted (aware, in the owner's zone)."""
 
     def wait_seconds(self, now: datetime) -> float:
         """Seconds from ``now`` until the request may go (0 when admitted)."""
@@ -87,8 +87,8 @@ class BackgroundBudget:
         """May a background request of ``feature`` for ``user_id`` be sent now?"""
         if not self.capped:
             return ADMITTED
-        now = self.ledger.clock()
-        day = day_of(now)
+        now = self.ledger.now()
+        day = self.ledger.day_of(now)
         if self._bot_day == day:
             return self._hold(feature, "bot", now)
         if self._users.get(user_id) == day:
@@ -120,7 +120,7 @@ class BackgroundBudget:
 
     def _hold(self, feature: str, cap: Literal["bot", "user"], now: datetime) -> Admission:
         self.held[feature] = self.held.get(feature, 0) + 1
-        return Admission(False, cap, next_day(now))
+        return Admission(False, cap, self.ledger.next_day(now))
 
     def _remember(self, user_id: str, day: str) -> None:
         if len(self._users) >= MAX_REMEMBERED_USERS:
@@ -136,8 +136,8 @@ class BackgroundBudget:
     async def status_json(self) -> dict[str, Any]:
         """The caps, today's use and who is held back (``usage.budget`` of the status)."""
         c = self.config
-        now = self.ledger.clock()
-        day = day_of(now)
+        now = self.ledger.now()
+        day = self.ledger.day_of(now)
         used, _ = await self.ledger.spent_on(day, "")
         per_user = c.background_tokens_per_user_per_day
         over = await self.ledger.users_over(day, per_user) if per_user else []
@@ -149,5 +149,5 @@ class BackgroundBudget:
             "reached": bot_reached,
             "users_reached": [{"user_id": u, "tokens": n} for u, n in over],
             "held_requests": dict(self.held),
-            "resets_at": next_day(now).isoformat(timespec="seconds"),
+            "resets_at": self.ledger.next_day(now).isoformat(timespec="seconds"),
         }

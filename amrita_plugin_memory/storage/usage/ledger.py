@@ -1,4 +1,9 @@
-"""The usage ledger: what the plugin's own work cost, per local day, feature and user.
+"""The usage ledger: what the plugin's own work cost, per day, feature and user.
+
+A day is the owner's (``[memory] timezone``, :class:`~...core.calendar.OwnerCalendar`),
+the same for every process on the store whatever its machine's zone: two bots
+in different zones add to the same day's rows, so a ``[budget]`` cap is spent
+once, not once per zone.
 
 One row of ``amrita_plugin_memory_usage`` (:class:`~..models.UsageDay`) per
 ``(day, feature, user)``. Every process on the store adds to the same rows
@@ -29,12 +34,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from datetime import datetime, time, timedelta
+from datetime import datetime, timedelta
 
 from nonebot.log import logger
 from sqlalchemy import case, delete, func, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
+from ...core.calendar import OwnerCalendar
 from ...core.text import short_error
 from ..shared.sessions import SessionFactory, orm_session
 from .spend import Spend
@@ -44,11 +50,7 @@ __all__ = [
     "BLOCK_PREFIX",
     "FEATURES",
     "TURNS",
-    "Clock",
     "UsageLedger",
-    "day_of",
-    "local_now",
-    "next_day",
 ]
 
 FEATURES = ("extraction", "persona", "subconscious")
@@ -65,21 +67,6 @@ BUSY_RETRIES = 8
 
 Key = tuple[str, str, str]
 """``(day, feature, user_id)``."""
-Clock = Callable[[], datetime]
-
-
-def local_now() -> datetime:
-    """Now, in the bot's local time zone (the day a ledger row belongs to)."""
-    return datetime.now().astimezone()
-
-
-def day_of(moment: datetime) -> str:
-    return moment.date().isoformat()
-
-
-def next_day(moment: datetime) -> datetime:
-    """The local midnight after ``moment`` (when a day's caps are lifted)."""
-    return datetime.combine(moment.date() + timedelta(days=1), time.min, tzinfo=moment.tzinfo)
 
 
 def _busy(exc: BaseException) -> bool:
@@ -92,13 +79,14 @@ class UsageLedger:
 
     def __init__(
         self,
+        calendar: OwnerCalendar,
         *,
         sessions: SessionFactory = orm_session,
-        clock: Clock = local_now,
         flush_every: float = FLUSH_SECONDS,
     ) -> None:
         self.sessions = sessions
-        self.clock = clock
+        self.calendar = calendar
+        """The owner's calendar (the runtime's): which day a row belongs to, and its clock."""
         self.flush_every = flush_every
         self.tools_chars: Callable[[], int] = lambda: 0
         """Characters of the chat tools offered with a turn (set where they are registered)."""
@@ -111,8 +99,24 @@ class UsageLedger:
         self._failing = False
         self._pruned = ""
 
+    def now(self) -> datetime:
+        """Now, in the owner's zone."""
+        return self.calendar.now()
+
+    def day_of(self, moment: datetime) -> str:
+        """The owner's day of ``moment``: the ``day`` of its rows."""
+        return self.calendar.show_date(moment)
+
     def today(self) -> str:
-        return day_of(self.clock())
+        return self.day_of(self.now())
+
+    def _days_back(self, count: int) -> str:
+        """The owner's day ``count`` days before today (calendar days: DST-proof)."""
+        return (self.calendar.today() - timedelta(days=count)).isoformat()
+
+    def next_day(self, moment: datetime) -> datetime:
+        """The owner's midnight after ``moment`` (when a day's caps are lifted)."""
+        return self.calendar.next_midnight(moment)
 
     # -- entries ---------------------------------------------------------------------
 
@@ -249,7 +253,7 @@ class UsageLedger:
         if self._pruned == today:
             return
         self._pruned = today
-        oldest = day_of(self.clock() - timedelta(days=KEEP_DAYS))
+        oldest = self._days_back(KEEP_DAYS)
         try:
             async with self.sessions() as session:
                 await session.execute(
@@ -308,7 +312,7 @@ class UsageLedger:
         this process's unwritten entries."""
         from ..models import UsageDay
 
-        first = day_of(self.clock() - timedelta(days=count - 1))
+        first = self._days_back(count - 1)
         u = UsageDay
         async with self.sessions() as session:
             res = await session.execute(

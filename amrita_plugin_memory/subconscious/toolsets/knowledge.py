@@ -169,6 +169,11 @@ class KnowledgeToolset:
         self.ctx = ctx
         self.kb = kb
 
+    def _shown(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """``entry`` as a model reads it: its ``updated_at`` in the owner's zone."""
+        stamp = str(entry.get("updated_at") or "")
+        return {**entry, "updated_at": self.ctx.calendar.show_stamp(stamp) or stamp}
+
     # -- group ----------------------------------------------------------------------
 
     def tools(self) -> list[LoopTool]:
@@ -208,7 +213,7 @@ class KnowledgeToolset:
                 "ok": True,
                 "total": len(entries),
                 "offset": offset,
-                "entries": entries[offset : offset + limit],
+                "entries": [self._shown(e) for e in entries[offset : offset + limit]],
             }
             if not entries:
                 result["note"] = "知识库为空"
@@ -251,7 +256,7 @@ class KnowledgeToolset:
         async def run() -> dict[str, Any]:
             entry = await self.kb.create(args.get("title"), args.get("summary"), args.get("body"))
             count_action(self.ctx, "knowledge_create")
-            return {"ok": True, "entry": entry.brief()}
+            return {"ok": True, "entry": self._shown(entry.brief())}
 
         return await guard_kb("subconscious_knowledge_create", run)
 
@@ -262,7 +267,7 @@ class KnowledgeToolset:
                 kid, title=args.get("title"), summary=args.get("summary"), body=args.get("body")
             )
             count_action(self.ctx, "knowledge_update")
-            return {"ok": True, "entry": entry.brief()}
+            return {"ok": True, "entry": self._shown(entry.brief())}
 
         return await guard_kb("subconscious_knowledge_update", run)
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from amrita_core import FunctionDefinitionSchema, ToolContext
 
+from ...core.calendar import OwnerCalendar
 from ...core.records import MemoryRecord
 from ...ranking.repeats import repeats_memory
 from ...storage.memory_store import MemoryStore
@@ -133,6 +134,8 @@ def find_duplicate_groups(
     records: list[MemoryRecord],
     neighbours: Mapping[str, list[MemoryRecord]],
     max_distance: float,
+    *,
+    calendar: OwnerCalendar,
 ) -> list[dict[str, Any]]:
     """Group memories linked by a neighbour within ``max_distance`` (union-find).
 
@@ -175,7 +178,7 @@ def find_duplicate_groups(
         groups.append(
             {
                 "min_distance": round(min(distances), 4) if distances else None,
-                "memories": [r.compact() for r in group],
+                "memories": [r.compact(calendar) for r in group],
             }
         )
     groups.sort(key=lambda g: (-len(g["memories"]), g["min_distance"] or 0.0))
@@ -281,7 +284,9 @@ class MemoryToolset:
                 ]
                 for record, row in zip(records, rows, strict=False)
             }
-            groups = find_duplicate_groups(records, neighbours, max_distance)
+            groups = find_duplicate_groups(
+                records, neighbours, max_distance, calendar=self.memory.calendar
+            )
             return {
                 "ok": True,
                 "scanned": len(records),
@@ -311,8 +316,10 @@ class MemoryToolset:
                 "untagged": sum(1 for r in records if not r.tags),
             }
             if dated:
-                stats["oldest"] = {"id": dated[0][1].id, "created_at": dated[0][0]}
-                stats["newest"] = {"id": dated[-1][1].id, "created_at": dated[-1][0]}
+                calendar = self.memory.calendar  # the owner's zone, like every answer
+                for key, (stamp, record) in (("oldest", dated[0]), ("newest", dated[-1])):
+                    shown = calendar.show_stamp(stamp) or stamp
+                    stats[key] = {"id": record.id, "created_at": shown}
             return stats
 
         return await guard("subconscious_get_memory_stats", run)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 from amrita_core import FunctionDefinitionSchema, ToolContext
 
+from ...core.calendar import OwnerCalendar
 from ...core.text import cut
 from ...tools.args import parse_int
 from ...tools.schemas import define, prop
@@ -60,8 +60,10 @@ class ReviewToolset:
 
     name = "review"
 
-    def __init__(self, data: AmritaData) -> None:
+    def __init__(self, data: AmritaData, calendar: OwnerCalendar) -> None:
         self.data = data
+        self.calendar = calendar
+        """The owner's calendar: when each session began, as the model reads it."""
 
     def group(self) -> SimpleGroup:
         defs = review_schemas()
@@ -112,9 +114,7 @@ class ReviewToolset:
                 out.append(
                     {
                         "id": session.id,
-                        "created_at": datetime.fromtimestamp(session.created_at)
-                        .astimezone()
-                        .isoformat(timespec="seconds"),
+                        "created_at": self.calendar.show_stamp(session.created_at),
                         "messages": len(session.data.messages),
                         "summary": summary,
                     }

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any, Final, Literal
 
 from amrita_core import FunctionDefinitionSchema, ToolContext
@@ -232,7 +231,7 @@ class SuggestionToolset:
                 summary = body = None
             suggestion: KnowledgeSuggestion = {
                 "id": uuid.uuid4().hex[:12],
-                "time": datetime.now().astimezone().isoformat(timespec="seconds"),
+                "time": self.ctx.calendar.now().isoformat(timespec="seconds"),
                 "action": action,
                 "title": title,
                 "reason": reason,

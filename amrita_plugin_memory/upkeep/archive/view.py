@@ -10,12 +10,13 @@ same lines built by the admin API's archive operations (:func:`listing_lines`,
 
 from __future__ import annotations
 
+from ...core.calendar import OwnerCalendar
 from ...core.config import ConfigFile
 from ...core.text import cut
 from ...storage.archive.store import ArchivedMemory
 from ...storage.memory_store import MemoryStore
 from .restore import parse_row_id, restore
-from .sweep import SweepResult, parse_time, sweep
+from .sweep import SweepResult, sweep
 
 __all__ = ["REASON_TEXT", "archive_command", "describe_row", "listing_lines", "sweep_message"]
 
@@ -29,26 +30,31 @@ REASON_TEXT = {
 }
 
 
-def _day(iso: str) -> str:
-    parsed = parse_time(iso)
-    return parsed.astimezone().strftime("%Y-%m-%d %H:%M") if parsed is not None else (iso or "?")
-
-
-def describe_row(row: ArchivedMemory, *, chars: int | None = None, partition: bool = False) -> str:
-    """``<id>  [why，归档于 …]  text`` (``chars``: cut the text; ``partition``: show it)."""
+def describe_row(
+    row: ArchivedMemory,
+    calendar: OwnerCalendar,
+    *,
+    chars: int | None = None,
+    partition: bool = False,
+) -> str:
+    """``<id>  [why，归档于 …]  text`` (``chars``: cut the text; ``partition``: show it);
+    the time is the owner's (``[memory] timezone``), whoever prints it."""
     why = REASON_TEXT.get(row.reason, row.reason)
     if row.is_version:
         why += f"（记忆 {row.memory_id}）"
     text = cut(row.record.content, chars) if chars is not None else row.record.content
     where = f"  分区 {row.record.partition}" if partition else ""
-    return f"{row.id}  [{why}，归档于 {_day(row.archived_at)}]{where}  {text}"
+    when = calendar.show_time(row.archived_at) or row.archived_at or "?"
+    return f"{row.id}  [{why}，归档于 {when}]{where}  {text}"
 
 
-def listing_lines(partition: str | None, total: int, rows: list[ArchivedMemory]) -> list[str]:
+def listing_lines(
+    partition: str | None, total: int, rows: list[ArchivedMemory], calendar: OwnerCalendar
+) -> list[str]:
     """``ambot memory archive list`` output (the same whether the bot answered or not)."""
     where = f"分区 {partition} " if partition else ""
     lines = [f"{where}归档共 {total} 条（最新的在前，显示 {len(rows)} 条）："]
-    lines += [f"  {describe_row(row, partition=partition is None)}" for row in rows]
+    lines += [f"  {describe_row(row, calendar, partition=partition is None)}" for row in rows]
     if total:
         lines.append("恢复：ambot memory archive restore <id>")
     return lines
@@ -61,6 +67,7 @@ def sweep_message(result: SweepResult) -> str:
 async def archive_command(
     store: MemoryStore,
     config: ConfigFile,
+    calendar: OwnerCalendar,
     action: str,
     *,
     partition: str | None = None,
@@ -81,4 +88,4 @@ async def archive_command(
         return [done.describe()]
     total = await store.archive.count(partition)
     rows = await store.archive.list(partition, limit=limit)
-    return listing_lines(partition, total, rows)
+    return listing_lines(partition, total, rows, calendar)

@@ -49,6 +49,7 @@ from typing import Any, Protocol
 
 from nonebot import logger
 
+from ...core.calendar import OwnerCalendar
 from ...core.errors import ErrorKind, PluginError
 from ...storage.archive.store import ArchivedMemory
 from ...storage.consent_store import ConsentStore
@@ -198,10 +199,21 @@ def _iso(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="seconds")
 
 
-def _archived_json(row: ArchivedMemory) -> dict[str, Any]:
+def _with_local(out: dict[str, Any], calendar: OwnerCalendar) -> dict[str, Any]:
+    """``out`` with each UTC stamp (``created_at`` …) kept and also shown in the owner's
+    zone beside it (``created_local``: ``2026-12-04T07:30:00+08:00``), for the person
+    reading the file; the stamps stay the data (an import reads them)."""
+    for key in [k for k in out if k.endswith("_at") or k == "at"]:
+        shown = calendar.show_stamp(out[key]) if isinstance(out[key], str) else ""
+        if shown:
+            out["at_local" if key == "at" else key[: -len("_at")] + "_local"] = shown
+    return out
+
+
+def _archived_json(row: ArchivedMemory, calendar: OwnerCalendar) -> dict[str, Any]:
     out = row.record.to_json()
     out.update(id=row.id, memory_id=row.memory_id, reason=row.reason, archived_at=row.archived_at)
-    return out
+    return _with_local(out, calendar)
 
 
 ForgetFence = Callable[[str], AbstractAsyncContextManager[object]]
@@ -219,6 +231,7 @@ class UserData:
         memo: MemoService,
         groups: GroupStores,
         *,
+        calendar: OwnerCalendar,
         forgotten: ForgottenUsers,
         loop: LoopStateAccess,
         loop_target: str | None = None,
@@ -229,6 +242,8 @@ class UserData:
         self.store = store
         self.memo = memo
         self.groups = groups
+        self.calendar = calendar
+        """The owner's calendar: the export's local times and the zone it names."""
         self.forgotten = forgotten
         self.loop = loop
         self.loop_target = loop_target
@@ -285,28 +300,40 @@ class UserData:
         )
         memo = await self.memo.get(partition)
         archived_authored = await authored_archived(self.store, user_id)
+        calendar = self.calendar
         return {
             "format": EXPORT_FORMAT,
             "version": EXPORT_VERSION,
             "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            # Stamps (``…_at``) are UTC; each ``…_local`` beside one is it in this zone.
+            "timezone": calendar.name,
             "user_id": user_id,
             "partition": partition,
-            "memories": [r.to_json() for r in rows.memories],
-            "archive": [_archived_json(a) for a in rows.archived],
+            "memories": [_with_local(r.to_json(), calendar) for r in rows.memories],
+            "archive": [_archived_json(a, calendar) for a in rows.archived],
             "memo": memo or None,
             "persona": {
                 "fields": [
-                    {"field": f.field, "value": f.value, "updated_at": _iso(f.updated_at)}
+                    _with_local(
+                        {"field": f.field, "value": f.value, "updated_at": _iso(f.updated_at)},
+                        calendar,
+                    )
                     for f in persona.fields
                 ],
                 "learning_off": persona.learning_off,
             },
             "active_memory": await self._active_memory(user_id),
             "queued_turns": self._queued(user_id),
-            "group_memories": [r.to_json() for r in await authored_records(self.store, user_id)],
-            "group_memories_archived": [_archived_json(a) for a in archived_authored],
+            "group_memories": [
+                _with_local(r.to_json(), calendar)
+                for r in await authored_records(self.store, user_id)
+            ],
+            "group_memories_archived": [_archived_json(a, calendar) for a in archived_authored],
             "group_messages": [
-                {"group_id": gid, "nickname": e.nickname, "text": e.text, "at": _iso(e.at)}
+                _with_local(
+                    {"group_id": gid, "nickname": e.nickname, "text": e.text, "at": _iso(e.at)},
+                    calendar,
+                )
                 for gid, e in messages
             ],
             "labels": await self.groups.directory.labels_of(user_id),
