@@ -129,7 +129,14 @@ class MemoryRuntime:
             forgotten=self.forgotten,
             loop=loop,
             loop_target=loop_target,
-            profile=profile_home(self.config.data_dir, self.store.coherence),
+            # Whatever this process's [subconscious] says: a forget finds the profile by
+            # the user's id (remote mode), the file by the configured target.
+            profile=profile_home(
+                self.config.data_dir,
+                self.store.coherence,
+                self.config.file.subconscious.target_user_id,
+                self.forgotten.forgotten_at,
+            ),
             consent=self.consent,
             backups=BackupScrubber(self.config.backup_dir, self.forgotten),
         )

@@ -125,7 +125,9 @@ class SubconsciousRunner:
         self.hooks: Any = None
         """The chat hooks, when the adapters registered them (see :meth:`shutdown`)."""
         data_dir = data_dir or runtime.config.data_dir
-        self.profile = ProfileStore.of(data_dir, runtime.store.coherence)
+        self.profile = ProfileStore.of(
+            data_dir, runtime.store.coherence, self.target_user_id, runtime.forgotten.forgotten_at
+        )
         """``<data_dir>/user_profile.md`` (created on the first edit); in remote mode a row
         of the shared database (``storage.users.loop_profile.profile_home``)."""
         self.knowledge: KnowledgeBaseManager | None = None

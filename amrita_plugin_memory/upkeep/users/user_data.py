@@ -14,7 +14,8 @@ command (``/memory user export|forget``), the admin console and
 * in the L3 loop's state: the messages waiting for them and the abstracts of
   the loop's cycles (only the loop's target user has any), and the knowledge
   suggestions they made (:mod:`...storage.users.loop_state_row`); the loop's profile of its
-  target user, ``user_profile.md`` (:mod:`...storage.users.loop_profile`);
+  target user, ``user_profile.md`` and its backups, or its row of the shared database,
+  whichever process forgets (:mod:`...storage.users.loop_profile`);
 * their turns that active memory has queued and not yet extracted
   (:attr:`UserData.pending_sources`); exported, and dropped by a forget
   (:attr:`UserData.forget_hooks`);
@@ -234,7 +235,8 @@ class UserData:
         self.loop_target = loop_target
         """The L3 loop's target user (the only one with waiting messages, abstracts, a profile)."""
         self.profile = profile
-        """The L3 loop's profile of its target user (``None``: not kept in this process)."""
+        """The L3 loop's profile of its target user, found by the user's id (``None``: not
+        kept in this process)."""
         self.consent = consent
         """Active memory's opt-outs (``None``: not exported)."""
         self.backups = backups
@@ -259,9 +261,9 @@ class UserData:
         return [turn for source in self.pending_sources for turn in source(user_id)]
 
     async def _profile_text(self, user_id: str) -> str:
-        if self.profile is None or not self._is_target(user_id):
-            return ""
-        return await self.profile.text()
+        # Found by the user's id, not by this process's target: a bot without the loop
+        # exports (and forgets) the shared profile too.
+        return "" if self.profile is None else await self.profile.text_of(user_id)
 
     async def _active_memory(self, user_id: str) -> dict[str, Any] | None:
         if self.consent is None:
@@ -385,8 +387,8 @@ class UserData:
         )
         counts.pending_messages, counts.suggestions = len(items.pending), len(items.suggestions)
         counts.abstracts = len(items.abstracts)
-        if target and self.profile is not None:
-            counts.profile_lines = await self.profile.remove()
+        if self.profile is not None:  # whichever process forgets (see _profile_text)
+            counts.profile_lines = await self.profile.remove_of(user_id)
         counts.authored = await unmark_author(self.store, user_id)
         # Once more: a window write another process began before the tombstone may have
         # landed after the first pass (every read leaves such rows out anyway).
