@@ -67,12 +67,14 @@ class MemoryRuntime:
             self.store.coherence.work,  # bounded, settled with the store's database work
         )
         self.store.forgotten = self.forgotten  # checked by every restore path
-        self.fences = UserFences(UserEpochs(), self.forgotten, VoidPoints(orm_session))
+        self.fences = UserFences(
+            UserEpochs(), self.forgotten, VoidPoints(orm_session, self.store.coherence.work)
+        )
         """Background work for a user (extractions) is voided by their forget or opt-out:
         in this process, and through the shared tombstones and opt-outs in every other."""
         # EMBEDDING_MODEL_NAME=auto keeps the model of the stored fingerprint.
         pin_auto_model(self.embedder, self.store)
-        self.usage = UsageLedger()
+        self.usage = UsageLedger(work=self.store.coherence.work)
         """What the plugin's background requests and per-turn blocks cost (shared table)."""
         self.budget = BackgroundBudget(config.file.budget, self.usage)
         """``[budget]``: background requests wait for the next day once a cap is reached."""
@@ -139,6 +141,7 @@ class MemoryRuntime:
             ),
             consent=self.consent,
             backups=BackupScrubber(self.config.backup_dir, self.forgotten),
+            usage=self.usage,
         )
         data.forget_hooks.append(self.fences.epochs.bump)  # work in flight writes nothing
         return data

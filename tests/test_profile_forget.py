@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 from tests.botproject import make_runtime
-from tests.lazy import lazy_import
 
 pytestmark = pytest.mark.usefixtures("orm_db", "embed_server")
 

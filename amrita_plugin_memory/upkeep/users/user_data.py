@@ -22,6 +22,8 @@ command (``/memory user export|forget``), the admin console and
 * the group memories they wrote, live and archived (writer mark,
   :data:`~...core.records.META_AUTHOR`): exported, and kept by a forget (they
   belong to the group) with the mark cleared;
+* the usage ledger's rows kept under their QQ number (what their background requests
+  cost, :mod:`...storage.usage.ledger`): exported, and removed by a forget;
 * their choice about active memory (``/memory auto off``, :mod:`...storage.consent_store`)
   and persona learning: exported, and kept by a forget (it is their choice).
 
@@ -75,6 +77,7 @@ __all__ = [
     "BackupFiles",
     "ForgetBlocked",
     "ForgetCounts",
+    "UsageRows",
     "UserData",
 ]
 
@@ -94,6 +97,18 @@ class ForgetBlocked(PluginError, RuntimeError):
     up waiting): the forget stopped before removing anything more; run it again."""
 
     kind = ErrorKind.CONFLICT
+
+
+class UsageRows(Protocol):
+    """The usage ledger, as a user's export and forget need it (``storage.usage.UsageLedger``)."""
+
+    async def of_user(self, user_id: str) -> list[dict[str, Any]]:
+        """Every entry kept under the user's id."""
+        ...
+
+    async def forget_user(self, user_id: str) -> int:
+        """Delete them; how many."""
+        ...
 
 
 class BackupFiles(Protocol):
@@ -126,6 +141,8 @@ class ForgetCounts:
     """Lines of the L3 loop's profile of its target user (``user_profile.md``)."""
     abstracts: int = 0
     """Abstracts of the L3 loop's cycles (each about its target user)."""
+    usage_rows: int = 0
+    """Rows of the usage ledger kept under the user's QQ number (their background requests)."""
     authored: int = 0
     """Group memories the user wrote, live and archived: kept, their writer mark cleared."""
     backups: int = 0
@@ -161,6 +178,7 @@ class ForgetCounts:
             f"你提交的知识建议 {self.suggestions} 条",
             f"L3 循环整理出的用户画像 {self.profile_lines} 行",
             f"L3 循环各轮的运行摘要 {self.abstracts} 条",
+            f"按你的 QQ 号记下的后台请求用量 {self.usage_rows} 条",
         ]
 
     def kept(self) -> list[str]:
@@ -192,6 +210,7 @@ class ForgetCounts:
             + self.suggestions
             + self.profile_lines
             + self.abstracts
+            + self.usage_rows
         )
 
 
@@ -226,6 +245,7 @@ class UserData:
         profile: LoopProfile | None = None,
         consent: ConsentStore | None = None,
         backups: BackupFiles | None = None,
+        usage: UsageRows | None = None,
     ) -> None:
         self.store = store
         self.memo = memo
@@ -240,6 +260,8 @@ class UserData:
         self.consent = consent
         """Active memory's opt-outs (``None``: not exported)."""
         self.backups = backups
+        self.usage = usage
+        """The usage ledger (``None``: not exported, nothing removed)."""
         self.forget_hooks: list[Callable[[str], object]] = []
         """Called with the user id when a forget starts: in-memory work of other
         components (active memory's unprocessed messages) is dropped too."""
@@ -316,6 +338,7 @@ class UserData:
             "knowledge_suggestions": items.suggestions,
             "l3_profile": await self._profile_text(user_id) or None,
             "l3_abstracts": items.abstracts,
+            "usage": await self.usage.of_user(user_id) if self.usage is not None else [],
         }
 
     # -- forget ----------------------------------------------------------------------
@@ -340,6 +363,7 @@ class UserData:
             suggestions=len(items.suggestions),
             profile_lines=profile_lines(await self._profile_text(user_id)),
             abstracts=len(items.abstracts),
+            usage_rows=len(await self.usage.of_user(user_id)) if self.usage is not None else 0,
             authored=authored,
             backups=self.backups.count() if self.backups is not None else 0,
             target=target,
@@ -389,6 +413,8 @@ class UserData:
         counts.abstracts = len(items.abstracts)
         if self.profile is not None:  # whichever process forgets (see _profile_text)
             counts.profile_lines = await self.profile.remove_of(user_id)
+        if self.usage is not None:
+            counts.usage_rows = await self.usage.forget_user(user_id)
         counts.authored = await unmark_author(self.store, user_id)
         # Once more: a window write another process began before the tombstone may have
         # landed after the first pass (every read leaves such rows out anyway).
