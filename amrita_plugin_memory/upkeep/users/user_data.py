@@ -175,7 +175,7 @@ class ForgetCounts:
             f"匿名代号 {self.labels} 个",
             f"主动记忆中尚未提取的消息 {self.queued_turns} 条",
             f"等待转达给你的消息 {self.pending_messages} 条",
-            f"你提交的知识建议 {self.suggestions} 条",
+            f"你提交的知识建议 {self.suggestions} 条（含不知由谁提交的建议）",
             f"L3 循环整理出的用户画像 {self.profile_lines} 行",
             f"L3 循环各轮的运行摘要 {self.abstracts} 条",
             f"按你的 QQ 号记下的后台请求用量 {self.usage_rows} 条",

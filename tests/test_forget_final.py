@@ -16,7 +16,7 @@ from sqlalchemy import event
 
 pytestmark = pytest.mark.usefixtures("orm_db")
 
-OTHERS = 3000
+OTHERS = 2000
 
 
 @pytest.fixture
@@ -159,5 +159,33 @@ async def test_a_users_usage_rows_are_exported_and_forgotten(tmp_path: Path) -> 
         assert [u["prompt_tokens"] for u in await ledger.of_user("30472")] == [5]
         assert await ledger.flush()
         assert sum(s.requests for s in (await ledger.days(1)).get(ledger.today(), {}).values())
+    finally:
+        await rt.close()
+
+
+async def test_suggestions_taken_over_from_the_published_plugin_go_with_any_forget(
+    tmp_path: Path,
+) -> None:
+    """The published plugin recorded no submitter of a knowledge suggestion: such a
+    suggestion may be anyone's, so no export shows it and every forget removes it."""
+    from amrita_plugin_memory.storage.published.loop_state import convert_loop_state
+    from amrita_plugin_memory.storage.users.loop_state_row import SUGGESTIONS, LoopStateRow
+    from tests.botproject import make_runtime
+    from tests.test_profile_forget import groups
+
+    published = {"knowledge_suggestions": [{"action": "create", "title": "签到规则"}]}
+    converted, _ = convert_loop_state(json.dumps(published))
+    mine = {"id": "s-mine", "time": "", "action": "create", "title": "茶", "user_id": "30482"}
+    loop = LoopStateRow()
+    await loop.edit(lambda state: state.setdefault(SUGGESTIONS, []).extend(
+        [*converted[SUGGESTIONS], mine]))  # fmt: skip
+    rt = make_runtime(tmp_path / "data")
+    try:
+        data = rt.user_data(groups(), LoopStateRow())
+        titles = [s["title"] for s in (await data.export("30482"))["knowledge_suggestions"]]
+        assert titles == ["茶"]  # never someone else's
+        assert (await data.export("30481"))["knowledge_suggestions"] == []
+        assert (await data.forget("30481")).suggestions == 1
+        assert [s["title"] for s in (await loop.read()).get(SUGGESTIONS, [])] == ["茶"]
     finally:
         await rt.close()
