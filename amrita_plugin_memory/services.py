@@ -143,6 +143,8 @@ class MemoryRuntime:
             backups=BackupScrubber(self.config.backup_dir, self.forgotten),
             usage=self.usage,
         )
+        if isinstance(loop, LoopStateRow):  # the rows say whose the loop's items are
+            data.loop_owners = loop.owners
         data.forget_hooks.append(self.fences.epochs.bump)  # work in flight writes nothing
         return data
 

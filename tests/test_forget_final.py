@@ -189,3 +189,35 @@ async def test_suggestions_taken_over_from_the_published_plugin_go_with_any_forg
         assert [s["title"] for s in (await loop.read()).get(SUGGESTIONS, [])] == ["茶"]
     finally:
         await rt.close()
+
+
+async def test_a_bot_without_the_loop_forgets_the_loops_messages_and_abstracts(
+    tmp_path: Path,
+) -> None:
+    """The loop's waiting messages and abstracts belong to its target user, as each row
+    records: a forget through a bot without ``target_user_id`` removes them too."""
+    from amrita_plugin_memory.storage.users.loop_state_row import (
+        ABSTRACTS,
+        PENDING,
+        LoopStateRow,
+    )
+    from tests.botproject import make_runtime
+    from tests.test_profile_forget import groups
+
+    def cycle(state: dict[str, Any]) -> None:
+        state.setdefault(PENDING, []).append({"time": "", "intent": "提醒他周五去读书会"})
+        state.setdefault(ABSTRACTS, []).append({"time": "", "cycle": 1, "summary": "整理画像"})
+
+    await LoopStateRow(target="30491").edit(cycle)  # the loop's bot
+    rt = make_runtime(tmp_path / "data")  # another bot: no L3, no target_user_id
+    try:
+        data = rt.user_data(groups())
+        assert (await data.export("30492"))["pending_messages"] == []  # not theirs
+        doc = await data.export("30491")
+        assert [p["intent"] for p in doc["pending_messages"]] == ["提醒他周五去读书会"]
+        counts = await data.forget("30491")
+        assert (counts.pending_messages, counts.abstracts) == (1, 1)
+        state = await LoopStateRow().read()
+        assert not state.get(PENDING) and not state.get(ABSTRACTS)
+    finally:
+        await rt.close()

@@ -142,6 +142,21 @@ class LoopStateRow:
                 document[key].append({**copy.deepcopy(row.data), "id": row.item_id})
         return document
 
+    async def owners(self) -> set[str]:
+        """Whose the stored waiting messages and abstracts are (the owner each row records:
+        the loop's target user when it was written), whatever this process's config says."""
+        stmt = (
+            select(LoopItem.user_id)
+            .where(
+                LoopItem.loop == self.uid,
+                LoopItem.kind.in_(("pending", "abstract")),
+                LoopItem.user_id != "",
+            )
+            .distinct()
+        )
+        async with orm_session() as session:
+            return {str(u) for u in (await session.scalars(stmt)).all()}
+
     async def edit(
         self,
         change: Callable[[dict[str, Any]], T],

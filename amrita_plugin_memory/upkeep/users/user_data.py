@@ -44,7 +44,7 @@ removed (:data:`AMRITA_HISTORY`).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -262,6 +262,9 @@ class UserData:
         self.backups = backups
         self.usage = usage
         """The usage ledger (``None``: not exported, nothing removed)."""
+        self.loop_owners: Callable[[], Awaitable[set[str]]] | None = None
+        """Who the stored loop items (waiting messages, abstracts) belong to, as the rows
+        record it (``LoopStateRow.owners``): the loop's target when they were written."""
         self.forget_hooks: list[Callable[[str], object]] = []
         """Called with the user id when a forget starts: in-memory work of other
         components (active memory's unprocessed messages) is dropped too."""
@@ -276,8 +279,13 @@ class UserData:
         """Called with the user id when a forget ended, even a failed one (caches of
         the admin console are dropped)."""
 
-    def _is_target(self, user_id: str) -> bool:
-        return self.loop_target is not None and user_id == self.loop_target.strip()
+    async def _is_target(self, user_id: str) -> bool:
+        """Whether the loop's items (waiting messages, abstracts) are ``user_id``'s: this
+        process's loop or configuration says so, or the stored items name them as their
+        owner (a bot that runs no loop forgets them too, whatever its own config says)."""
+        if self.loop_target is not None and user_id == self.loop_target.strip():
+            return True
+        return self.loop_owners is not None and user_id in await self.loop_owners()
 
     def _queued(self, user_id: str) -> list[dict[str, Any]]:
         return [turn for source in self.pending_sources for turn in source(user_id)]
@@ -305,7 +313,7 @@ class UserData:
         persona = await self.groups.personas.get(user_id)
         messages = await self.groups.windows.messages_of(user_id)
         items = user_items(
-            await self.loop.read(), user_id, partition, target=self._is_target(user_id)
+            await self.loop.read(), user_id, partition, target=await self._is_target(user_id)
         )
         memo = await self.memo.get(partition)
         archived_authored = await authored_archived(self.store, user_id)
@@ -346,7 +354,7 @@ class UserData:
     async def preview(self, user_id: str) -> ForgetCounts:
         """What :meth:`forget` would remove now (reads only)."""
         partition = user_key(user_id)
-        target = self._is_target(user_id)
+        target = await self._is_target(user_id)
         items = user_items(await self.loop.read(), user_id, partition, target=target)
         persona = await self.groups.personas.get(user_id)
         authored = len(await authored_records(self.store, user_id))
@@ -395,7 +403,7 @@ class UserData:
         return counts
 
     async def _remove(self, user_id: str, partition: str) -> ForgetCounts:
-        target = self._is_target(user_id)
+        target = await self._is_target(user_id)
         counts = ForgetCounts(target=target, queued_turns=len(self._queued(user_id)))
         for hook in self.forget_hooks:
             result = hook(user_id)
