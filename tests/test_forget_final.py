@@ -221,3 +221,30 @@ async def test_a_bot_without_the_loop_forgets_the_loops_messages_and_abstracts(
         assert not state.get(PENDING) and not state.get(ABSTRACTS)
     finally:
         await rt.close()
+
+
+async def test_a_persona_forget_waits_for_a_merge_in_another_process() -> None:
+    """A merge elsewhere that checked its fence before the forget's tombstone holds the
+    member's lease until it has written: the forget deletes after it, never before."""
+    import time
+
+    from amrita_plugin_memory.core.config import ConfigFile
+    from amrita_plugin_memory.storage.groups.stores import GroupStores
+    from amrita_plugin_memory.storage.shared.leases import Leases
+    from tests.test_profile_forget import shared
+
+    coherence = shared()
+    personas = GroupStores.build(ConfigFile(), coherence).personas
+    uid = "30501"
+    assert await personas.merge(uid, [("爱好", "爬山")], now=time.time(), max_chars=500)
+    merging = Leases(scope="t")  # another bot's merge, between its fence and its write
+    name = f"{coherence.collection}:persona:{uid}"
+    assert await merging.try_take(name, "merge", ttl=60)
+    forgetting = asyncio.create_task(personas.forget(uid))
+    try:
+        await asyncio.sleep(1.0)
+        assert not forgetting.done()
+    finally:
+        await merging.release(name, "merge")
+    assert await asyncio.wait_for(forgetting, 30) == 1
+    assert (await GroupStores.build(ConfigFile(), coherence).personas.get(uid)).fields == []
