@@ -34,7 +34,7 @@ from typing import Any
 
 from amrita_core import CompletionEvent
 from amrita_core.types import SendMessageWrap
-from amrita_core.types.content import USER_INPUT
+from amrita_core.types.content import USER_INPUT, TextContent
 from amrita_core.types.message import Message
 from pydantic import PrivateAttr
 
@@ -63,9 +63,11 @@ class TurnMessage(Message[USER_INPUT]):
 
 def _quoted(part: Any) -> Any:
     """A content part with the user's text quoted (``prompting.turn_section.quote_user_text``)."""
-    if isinstance(part, dict) and part.get("type") == "text":
-        return {**part, "text": quote_user_text(str(part.get("text") or ""))}
-    if getattr(part, "type", None) == "text" and isinstance(getattr(part, "text", None), str):
+    if isinstance(part, dict):
+        if part.get("type") == "text":
+            return {**part, "text": quote_user_text(str(part.get("text") or ""))}
+        return part
+    if isinstance(part, TextContent):
         return part.model_copy(update={"text": quote_user_text(part.text)})
     return part
 

@@ -99,7 +99,7 @@ class VoidPoints:
     async def _read(sessions: SessionFactory, stmt: Any) -> dict[str, float]:
         async with sessions() as session:
             rows = (await session.execute(stmt)).all()
-        return {str(user_id): int(at_us) / 1_000_000 for user_id, at_us in rows}
+        return {str(user_id): int(at_us) / 1_000_000 for user_id, at_us in map(tuple, rows)}
 
 
 class UserFences:
