@@ -30,6 +30,11 @@ the table is waited for at most :data:`~..shared.sessions.OPERATION_LIMIT` secon
 (:class:`~..shared.sessions.SharedWork`): past it a restore refuses and a fence
 voids the work it guards (:class:`~..shared.sessions.SharedDatabaseError`), rather
 than wait without end or guess.
+
+A fence asks about a few users at a time (every extraction batch, persona run and group
+window flush): :meth:`ForgottenUsers.of` reads their rows only (the table by its primary
+key, the file parsed in a thread and again only after it changed), so its cost does not
+grow with the number of users ever forgotten. Only a restore reads every entry.
 """
 
 from __future__ import annotations
