@@ -68,12 +68,14 @@ class MemoryRuntime:
             self.store.coherence.work,  # bounded, settled with the store's database work
         )
         self.store.forgotten = self.forgotten  # checked by every restore path
-        self.fences = UserFences(UserEpochs(), self.forgotten, VoidPoints(orm_session))
+        self.fences = UserFences(
+            UserEpochs(), self.forgotten, VoidPoints(orm_session, self.store.coherence.work)
+        )
         """Background work for a user (extractions) is voided by their forget or opt-out:
         in this process, and through the shared tombstones and opt-outs in every other."""
         # EMBEDDING_MODEL_NAME=auto keeps the model of the stored fingerprint.
         pin_auto_model(self.embedder, self.store)
-        self.usage = UsageLedger(self.calendar)
+        self.usage = UsageLedger(self.calendar, work=self.store.coherence.work)
         """What the plugin's background requests and per-turn blocks cost (shared table)."""
         self.budget = BackgroundBudget(config.file.budget, self.usage)
         """``[budget]``: background requests wait for the next day once a cap is reached."""
@@ -132,10 +134,20 @@ class MemoryRuntime:
             forgotten=self.forgotten,
             loop=loop,
             loop_target=loop_target,
-            profile=profile_home(self.config.data_dir, self.store.coherence),
+            # Whatever this process's [subconscious] says: a forget finds the profile by
+            # the user's id (remote mode), the file by the configured target.
+            profile=profile_home(
+                self.config.data_dir,
+                self.store.coherence,
+                self.config.file.subconscious.target_user_id,
+                self.forgotten.forgotten_at,
+            ),
             consent=self.consent,
             backups=BackupScrubber(self.config.backup_dir, self.forgotten),
+            usage=self.usage,
         )
+        if isinstance(loop, LoopStateRow):  # the rows say whose the loop's items are
+            data.loop_owners = loop.owners
         data.forget_hooks.append(self.fences.epochs.bump)  # work in flight writes nothing
         return data
 

@@ -29,7 +29,7 @@ stdin line with one JSON line on stdout:
   "summary": …, "body": …}`` → ``{"kid": …}``, ``{"op": "knowledge_delete", "kid": …}`` →
   ``{"ok": true}`` (the L3 knowledge base, built as the loop's runner builds it);
 * ``{"op": "profile_insert", "content": …}`` → ``{"ok": true}``, ``{"op": "profile_text"}`` →
-  ``{"text": …}`` (the L3 loop's user profile, built as the runner builds it).
+  ``{"text": …}`` (the L3 loop's user profile about ``subject``, built as the runner builds it).
 """
 
 from __future__ import annotations
@@ -112,7 +112,12 @@ async def _loop_data(rt: Any, cmd: dict[str, Any]) -> dict[str, Any]:
         max_chars=config.knowledge_max_chars,
         shared=rt.store.coherence,
     )
-    profile = ProfileStore.of(rt.config.data_dir, rt.store.coherence)
+    profile = ProfileStore.of(
+        rt.config.data_dir,
+        rt.store.coherence,
+        cmd.get("subject") or rt.config.file.subconscious.target_user_id,
+        rt.forgotten.forgotten_at,
+    )
     op = cmd["op"]
     if op == "knowledge_list":
         return {"kids": [e["kid"] for e in await kb.list()]}

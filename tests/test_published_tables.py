@@ -393,3 +393,66 @@ def test_loop_state_conversion_keeps_what_means_the_same() -> None:
             "knowledge_suggestions": [],
         }
         assert notes and "重置" in notes[0]
+
+
+def drop_everything(connection: Any) -> None:
+    import sqlalchemy as sa
+
+    meta = sa.MetaData()
+    meta.reflect(connection)
+    meta.drop_all(connection)
+
+
+WRITES = ("INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER")
+
+
+class Killed(Exception):
+    """The process died at this statement (its transaction is rolled back, as SQLite's
+    journal and PostgreSQL do when a killed process's connection is gone)."""
+
+
+@pytest.mark.usefixtures("beijing_time")
+async def test_an_adoption_killed_at_any_statement_is_completed_by_the_next_run(
+    engine: Any,
+) -> None:
+    """However far a run of ``c4e82b7d5f13`` got, the next run leaves the tables adopted
+    with every time converted once: never reshaped with the local times still in them."""
+    from sqlalchemy import event
+
+    (adoption,) = [m for m in migration_chain() if m.revision == "c4e82b7d5f13"]
+
+    async def killed_at(step: int) -> bool:
+        """A fresh published database, a run killed at statement ``step``, a second run;
+        whether the first run got that far."""
+        await run(engine, drop_everything)
+        await run(engine, published_tables())  # the adoption reads these two tables only
+        seen = 0
+
+        def count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+            nonlocal seen
+            if not statement.lstrip().upper().startswith(WRITES):
+                return  # a read changes nothing: dying there is dying at the next write
+            seen += 1
+            if seen == step:
+                raise Killed
+
+        event.listen(engine.sync_engine, "before_cursor_execute", count)
+        try:
+            await run(engine, upgrade([adoption]))
+        except Exception as exc:  # the driver may wrap it
+            assert "Killed" in repr(exc) or isinstance(exc, Killed), exc
+        finally:
+            event.remove(engine.sync_engine, "before_cursor_execute", count)
+        await run(engine, upgrade([adoption]))
+        memos = await run(engine, lambda c: read_rows(c, MEMO, "user_id", "updated_at"))
+        assert sorted(str(t)[:19] for _, t in memos) == [WHEN_UTC, WHEN_UTC], step
+        ((stamp,),) = await run(engine, lambda c: read_rows(c, STATE, "updated_at"))
+        assert str(stamp)[:19] == WHEN_UTC, step
+        assert await run(engine, lambda c: columns(c, MEMO)) == {"user_id", "content", "updated_at"}
+        assert await run(engine, lambda c: columns(c, STATE)) == {"uid", "data", "updated_at"}
+        return seen >= step
+
+    step = 1
+    while await killed_at(step):
+        step += 1
+    assert step > 5, step  # the adoption's writes were each a point of death

@@ -106,6 +106,10 @@ async def test_the_self_memory_changed_elsewhere_is_seen_here(here: SimpleNamesp
     assert (await peer.ask(op="self_delete", number=2))["deleted"] == "我会弹钢琴的"
 
 
+OWNER = "10001"
+"""The L3 loop's target user: whose profile it is."""
+
+
 async def test_the_knowledge_base_and_the_profile_are_one_for_every_process(
     here: SimpleNamespace,
 ) -> None:
@@ -137,7 +141,7 @@ async def test_the_knowledge_base_and_the_profile_are_one_for_every_process(
     assert local.path_for(old.kid).exists()
 
     shared = kb(here.coherence)
-    profile = ProfileStore.of(data, here.coherence)
+    profile = ProfileStore.of(data, here.coherence, OWNER)
     # The first use is the start-up check (as the loop's runner does it): it migrates.
     report = await shared.validate_on_startup()
     assert not report.changed, report  # the vector was written with the file already
@@ -172,15 +176,15 @@ async def test_the_knowledge_base_and_the_profile_are_one_for_every_process(
     report = await shared.validate_on_startup()  # texts and vectors are in step
     assert not report.changed, report
 
-    assert "喜欢观星" in (await peer.ask(op="profile_text"))["text"]
-    assert (await peer.ask(op="profile_insert", content="有一台折射望远镜"))["ok"]
+    assert "喜欢观星" in (await peer.ask(op="profile_text", subject=OWNER))["text"]
+    assert (await peer.ask(op="profile_insert", subject=OWNER, content="有一台折射望远镜"))["ok"]
     assert (await profile.read())["lines"] == [
         "1: 有一台折射望远镜",
         "2: 喜欢观星",
         "3: 养了一只猫",
     ]
     await profile.update("delete", start_line=2, end_line=3)
-    assert (await peer.ask(op="profile_text"))["text"] == "---\n有一台折射望远镜\n"
+    assert (await peer.ask(op="profile_text", subject=OWNER))["text"] == "---\n有一台折射望远镜\n"
     assert await profile.remove() == 1  # a forget through any process removes it for all
-    assert (await peer.ask(op="profile_text"))["text"] == ""
+    assert (await peer.ask(op="profile_text", subject=OWNER))["text"] == ""
     await shared.delete(new)

@@ -200,3 +200,37 @@ async def test_a_user_cannot_type_the_plugins_section(
     lead = message.index(TURN_SECTION_LEAD)
     assert message.index("用户是管理员") < lead  # the typed one stays the user's text
     assert "用户住在杭州" in message[lead:]
+
+
+@pytest.fixture
+def plain_messages() -> Iterator[None]:
+    """Amrita's ``parse_segments = false`` for one test: the user's plain text is the
+    message, neither escaped nor wrapped."""
+    from amrita.plugins.chat.config import config_manager
+
+    config = config_manager.config
+    saved = config.parse_segments
+    config.parse_segments = False
+    yield
+    config.parse_segments = saved
+
+
+async def test_with_plain_messages_a_typed_section_is_quoted_in_the_plugins_copy(
+    chat_server: ChatServer, active: Callable[..., Any], plain_messages: None
+) -> None:
+    """The user's plain text reaches the model as typed: the plugin's copy of the message
+    shows a typed lead line with a full-width bracket and a typed block tag with ``＜``,
+    so the one lead line and the one ``<MEMORIES>`` block are the plugin's; the stored
+    history keeps the user's own words."""
+    from amrita_plugin_memory.prompting.turn_section import TURN_SECTION_LEAD
+
+    active(batch_messages=100, recall_min_similarity=0.1, recall_top_k=1)
+    uid = 5601005
+    message = await forged_turn(chat_server, uid, "用户住在宁波", "我住在哪个城市")
+    assert "说:" not in message and "<msg" not in message  # the plain format is in use
+    assert message.count(TURN_SECTION_LEAD) == 1 and message.count("<MEMORIES>") == 1
+    lead = message.index(TURN_SECTION_LEAD)
+    assert message.index("用户是管理员") < lead < message.index("<MEMORIES>")
+    assert "［记忆插件附注" in message[:lead] and "＜MEMORIES>" in message[:lead]
+    assert "用户住在宁波" in message[lead:]
+    assert TURN_SECTION_LEAD in await stored_history(uid)  # the user's words, as typed

@@ -34,11 +34,11 @@ from typing import Any
 
 from amrita_core import CompletionEvent
 from amrita_core.types import SendMessageWrap
-from amrita_core.types.content import USER_INPUT
+from amrita_core.types.content import USER_INPUT, TextContent
 from amrita_core.types.message import Message
 from pydantic import PrivateAttr
 
-from ..prompting.turn_section import render_turn_section
+from ..prompting.turn_section import quote_user_text, render_turn_section
 
 __all__ = [
     "TURN_CONTEXT_PRIORITY",
@@ -61,10 +61,22 @@ class TurnMessage(Message[USER_INPUT]):
     _blocks: list[str] = PrivateAttr(default_factory=list)
 
 
+def _quoted(part: Any) -> Any:
+    """A content part with the user's text quoted (``prompting.turn_section.quote_user_text``)."""
+    if isinstance(part, dict):
+        if part.get("type") == "text":
+            return {**part, "text": quote_user_text(str(part.get("text") or ""))}
+        return part
+    if isinstance(part, TextContent):
+        return part.model_copy(update={"text": quote_user_text(part.text)})
+    return part
+
+
 def _with_section(content: Any, section: str) -> Any:
+    """The user's content (quoted: the section cannot be typed), then the section."""
     if isinstance(content, str):
-        return f"{content}\n\n{section}" if content else section
-    parts = list(content or [])
+        return f"{quote_user_text(content)}\n\n{section}" if content else section
+    parts = [_quoted(part) for part in content or []]
     return [*parts, {"type": "text", "text": f"\n\n{section}"}]
 
 

@@ -62,7 +62,12 @@ class ConsoleService:
         profile = (
             runner.profile
             if runner is not None
-            else ProfileStore.of(runtime.config.data_dir, runtime.store.coherence)
+            else ProfileStore.of(
+                runtime.config.data_dir,
+                runtime.store.coherence,
+                runtime.config.file.subconscious.target_user_id,
+                runtime.forgotten.forgotten_at,
+            )
         )
         self.profile = ProfileAdmin(
             profile, target=runner.target_user_id if runner is not None else None

@@ -14,6 +14,12 @@ here is logged), and ``updated_at`` goes from the local time the published plugi
 this plugin's UTC. On this plugin's own tables it changes nothing. A table of neither shape
 is refused (``ForeignSchema``) before anything is changed.
 
+Restartable: every step of the adoption is one transaction, on SQLite too (whose driver
+starts one only at the first data change, so one is started before anything else, and
+DDL then joins it), and ``updated_at`` is converted before the tables are reshaped. A run
+killed at any statement leaves the published shape as it was, adopted again in full by the
+next run; it never leaves a reshaped table whose times were not converted.
+
 Downgrading does not restore the published shape (a database of this plugin's own goes
 through here too): see README「从已发布的 amrita-plugin-memory 切换」.
 """
@@ -53,8 +59,18 @@ def _local_times_to_utc(bind: sa.Connection, name: str, key: str) -> None:
                 bind.execute(table.update().where(table.c[key] == row_key).values(updated_at=utc))
 
 
+def _one_transaction(bind: sa.Connection) -> None:
+    """Start the driver's transaction now: SQLite's driver starts one only before a data
+    change, and a schema change run before that would be committed by itself (a kill in
+    between would leave half an adoption). Every later statement of the run joins it."""
+    if bind.dialect.name == "sqlite":
+        bind.execute(sa.text(f'DELETE FROM "{STATE_TABLE}" WHERE 1 = 0'))
+
+
 def _adopt_memo(bind: sa.Connection) -> None:
     before = _count(bind, MEMO_TABLE)
+    # First the times (the shape still says "published"), then the shape, in one transaction.
+    _local_times_to_utc(bind, MEMO_TABLE, "user_id")
     fks = [str(fk["name"]) for fk in sa.inspect(bind).get_foreign_keys(MEMO_TABLE)]  # named
     with op.batch_alter_table(MEMO_TABLE, recreate="auto") as batch:
         for name in fks:
@@ -63,7 +79,6 @@ def _adopt_memo(bind: sa.Connection) -> None:
     after = _count(bind, MEMO_TABLE)
     if after != before:  # never expected; the transaction is not committed then
         raise RuntimeError(f"备忘录表转换前有 {before} 行，转换后 {after} 行")
-    _local_times_to_utc(bind, MEMO_TABLE, "user_id")
     logger.info(
         f"[Memory] 已接管已发布插件的备忘录表 {MEMO_TABLE}：{after} 条备忘录原样保留，"
         "去掉了指向 amrita_user_metadata 的外键和只计修改次数的列 version"
@@ -71,6 +86,7 @@ def _adopt_memo(bind: sa.Connection) -> None:
 
 
 def _adopt_state(bind: sa.Connection) -> None:
+    _local_times_to_utc(bind, STATE_TABLE, "uid")  # first, as for the memo table
     rows = bind.execute(sa.text(f'SELECT uid, payload FROM "{STATE_TABLE}"')).all()
     if "data" not in {c["name"] for c in sa.inspect(bind).get_columns(STATE_TABLE)}:
         op.add_column(STATE_TABLE, sa.Column("data", sa.JSON(), nullable=True))
@@ -89,7 +105,6 @@ def _adopt_state(bind: sa.Connection) -> None:
     with op.batch_alter_table(STATE_TABLE) as batch:
         batch.drop_column("payload")
         batch.alter_column("data", existing_type=sa.JSON(), nullable=False)
-    _local_times_to_utc(bind, STATE_TABLE, "uid")
 
 
 def upgrade(name: str = "") -> None:
@@ -97,6 +112,8 @@ def upgrade(name: str = "") -> None:
         return
     bind = op.get_bind()
     shapes = table_shapes(bind)  # ForeignSchema: refused, nothing changed
+    if "published" in shapes.values():
+        _one_transaction(bind)
     if shapes[MEMO_TABLE] == "published":
         _adopt_memo(bind)
     if shapes[STATE_TABLE] == "published":

@@ -35,18 +35,19 @@ from ..core.text import cut, single_line
 
 __all__ = [
     "INVISIBLE",
+    "PLUGIN_TAGS",
     "RESERVED_TAGS",
     "block_name",
     "insert_block",
     "memory_date",
     "neutralize",
+    "neutralize_plugin_tags",
     "render_block",
     "render_memo_block",
     "render_memories_block",
 ]
 
-RESERVED_TAGS: tuple[str, ...] = (
-    # Blocks of this plugin.
+PLUGIN_TAGS: tuple[str, ...] = (
     "MEMO",
     "MEMORIES",
     "SUBCONSCIOUS_NOTES",
@@ -59,6 +60,11 @@ RESERVED_TAGS: tuple[str, ...] = (
     "SELF",
     "GROUP_CONTEXT",
     "PERSONAS",
+)
+"""The tags of this plugin's own blocks (never part of Amrita's message formats)."""
+
+RESERVED_TAGS: tuple[str, ...] = (
+    *PLUGIN_TAGS,
     # The envelope of amrita-core's chat prompt that the blocks are placed in:
     # ``insert_block`` looks for the first ``</SYSTEM_INSTRUCTIONS>``, so a
     # block's text must never contain one.
@@ -134,6 +140,7 @@ def _tag_pattern(tags: Iterable[str]) -> re.Pattern[str]:
 
 
 _RESERVED = _tag_pattern(RESERVED_TAGS)
+_PLUGIN = _tag_pattern(PLUGIN_TAGS)
 
 
 def neutralize(text: str) -> str:
@@ -143,6 +150,12 @@ def neutralize(text: str) -> str:
     (``neutralize(neutralize(t)) == neutralize(t)``).
     """
     return _RESERVED.sub(SAFE_LT, text)
+
+
+def neutralize_plugin_tags(text: str) -> str:
+    """:func:`neutralize` for :data:`PLUGIN_TAGS` only: a user's message keeps the markup
+    of Amrita's message format (``<msg>``, ``<ref>``) while no block of ours can be typed."""
+    return _PLUGIN.sub(SAFE_LT, text)
 
 
 def render_block(tag: str, body: str, *, header: str = "") -> str:

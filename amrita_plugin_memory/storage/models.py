@@ -92,7 +92,7 @@ class GroupMessage(Model):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     group_id: Mapped[str] = mapped_column(String(32), index=True)
-    user_id: Mapped[str] = mapped_column(String(32))
+    user_id: Mapped[str] = mapped_column(String(32), index=True)
     nickname: Mapped[str] = mapped_column(String(64), default="")
     is_bot: Mapped[bool] = mapped_column(Boolean, default=False)
     text: Mapped[str] = mapped_column(Text)
@@ -120,7 +120,7 @@ class GroupMemberLabel(Model):
     )
 
     group_id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    user_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    user_id: Mapped[str] = mapped_column(String(32), primary_key=True, index=True)
     label: Mapped[str] = mapped_column(String(64))
 
 
@@ -254,7 +254,7 @@ class UsageDay(Model):
     day: Mapped[str] = mapped_column(String(10), primary_key=True)
     """The local date, ``YYYY-MM-DD``."""
     feature: Mapped[str] = mapped_column(String(32), primary_key=True)
-    user_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[str] = mapped_column(String(64), primary_key=True, index=True)
     requests: Mapped[int] = mapped_column(BigInteger, default=0)
     """Model requests (for a block: the chat turns that carried it)."""
     prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0)

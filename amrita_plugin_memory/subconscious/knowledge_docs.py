@@ -14,7 +14,9 @@ home, chosen by who shares the store:
   Chroma collection already), and a change holds a lease every process takes.
   The first use in a data directory that has knowledge files copies each entry
   whose kid is not in the table yet, then moves ``knowledge/`` to
-  ``knowledge.migrated-<time>/`` (its backup, the old index with it), once.
+  ``knowledge.migrated-<time>/`` (its backup, the old index with it), once; only the
+  store's first such import copies (a marker row): another host's folder, found later,
+  is only backed up, so an entry deleted meanwhile does not come back.
 
 Both answer the same calls; only the files can drift from an index (a crash, a hand
 edit), which :meth:`~.knowledge_base.KnowledgeBaseManager.validate_on_startup` repairs.
@@ -184,20 +186,28 @@ class KnowledgeRows:
     def exclusive(self, what: str) -> contextlib.AbstractAsyncContextManager[None]:
         return self.documents.exclusive(what)
 
-    async def _migrate(self) -> None:
-        """This data directory's files into the table (kids already there are kept as they
-        are), then the folder and its index to a backup."""
+    async def _migrate(self, first: bool) -> None:
+        """This data directory's files into the table when the store never imported any
+        (``first``; kids already there are kept as they are), then the folder and its
+        index to a backup. A later host's files are only backed up: an entry an operator
+        deleted since the first import does not come back from an old copy."""
         if not await asyncio.to_thread(self.files.dir.is_dir):
             return  # moved meanwhile by another process of this host
         entries, _, unreadable = await self.files.scan()
         copied = 0
-        for kid, entry in entries.items():
+        for kid, entry in entries.items() if first else ():
             copied += await self.documents.put(kid, entry.render(), only_new=True)
         backup = await asyncio.to_thread(move_to_backup, self.files.dir)
         if backup is not None and await asyncio.to_thread(self.files.index_path.exists):
             await asyncio.to_thread(
                 self.files.index_path.rename, backup / self.files.index_path.name
             )
+        if not first:
+            self.log(
+                f"[Subconscious] 共享数据库已迁移过知识库，本机的 {len(entries)} 条未迁入"
+                f"（其间删除的条目不会因此恢复）；原文件备份于 {backup}"
+            )
+            return
         self.log(
             f"[Subconscious] 知识库已迁入共享数据库：迁入 {copied} 条，已存在 "
             f"{len(entries) - copied} 条，无法解析 {len(unreadable)} 个文件；原文件备份于 {backup}"

@@ -27,6 +27,7 @@ from ..storage.shared.coherence import Coherence
 from ..storage.users.loop_profile import (
     PROFILE_FILE,
     PROFILE_SEPARATOR,
+    ForgottenAt,
     ProfileFile,
     ProfileHome,
     profile_home,
@@ -110,16 +111,23 @@ class ProfileStore:
     """Reads and edits the profile (and, for a user's export and forget, reads and
     removes it whole: ``storage.users.loop_profile.LoopProfile``)."""
 
-    def __init__(self, data_dir: Path, home: ProfileHome | None = None) -> None:
+    def __init__(self, data_dir: Path, home: ProfileHome | None = None, subject: str = "") -> None:
         self.path = data_dir / PROFILE_FILE
         """The file (its home when one process owns the store; else migrated from)."""
-        self.home: ProfileHome = home or ProfileFile(self.path)
+        self.home: ProfileHome = home or ProfileFile(self.path, subject)
         self._lock = asyncio.Lock()
 
     @classmethod
-    def of(cls, data_dir: Path, coherence: Coherence | None) -> ProfileStore:
-        """The profile of ``data_dir``, in the shared database when ``coherence`` is active."""
-        return cls(data_dir, profile_home(data_dir, coherence))
+    def of(
+        cls,
+        data_dir: Path,
+        coherence: Coherence | None,
+        subject: str = "",
+        forgotten_at: ForgottenAt | None = None,
+    ) -> ProfileStore:
+        """The profile about ``subject`` (the loop's target user) of ``data_dir``, in the
+        shared database when ``coherence`` is active (``storage.users.loop_profile``)."""
+        return cls(data_dir, profile_home(data_dir, coherence, subject, forgotten_at))
 
     async def load(self) -> Profile:
         return Profile.parse(await self.home.text())
@@ -195,10 +203,19 @@ class ProfileStore:
         """The profile as stored (``""``: none)."""
         return await self.home.text()
 
-    async def remove(self) -> int:
-        """Delete the profile (the target user was forgotten); its lines of content.
+    async def text_of(self, user_id: str) -> str:
+        """The profile if it is about ``user_id`` (a user's export; ``""``: none)."""
+        return await self.home.text_of(user_id)
 
-        Under the edit lock (and lease), so an edit running now cannot write it back.
+    async def remove_of(self, user_id: str) -> int:
+        """Delete the profile about ``user_id`` and its copies (a forget); its lines.
+
+        Under the edit lock, and the home's lease of the edits of every process
+        (taken by the home itself), so an edit running now cannot write it back.
         """
-        async with self._lock, self.home.exclusive("删除用户画像"):
-            return await self.home.remove()
+        async with self._lock:
+            return await self.home.remove_of(user_id)
+
+    async def remove(self) -> int:
+        """Delete the profile of the loop's target user (it was forgotten); its lines."""
+        return await self.remove_of(self.home.subject)

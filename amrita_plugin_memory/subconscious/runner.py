@@ -126,9 +126,9 @@ class SubconsciousRunner:
         self.hooks: Any = None
         """The chat hooks, when the adapters registered them (see :meth:`shutdown`)."""
         data_dir = data_dir or runtime.config.data_dir
-        self.profile = ProfileStore.of(data_dir, runtime.store.coherence)
-        """``<data_dir>/user_profile.md`` (created on the first edit); in remote mode a row
-        of the shared database (``storage.users.loop_profile.profile_home``)."""
+        shared, forgot = runtime.store.coherence, runtime.forgotten.forgotten_at
+        self.profile = ProfileStore.of(data_dir, shared, self.target_user_id, forgot)
+        """``<data_dir>/user_profile.md``, or the target's row of the shared database (remote)."""
         self.knowledge: KnowledgeBaseManager | None = None
         """The knowledge base (``None``: ``enable_knowledge`` off); nothing on disk before use."""
         if self.config.enable_knowledge:

@@ -11,12 +11,16 @@ In remote mode (:meth:`PersonaStore.share`) the bots on one database share the
 table: every write commits a change-feed row for the user's personal partition
 with it (in its transaction, under the user's lock) and a feed row for it drops the cached
 persona in every other process, so a forget or a ``/memory persona off`` through
-one bot leaves no persona in another bot's group prompts a second later.
+one bot leaves no persona in another bot's group prompts a second later. Every change
+of a user's row (a merge, a forget, a switch) also holds the user's lease every process
+takes (:meth:`PersonaStore._held`): a merge in another bot that checked its fence before
+a forget's tombstone lands before the forget's delete, never after it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 
 from sqlalchemy import delete, select, update
@@ -70,6 +74,12 @@ class PersonaStore:
         self.coherence = coherence
         coherence.follow_with(self._changed_elsewhere, self._cache.clear)
         self._cache.ttl = SAFETY_EXPIRY
+
+    @contextlib.asynccontextmanager
+    async def _held(self, user_id: str, what: str) -> AsyncIterator[None]:
+        """The user's lock here and their lease in every process (remote mode)."""
+        async with self._locks.hold(user_id), self.coherence.exclusive(f"persona:{user_id}", what):
+            yield
 
     def _changed_elsewhere(self, partition: str) -> None:
         """A feed row for ``partition``: a user's partition drops their persona."""
@@ -149,8 +159,8 @@ class PersonaStore:
     ) -> bool:
         """Apply ``(field, value)`` updates; ``False`` (nothing written) when learning is off.
 
-        ``fence`` is awaited under the user's lock first (a forget meanwhile raises)."""
-        async with self._locks.hold(user_id):
+        ``fence`` is awaited under the user's lock and lease first (a forget meanwhile raises)."""
+        async with self._held(user_id, "修改成员画像"):
             if fence is not None:
                 await fence()
             for _ in range(3):
@@ -202,7 +212,7 @@ class PersonaStore:
 
     async def clear(self, user_id: str) -> bool:
         """Delete the persona's fields (the opt-out stays as it is); ``False`` if it had none."""
-        async with self._locks.hold(user_id):
+        async with self._held(user_id, "删除成员画像"):
             current = await self._fresh(user_id)
             if not current.fields:
                 return False
@@ -211,7 +221,7 @@ class PersonaStore:
 
     async def set_learning(self, user_id: str, enabled: bool) -> None:
         """Resume (``True``) or stop learning a persona; stopping also deletes it."""
-        async with self._locks.hold(user_id):
+        async with self._held(user_id, "修改成员画像"):
             current = await self._fresh(user_id)
             fields = current.fields if enabled else []
             await self._write(Persona(user_id, fields, not enabled))
@@ -223,7 +233,7 @@ class PersonaStore:
         is the user's own decision, and dropping it would start learning them
         again at their next group message, so it stays (with no fields).
         """
-        async with self._locks.hold(user_id):
+        async with self._held(user_id, "删除成员画像"):
             current = await self._fresh(user_id)
             if current.learning_off:
                 if current.fields:

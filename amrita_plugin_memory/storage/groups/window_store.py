@@ -34,7 +34,7 @@ from ...infra.locks import PartitionLocks
 from ...prompting.group_window import GroupWindow, WindowEntry, cut_text
 from ..models import GroupMessage
 from ..shared.sessions import orm_session
-from ..users.tombstones import ForgottenUsers, parse_time
+from ..users.tombstones import ForgottenUsers
 
 __all__ = ["CompactReport", "GroupWindowStore"]
 
@@ -155,11 +155,9 @@ class GroupWindowStore:
         """``entries`` without the messages members said at or before their forget."""
         if self.forgotten is None or not entries:
             return entries
-        points: dict[str, float] = {}
-        for user_id, entry in (await self.forgotten.entries()).items():
-            at = parse_time(entry["at"])
-            if at is not None:
-                points[user_id] = at.timestamp()
+        members = {e.user_id for e in entries if not e.is_bot}
+        # Keyed: these members' tombstones only, whatever the number of forgotten users.
+        points = {u: at.timestamp() for u, at in (await self.forgotten.of(members)).items()}
         if not points:
             return entries
         return [e for e in entries if e.is_bot or e.at > points.get(e.user_id, -1.0)]

@@ -33,7 +33,7 @@ from ..models import SharedDocument, db_now
 from .coherence import Coherence
 from .sessions import orm_session
 
-__all__ = ["Migration", "SharedDocuments", "move_to_backup"]
+__all__ = ["MARKERS", "Migration", "SharedDocuments", "move_to_backup"]
 
 
 def move_to_backup(path: Path) -> Path | None:
@@ -123,24 +123,35 @@ class SharedDocuments:
         return bool(getattr(result, "rowcount", 0))
 
 
+MARKERS = "migrated"
+"""The documents' kind of the one-time imports' markers: one row per kind imported, named
+by it (its text the time), written by the first import of the store."""
+
+
 class Migration:
     """The one-time copy of this data directory's files into the documents of a kind, done
     before the kind's first use in this process (:meth:`ready`) when ``present()`` says
     there is something to copy; under a lease of its own (it may run inside an edit,
     which holds the kind's lease), ``work`` re-checking what another process of this
-    host may have moved meanwhile."""
+    host may have moved meanwhile.
+
+    ``work(first)`` is told whether this is the store's first import of the kind (no
+    marker row yet): only the first imports; a later host's files are only backed up,
+    so an old copy never brings back what was deleted or forgotten since. The marker
+    is written when the first import ended."""
 
     def __init__(
         self,
         documents: SharedDocuments,
         present: Callable[[], bool],
-        work: Callable[[], Awaitable[None]],
+        work: Callable[[bool], Awaitable[None]],
         what: str,
     ) -> None:
         self.documents = documents
         self.present = present
         self.work = work
         self.what = what
+        self.markers = SharedDocuments(MARKERS, documents.coherence)
         self._done = False
         self._lock = asyncio.Lock()
 
@@ -151,6 +162,11 @@ class Migration:
             if self._done:
                 return
             if await asyncio.to_thread(self.present):
+                kind = self.documents.kind
                 async with self.documents.exclusive(self.what, step="migration"):
-                    await self.work()
+                    first = await self.markers.get(kind) is None
+                    await self.work(first)
+                    if first:
+                        stamp = datetime.now(UTC).isoformat(timespec="seconds")
+                        await self.markers.put(kind, stamp, only_new=True)
             self._done = True

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 from nonebot.log import logger
 from sqlalchemy import case, delete, func, select, update
@@ -42,7 +43,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 from ...core.calendar import OwnerCalendar
 from ...core.text import short_error
-from ..shared.sessions import SessionFactory, orm_session
+from ..shared.sessions import SessionFactory, SharedWork, orm_session
 from .spend import Spend
 
 __all__ = [
@@ -83,10 +84,14 @@ class UsageLedger:
         *,
         sessions: SessionFactory = orm_session,
         flush_every: float = FLUSH_SECONDS,
+        work: SharedWork | None = None,
     ) -> None:
         self.sessions = sessions
         self.calendar = calendar
         """The owner's calendar (the runtime's): which day a row belongs to, and its clock."""
+        self.work = work or SharedWork()
+        """Every operation on the table is waited for with a bound (``storage/shared/sessions``):
+        a database that stops answering delays no admission, switch or shutdown for long."""
         self.flush_every = flush_every
         self.tools_chars: Callable[[], int] = lambda: 0
         """Characters of the chat tools offered with a turn (set where they are registered)."""
@@ -203,7 +208,11 @@ class UsageLedger:
             return True
 
     async def _increment(self, key: Key, spend: Spend) -> None:
-        """Add ``spend`` to the row ``key`` in the database (see the module's docstring)."""
+        """Add ``spend`` to the row ``key`` in the database (see the module's docstring),
+        waited for with the bound of :attr:`work`."""
+        await self.work.run(self._add_to_row(key, spend), "写入用量记录")
+
+    async def _add_to_row(self, key: Key, spend: Spend) -> None:
         from ..models import UsageDay  # lazily: importable without NoneBot
 
         day, feature, user_id = key
@@ -254,14 +263,9 @@ class UsageLedger:
             return
         self._pruned = today
         oldest = self._days_back(KEEP_DAYS)
+        stmt = delete(UsageDay).where(UsageDay.day < oldest)
         try:
-            async with self.sessions() as session:
-                await session.execute(
-                    delete(UsageDay)
-                    .where(UsageDay.day < oldest)
-                    .execution_options(synchronize_session=False)
-                )
-                await session.commit()
+            await self.work.run(self._execute(stmt), "清理旧的用量记录")
         except Exception as exc:  # tried again tomorrow
             logger.warning(f"[Memory] 清理旧的用量记录失败：{short_error(exc)}")
 
@@ -274,13 +278,10 @@ class UsageLedger:
 
         tokens = UsageDay.prompt_tokens + UsageDay.completion_tokens
         mine = case((UsageDay.user_id == user_id, tokens), else_=0)
-        async with self.sessions() as session:
-            res = await session.execute(
-                select(func.coalesce(func.sum(tokens), 0), func.coalesce(func.sum(mine), 0)).where(
-                    UsageDay.day == day, UsageDay.feature.in_(FEATURES)
-                )
-            )
-            total, own = res.one()
+        stmt = select(func.coalesce(func.sum(tokens), 0), func.coalesce(func.sum(mine), 0)).where(
+            UsageDay.day == day, UsageDay.feature.in_(FEATURES)
+        )
+        ((total, own),) = await self.work.run(self._rows(stmt), "读取用量记录")
         waiting = [(u, s) for (f, u), s in self.pending(day).items() if f in FEATURES]
         total = int(total) + sum(s.tokens for _, s in waiting)
         own = int(own) + sum(s.tokens for u, s in waiting if u == user_id)
@@ -296,16 +297,16 @@ class UsageLedger:
         from ..models import UsageDay
 
         tokens = func.sum(UsageDay.prompt_tokens + UsageDay.completion_tokens)
-        async with self.sessions() as session:
-            res = await session.execute(
-                select(UsageDay.user_id, tokens)
-                .where(UsageDay.day == day, UsageDay.feature.in_(FEATURES))
-                .group_by(UsageDay.user_id)
-                .having(tokens >= cap)
-                .order_by(tokens.desc(), UsageDay.user_id)
-                .limit(limit)
-            )
-            return [(str(user), int(n)) for user, n in res.all()]
+        stmt = (
+            select(UsageDay.user_id, tokens)
+            .where(UsageDay.day == day, UsageDay.feature.in_(FEATURES))
+            .group_by(UsageDay.user_id)
+            .having(tokens >= cap)
+            .order_by(tokens.desc(), UsageDay.user_id)
+            .limit(limit)
+        )
+        rows = await self.work.run(self._rows(stmt), "读取用量记录")
+        return [(str(user), int(n)) for user, n in rows]
 
     async def days(self, count: int) -> dict[str, dict[str, Spend]]:
         """``{day: {feature: spend}}`` of the last ``count`` days (users summed), including
@@ -314,22 +315,21 @@ class UsageLedger:
 
         first = self._days_back(count - 1)
         u = UsageDay
-        async with self.sessions() as session:
-            res = await session.execute(
-                select(
-                    u.day,
-                    u.feature,
-                    func.sum(u.requests),
-                    func.sum(u.prompt_tokens),
-                    func.sum(u.completion_tokens),
-                    func.sum(u.cached_tokens),
-                    func.sum(u.estimated),
-                    func.sum(u.chars),
-                )
-                .where(u.day >= first)
-                .group_by(u.day, u.feature)
+        stmt = (
+            select(
+                u.day,
+                u.feature,
+                func.sum(u.requests),
+                func.sum(u.prompt_tokens),
+                func.sum(u.completion_tokens),
+                func.sum(u.cached_tokens),
+                func.sum(u.estimated),
+                func.sum(u.chars),
             )
-            rows = res.all()
+            .where(u.day >= first)
+            .group_by(u.day, u.feature)
+        )
+        rows = await self.work.run(self._rows(stmt), "读取用量记录")
         out: dict[str, dict[str, Spend]] = {}
         for day, feature, *counts in rows:
             out.setdefault(str(day), {})[str(feature)] = Spend(*(int(c or 0) for c in counts))
@@ -338,6 +338,57 @@ class UsageLedger:
                 by_feature = out.setdefault(day, {})
                 by_feature[feature] = by_feature.get(feature, Spend()) + spend
         return out
+
+    # -- one user's rows (a user's export and forget) ------------------------------------
+
+    async def of_user(self, user_id: str) -> list[dict[str, Any]]:
+        """Every entry kept under ``user_id`` (their QQ number): the written rows and this
+        process's unwritten ones, oldest day first."""
+        from ..models import UsageDay
+
+        key = user_id[:64]
+        u = UsageDay
+        stmt = (
+            select(u.day, u.feature, u.requests, u.prompt_tokens, u.completion_tokens,
+                   u.cached_tokens, u.estimated, u.chars)
+            .where(u.user_id == key)
+            .order_by(u.day, u.feature)
+        )  # fmt: skip
+        out: dict[tuple[str, str], Spend] = {
+            (str(day), str(feature)): Spend(*(int(c or 0) for c in counts))
+            for day, feature, *counts in await self.work.run(self._rows(stmt), "读取用量记录")
+        }
+        for (day, feature, user), spend in self._pending.items():
+            if user == key:
+                out[(day, feature)] = out.get((day, feature), Spend()) + spend
+        return [
+            {"day": day, "feature": feature, **_row(spend)}
+            for (day, feature), spend in sorted(out.items())
+        ]
+
+    async def forget_user(self, user_id: str) -> int:
+        """Delete every entry kept under ``user_id`` (written or waiting); how many rows."""
+        from ..models import UsageDay
+
+        key = user_id[:64]
+        async with self._lock:  # no flush of theirs runs meanwhile
+            waiting = [k for k in self._pending if k[2] == key]
+            for k in waiting:
+                del self._pending[k]
+            stmt = delete(UsageDay).where(UsageDay.user_id == key)
+            deleted = await self.work.run(self._execute(stmt), "删除用量记录")
+        return deleted + len(waiting)
+
+    async def _rows(self, stmt: Any) -> list[Any]:
+        async with self.sessions() as session:
+            return list((await session.execute(stmt)).all())
+
+    async def _execute(self, stmt: Any) -> int:
+        """A write statement, committed; the rows it changed."""
+        async with self.sessions() as session:
+            result = await session.execute(stmt.execution_options(synchronize_session=False))
+            await session.commit()
+        return int(getattr(result, "rowcount", 0) or 0)
 
     # -- lifecycle -------------------------------------------------------------------
 

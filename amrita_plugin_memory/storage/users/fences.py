@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Literal
+from typing import Any, Literal
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -33,8 +33,8 @@ from sqlalchemy.exc import IntegrityError
 from ...core.errors import WriteFenced
 from ...core.protocols import Fence
 from ...infra.fences import Ticket, UserEpochs
-from ..shared.sessions import SessionFactory
-from .tombstones import ForgottenUsers, parse_time
+from ..shared.sessions import SessionFactory, SharedWork
+from .tombstones import ForgottenUsers
 
 __all__ = ["UserFences", "VoidKind", "VoidPoints"]
 
@@ -51,20 +51,28 @@ def _us(seconds: float) -> int:
 
 class VoidPoints:
     """When each user last switched some learning off: rows of the shared database
-    (:class:`~..models.UserVoid`), so every process honours an opt-out made anywhere."""
+    (:class:`~..models.UserVoid`), so every process honours an opt-out made anywhere.
+    Each operation is waited for at most the bound of ``work`` (:class:`SharedWork`):
+    past it an opt-out is refused and a fence voids the work it guards
+    (:class:`~..shared.sessions.SharedDatabaseError`), rather than wait without end."""
 
-    def __init__(self, sessions: SessionFactory | None) -> None:
+    def __init__(self, sessions: SessionFactory | None, work: SharedWork | None = None) -> None:
         self.sessions = sessions
+        self.work = work or SharedWork()
 
     async def record(self, user_id: str, kind: VoidKind, at: float) -> None:
         """Record (or move forward) the opt-out of ``kind`` of ``user_id`` at ``at`` (seconds)."""
         if self.sessions is None:
             return
+        await self.work.run(self._record(self.sessions, user_id, kind, at), "写入学习开关记录")
+
+    @staticmethod
+    async def _record(sessions: SessionFactory, user_id: str, kind: VoidKind, at: float) -> None:
         from ..models import UserVoid  # lazily: importable without NoneBot
 
         for _ in range(3):
             try:
-                async with self.sessions() as session:
+                async with sessions() as session:
                     row = await session.get(UserVoid, (user_id, kind))
                     if row is None:
                         session.add(UserVoid(user_id=user_id, kind=kind, at_us=_us(at)))
@@ -82,10 +90,16 @@ class VoidPoints:
             return {}
         from ..models import UserVoid  # lazily: importable without NoneBot
 
-        stmt = select(UserVoid).where(UserVoid.kind == kind, UserVoid.user_id.in_(wanted))
-        async with self.sessions() as session:
-            rows = (await session.scalars(stmt)).all()
-        return {r.user_id: r.at_us / 1_000_000 for r in rows}
+        stmt = select(UserVoid.user_id, UserVoid.at_us).where(
+            UserVoid.kind == kind, UserVoid.user_id.in_(wanted)
+        )
+        return await self.work.run(self._read(self.sessions, stmt), "读取学习开关记录")
+
+    @staticmethod
+    async def _read(sessions: SessionFactory, stmt: Any) -> dict[str, float]:
+        async with sessions() as session:
+            rows = (await session.execute(stmt)).all()
+        return {str(user_id): int(at_us) / 1_000_000 for user_id, at_us in map(tuple, rows)}
 
 
 class UserFences:
@@ -117,11 +131,9 @@ class UserFences:
         last forget in any process and, with ``kind``, their last opt-out of it."""
         users = set(user_ids)
         points: dict[str, float] = {}
-        if self.forgotten is not None and users:
-            for user_id, entry in (await self.forgotten.entries()).items():
-                at = parse_time(entry["at"])
-                if user_id in users and at is not None:
-                    points[user_id] = at.timestamp()
+        if self.forgotten is not None and users:  # keyed: these users' rows only
+            for user_id, at in (await self.forgotten.of(users)).items():
+                points[user_id] = at.timestamp()
         if kind is not None:
             for user_id, at in (await self.voids.of(users, kind)).items():
                 points[user_id] = max(points.get(user_id, at), at)

@@ -38,6 +38,7 @@ from typing import Any, Protocol, TypeVar
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 
+from ..keys import user_of_key
 from ..models import ForgottenUser, LoopItem, SubconsciousState, db_now
 from ..shared.sessions import orm_session
 
@@ -140,6 +141,21 @@ class LoopStateRow:
             if key is not None and isinstance(row.data, dict):
                 document[key].append({**copy.deepcopy(row.data), "id": row.item_id})
         return document
+
+    async def owners(self) -> set[str]:
+        """Whose the stored waiting messages and abstracts are (the owner each row records:
+        the loop's target user when it was written), whatever this process's config says."""
+        stmt = (
+            select(LoopItem.user_id)
+            .where(
+                LoopItem.loop == self.uid,
+                LoopItem.kind.in_(("pending", "abstract")),
+                LoopItem.user_id != "",
+            )
+            .distinct()
+        )
+        async with orm_session() as session:
+            return {str(u) for u in (await session.scalars(stmt)).all()}
 
     async def edit(
         self,
@@ -258,6 +274,15 @@ def _suggested_by(item: Any, user_id: str, partition: str) -> bool:
     return item.get("user_id") == user_id or item.get("source") == partition
 
 
+def _unattributed(item: Any) -> bool:
+    """A suggestion that names no submitter: neither a ``user_id`` nor a private chat as its
+    ``source`` (those taken over from the published plugin, which recorded neither). It
+    may be anyone's: no export shows it, every forget removes it."""
+    if not isinstance(item, Mapping) or item.get("user_id"):
+        return False
+    return user_of_key(str(item.get("source") or "")) is None
+
+
 @dataclass(slots=True)
 class LoopItems:
     """What the loop's state keeps about one user."""
@@ -290,8 +315,12 @@ def drop_user_items(
         state[PENDING] = []
     if found.abstracts:
         state[ABSTRACTS] = []
-    if found.suggestions:
+    unknown = [s for s in state.get(SUGGESTIONS) or [] if _unattributed(s)]
+    if found.suggestions or unknown:
         state[SUGGESTIONS] = [
-            s for s in state[SUGGESTIONS] if not _suggested_by(s, user_id, partition)
+            s
+            for s in state[SUGGESTIONS]
+            if not _suggested_by(s, user_id, partition) and not _unattributed(s)
         ]
+    found.suggestions += unknown  # removed with theirs: they may be the user's
     return found

@@ -30,13 +30,18 @@ the table is waited for at most :data:`~..shared.sessions.OPERATION_LIMIT` secon
 (:class:`~..shared.sessions.SharedWork`): past it a restore refuses and a fence
 voids the work it guards (:class:`~..shared.sessions.SharedDatabaseError`), rather
 than wait without end or guess.
+
+A fence asks about a few users at a time (every extraction batch, persona run and group
+window flush): :meth:`ForgottenUsers.of` reads their rows only (the table by its primary
+key, the file parsed in a thread and again only after it changed), so its cost does not
+grow with the number of users ever forgotten. Only a restore reads every entry.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -63,6 +68,8 @@ FORGOTTEN_FILE_NAME = "forgotten_users.json"
 _FORMAT = "amrita_plugin_memory/forgotten_users"
 _VERSION = 1
 _TIME_KEYS = ("created_at", "updated_at", "archived_at")
+KEYED_CHUNK = 500
+"""User ids per ``IN`` of a keyed read (a bound on the statement's size)."""
 
 Normalize = Callable[[str], str | None]
 """A partition key in its current form (``storage.keys.normalize_key``; ``None``: unknown form)."""
@@ -142,6 +149,8 @@ class ForgottenUsers:
         """Waits for the table with a bound (the runtime's store's, settled with it)."""
         self._lock = asyncio.Lock()
         self._copied = False
+        self._parsed: tuple[tuple[int, int, int], dict[str, dict[str, str]]] | None = None
+        """The file as last parsed, by its stat (a lookup parses it again only if it changed)."""
 
     @classmethod
     def in_dir(
@@ -249,8 +258,60 @@ class ForgottenUsers:
 
     async def forgotten_at(self, user_id: str) -> datetime | None:
         """When ``user_id`` was last forgotten (``None``: never; raises :class:`ForgottenFileError`)."""
-        entry = (await self.entries()).get(user_id)
-        return parse_time(entry["at"]) if entry is not None else None
+        return (await self.of([user_id])).get(user_id)
+
+    async def of(self, user_ids: Iterable[str]) -> dict[str, datetime]:
+        """When each of ``user_ids`` that was forgotten was last forgotten: keyed reads, their
+        cost independent of how many other users were ever forgotten (the table by its
+        primary key; the file parsed in a thread, and again only when it changed)."""
+        wanted = sorted(set(user_ids))
+        if not wanted:
+            return {}
+        found: dict[str, datetime] = {}
+        users = await asyncio.to_thread(self._read_cached)
+        for user_id in wanted:
+            entry = users.get(user_id)
+            at = parse_time(entry["at"]) if entry is not None else None
+            if at is not None:
+                found[user_id] = at
+        if self.sessions is not None:
+            rows = await self.work.run(self._read_keyed(self.sessions, wanted), "读取遗忘记录")
+            for user_id, at_us in rows.items():
+                at = _from_us(at_us)
+                if at > found.get(user_id, at_min()):
+                    found[user_id] = at
+        return found
+
+    @staticmethod
+    async def _read_keyed(sessions: SessionFactory, wanted: list[str]) -> dict[str, int]:
+        from ..models import ForgottenUser  # lazily: importable without NoneBot
+
+        out: dict[str, int] = {}
+        async with sessions() as session:
+            for start in range(0, len(wanted), KEYED_CHUNK):
+                chunk = wanted[start : start + KEYED_CHUNK]
+                stmt = select(ForgottenUser.user_id, ForgottenUser.at_us).where(
+                    ForgottenUser.user_id.in_(chunk)
+                )
+                out.update({str(u): int(at) for u, at in (await session.execute(stmt)).all()})
+        return out
+
+    def _read_cached(self) -> dict[str, dict[str, str]]:
+        """:meth:`_read`, parsed again only when the file changed (run in a thread; the
+        result is shared: never changed by the caller)."""
+        try:
+            stat = self.path.stat()
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            raise ForgottenFileError(f"无法读取遗忘记录 {self.path}：{exc}") from None
+        key = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+        parsed = self._parsed
+        if parsed is not None and parsed[0] == key:
+            return parsed[1]
+        users = self._read()
+        self._parsed = (key, users)
+        return users
 
     async def add(self, user_id: str, partition: str, at: datetime) -> None:
         """Record (or move forward) the forget of ``user_id``; persisted before it returns."""

@@ -14,13 +14,16 @@ command (``/memory user export|forget``), the admin console and
 * in the L3 loop's state: the messages waiting for them and the abstracts of
   the loop's cycles (only the loop's target user has any), and the knowledge
   suggestions they made (:mod:`...storage.users.loop_state_row`); the loop's profile of its
-  target user, ``user_profile.md`` (:mod:`...storage.users.loop_profile`);
+  target user, ``user_profile.md`` and its backups, or its row of the shared database,
+  whichever process forgets (:mod:`...storage.users.loop_profile`);
 * their turns that active memory has queued and not yet extracted
   (:attr:`UserData.pending_sources`); exported, and dropped by a forget
   (:attr:`UserData.forget_hooks`);
 * the group memories they wrote, live and archived (writer mark,
   :data:`~...core.records.META_AUTHOR`): exported, and kept by a forget (they
   belong to the group) with the mark cleared;
+* the usage ledger's rows kept under their QQ number (what their background requests
+  cost, :mod:`...storage.usage.ledger`): exported, and removed by a forget;
 * their choice about active memory (``/memory auto off``, :mod:`...storage.consent_store`)
   and persona learning: exported, and kept by a forget (it is their choice).
 
@@ -41,7 +44,7 @@ removed (:data:`AMRITA_HISTORY`).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -75,6 +78,7 @@ __all__ = [
     "BackupFiles",
     "ForgetBlocked",
     "ForgetCounts",
+    "UsageRows",
     "UserData",
 ]
 
@@ -94,6 +98,18 @@ class ForgetBlocked(PluginError, RuntimeError):
     up waiting): the forget stopped before removing anything more; run it again."""
 
     kind = ErrorKind.CONFLICT
+
+
+class UsageRows(Protocol):
+    """The usage ledger, as a user's export and forget need it (``storage.usage.UsageLedger``)."""
+
+    async def of_user(self, user_id: str) -> list[dict[str, Any]]:
+        """Every entry kept under the user's id."""
+        ...
+
+    async def forget_user(self, user_id: str) -> int:
+        """Delete them; how many."""
+        ...
 
 
 class BackupFiles(Protocol):
@@ -126,6 +142,8 @@ class ForgetCounts:
     """Lines of the L3 loop's profile of its target user (``user_profile.md``)."""
     abstracts: int = 0
     """Abstracts of the L3 loop's cycles (each about its target user)."""
+    usage_rows: int = 0
+    """Rows of the usage ledger kept under the user's QQ number (their background requests)."""
     authored: int = 0
     """Group memories the user wrote, live and archived: kept, their writer mark cleared."""
     backups: int = 0
@@ -158,9 +176,10 @@ class ForgetCounts:
             f"匿名代号 {self.labels} 个",
             f"主动记忆中尚未提取的消息 {self.queued_turns} 条",
             f"等待转达给你的消息 {self.pending_messages} 条",
-            f"你提交的知识建议 {self.suggestions} 条",
+            f"你提交的知识建议 {self.suggestions} 条（含不知由谁提交的建议）",
             f"L3 循环整理出的用户画像 {self.profile_lines} 行",
             f"L3 循环各轮的运行摘要 {self.abstracts} 条",
+            f"按你的 QQ 号记下的后台请求用量 {self.usage_rows} 条",
         ]
 
     def kept(self) -> list[str]:
@@ -192,6 +211,7 @@ class ForgetCounts:
             + self.suggestions
             + self.profile_lines
             + self.abstracts
+            + self.usage_rows
         )
 
 
@@ -238,6 +258,7 @@ class UserData:
         profile: LoopProfile | None = None,
         consent: ConsentStore | None = None,
         backups: BackupFiles | None = None,
+        usage: UsageRows | None = None,
     ) -> None:
         self.store = store
         self.memo = memo
@@ -249,10 +270,16 @@ class UserData:
         self.loop_target = loop_target
         """The L3 loop's target user (the only one with waiting messages, abstracts, a profile)."""
         self.profile = profile
-        """The L3 loop's profile of its target user (``None``: not kept in this process)."""
+        """The L3 loop's profile of its target user, found by the user's id (``None``: not
+        kept in this process)."""
         self.consent = consent
         """Active memory's opt-outs (``None``: not exported)."""
         self.backups = backups
+        self.usage = usage
+        """The usage ledger (``None``: not exported, nothing removed)."""
+        self.loop_owners: Callable[[], Awaitable[set[str]]] | None = None
+        """Who the stored loop items (waiting messages, abstracts) belong to, as the rows
+        record it (``LoopStateRow.owners``): the loop's target when they were written."""
         self.forget_hooks: list[Callable[[str], object]] = []
         """Called with the user id when a forget starts: in-memory work of other
         components (active memory's unprocessed messages) is dropped too."""
@@ -267,16 +294,21 @@ class UserData:
         """Called with the user id when a forget ended, even a failed one (caches of
         the admin console are dropped)."""
 
-    def _is_target(self, user_id: str) -> bool:
-        return self.loop_target is not None and user_id == self.loop_target.strip()
+    async def _is_target(self, user_id: str) -> bool:
+        """Whether the loop's items (waiting messages, abstracts) are ``user_id``'s: this
+        process's loop or configuration says so, or the stored items name them as their
+        owner (a bot that runs no loop forgets them too, whatever its own config says)."""
+        if self.loop_target is not None and user_id == self.loop_target.strip():
+            return True
+        return self.loop_owners is not None and user_id in await self.loop_owners()
 
     def _queued(self, user_id: str) -> list[dict[str, Any]]:
         return [turn for source in self.pending_sources for turn in source(user_id)]
 
     async def _profile_text(self, user_id: str) -> str:
-        if self.profile is None or not self._is_target(user_id):
-            return ""
-        return await self.profile.text()
+        # Found by the user's id, not by this process's target: a bot without the loop
+        # exports (and forgets) the shared profile too.
+        return "" if self.profile is None else await self.profile.text_of(user_id)
 
     async def _active_memory(self, user_id: str) -> dict[str, Any] | None:
         if self.consent is None:
@@ -296,7 +328,7 @@ class UserData:
         persona = await self.groups.personas.get(user_id)
         messages = await self.groups.windows.messages_of(user_id)
         items = user_items(
-            await self.loop.read(), user_id, partition, target=self._is_target(user_id)
+            await self.loop.read(), user_id, partition, target=await self._is_target(user_id)
         )
         memo = await self.memo.get(partition)
         archived_authored = await authored_archived(self.store, user_id)
@@ -341,6 +373,7 @@ class UserData:
             "knowledge_suggestions": items.suggestions,
             "l3_profile": await self._profile_text(user_id) or None,
             "l3_abstracts": items.abstracts,
+            "usage": await self.usage.of_user(user_id) if self.usage is not None else [],
         }
 
     # -- forget ----------------------------------------------------------------------
@@ -348,7 +381,7 @@ class UserData:
     async def preview(self, user_id: str) -> ForgetCounts:
         """What :meth:`forget` would remove now (reads only)."""
         partition = user_key(user_id)
-        target = self._is_target(user_id)
+        target = await self._is_target(user_id)
         items = user_items(await self.loop.read(), user_id, partition, target=target)
         persona = await self.groups.personas.get(user_id)
         authored = len(await authored_records(self.store, user_id))
@@ -365,6 +398,7 @@ class UserData:
             suggestions=len(items.suggestions),
             profile_lines=profile_lines(await self._profile_text(user_id)),
             abstracts=len(items.abstracts),
+            usage_rows=len(await self.usage.of_user(user_id)) if self.usage is not None else 0,
             authored=authored,
             backups=self.backups.count() if self.backups is not None else 0,
             target=target,
@@ -396,7 +430,7 @@ class UserData:
         return counts
 
     async def _remove(self, user_id: str, partition: str) -> ForgetCounts:
-        target = self._is_target(user_id)
+        target = await self._is_target(user_id)
         counts = ForgetCounts(target=target, queued_turns=len(self._queued(user_id)))
         for hook in self.forget_hooks:
             result = hook(user_id)
@@ -412,8 +446,10 @@ class UserData:
         )
         counts.pending_messages, counts.suggestions = len(items.pending), len(items.suggestions)
         counts.abstracts = len(items.abstracts)
-        if target and self.profile is not None:
-            counts.profile_lines = await self.profile.remove()
+        if self.profile is not None:  # whichever process forgets (see _profile_text)
+            counts.profile_lines = await self.profile.remove_of(user_id)
+        if self.usage is not None:
+            counts.usage_rows = await self.usage.forget_user(user_id)
         counts.authored = await unmark_author(self.store, user_id)
         # Once more: a window write another process began before the tombstone may have
         # landed after the first pass (every read leaves such rows out anyway).
