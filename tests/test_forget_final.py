@@ -107,6 +107,7 @@ class _Hung:
 
 
 async def test_void_points_and_the_ledger_wait_with_a_bound() -> None:
+    from amrita_plugin_memory.core.calendar import OwnerCalendar
     from amrita_plugin_memory.storage.shared.sessions import SharedDatabaseError, SharedWork
     from amrita_plugin_memory.storage.usage.ledger import UsageLedger
     from amrita_plugin_memory.storage.usage.spend import Spend
@@ -115,7 +116,8 @@ async def test_void_points_and_the_ledger_wait_with_a_bound() -> None:
     gate = asyncio.Event()
     work = SharedWork(0.3)
     voids = VoidPoints(lambda: _Hung(gate), work)  # type: ignore[arg-type, return-value]
-    ledger = UsageLedger(sessions=lambda: _Hung(gate), work=work)  # type: ignore[arg-type, return-value]
+    hung: Any = lambda: _Hung(gate)  # noqa: E731
+    ledger = UsageLedger(OwnerCalendar(), sessions=hung, work=work)
     try:
         async with asyncio.timeout(5):  # without the bound these wait for ever
             with pytest.raises(SharedDatabaseError):
