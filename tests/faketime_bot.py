@@ -2,9 +2,10 @@
 
 The clock: libfaketime (the ``libfaketime`` dev dependency bundles the compiled
 ``libfaketime.so.1``) as an ``LD_PRELOAD`` of the bot process and its children,
-following a moment file (``FAKETIME_TIMESTAMP_FILE`` holding ``@<UTC moment>``):
-the wall clock (``time.time()``, ``datetime.now()``) starts at that moment and runs
-on at real speed, while the monotonic clock stays real
+following a moment file (``FAKETIME_TIMESTAMP_FILE`` holding an offset from the
+real clock, ``-4471976.263514``): the wall clock (``time.time()``, ``datetime.now()``)
+is set back to the chosen moment and runs on at real speed, while the monotonic
+clock stays real
 (``FAKETIME_DONT_FAKE_MONOTONIC=1``): asyncio's timers, timeouts and sleeps run in
 real time, so nothing waits for days. File times are not faked
 (``NO_FAKE_STAT=1``): Python would take every ``.pyc`` for stale. The process
@@ -29,7 +30,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
@@ -64,47 +65,41 @@ def faked_env(moment_file: Path) -> dict[str, str]:
     return {
         "LD_PRELOAD": str(faketime_library()),
         "FAKETIME_TIMESTAMP_FILE": str(moment_file),
-        # Read again at most every second or two: a running process follows a new moment.
+        # Read again every second or two: a running process follows a new moment.
         "FAKETIME_CACHE_DURATION": "1",
-        # The moment in the file is read in the process's zone: TZ=UTC makes it UTC.
         "TZ": "UTC",
         "FAKETIME_DONT_FAKE_MONOTONIC": "1",
         "NO_FAKE_STAT": "1",
     }
 
 
-def write_moment(moment_file: Path, moment: datetime) -> None:
-    """Set the clock of every process following ``moment_file`` to ``moment`` (aware): its wall
-    clock starts there when it reads the file and runs on at real speed. Replaced whole, so a
-    process never reads half a line."""
+def write_moment(moment_file: Path, moment: datetime) -> FakedClock:
+    """Set the clock of every process following ``moment_file`` to ``moment`` (aware) from
+    now on: an offset from the real clock, so a process that reads the file a second later
+    shows the same time as the returned clock, running on at real speed. Replaced whole,
+    so a process never reads half a line."""
     if moment.tzinfo is None:
         raise ValueError("moment must be aware")
-    line = "@" + moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") + "\n"
+    clock = FakedClock(moment.timestamp() - time.time())
     partial = moment_file.with_suffix(".partial")
-    partial.write_text(line, encoding="ascii")
+    partial.write_text(f"{clock.offset:+f}\n", encoding="ascii")
     partial.replace(moment_file)
+    return clock
 
 
 @dataclass(frozen=True)
 class FakedClock:
-    """The faked wall clock, set to ``start`` when ``time.monotonic()`` was ``real_start``:
-    where the bot's clock is now, or at most a moment ahead of it.
+    """The faked wall clock: the real one moved by ``offset`` seconds, as libfaketime moves
+    the bot's (once the bot has read the moment file, its clock and this one agree)."""
 
-    ``real_start`` is taken just before the bot is spawned, or the moment file
-    rewritten, and the bot's clock starts when it has loaded the library, or
-    read the file, a little later: its clock is never ahead of :meth:`now`, so a
-    stamp it writes lies in ``[start, now()]``.
-    """
-
-    start: datetime
-    real_start: float
-
-    def now(self) -> datetime:
-        return self.start + timedelta(seconds=time.monotonic() - self.real_start)
+    offset: float
 
     def timestamp(self) -> float:
-        """:meth:`now` as a POSIX timestamp (the ``time`` of a OneBot event)."""
-        return self.now().timestamp()
+        """The faked time as a POSIX timestamp (the ``time`` of a OneBot event)."""
+        return time.time() + self.offset
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self.timestamp(), UTC)
 
 
 class _FakedProject(BotProject):
@@ -144,12 +139,11 @@ class FaketimeBot:
         serves (``timeout``: a hang guard on a busy machine). The previous run must be over."""
         if self.running.proc is not None:
             raise RuntimeError("the bot is already running")
-        write_moment(self.moment_file, moment)
+        self.clock = write_moment(self.moment_file, moment)
         self.project.faked = faked_env(self.moment_file)
-        real_start = time.monotonic()
-        self.clock = FakedClock(moment, real_start)
+        started = time.monotonic()
         self.running.start(timeout)
-        self.start_seconds.append(time.monotonic() - real_start)
+        self.start_seconds.append(time.monotonic() - started)
         return self.clock
 
     def travel(self, moment: datetime, timeout: float = 30) -> FakedClock:
@@ -159,8 +153,7 @@ class FaketimeBot:
             raise RuntimeError("the bot is not running")
         if moment <= self.clock.now():
             raise ValueError("the clock only moves forward")
-        write_moment(self.moment_file, moment)
-        self.clock = FakedClock(moment, time.monotonic())
+        self.clock = write_moment(self.moment_file, moment)
         floor = moment.replace(microsecond=0)
         deadline = time.monotonic() + timeout  # a hang guard, not a measurement
         with httpx.Client(base_url=self.running.url, timeout=10) as client:

@@ -25,7 +25,10 @@ Checked on the store: every ``created_at`` is the moment the bot lived, not toda
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time
@@ -40,7 +43,7 @@ from tests.active_helpers import is_extraction
 from tests.botproject import snapshot
 from tests.conftest import CHAT
 from tests.console_bot import run_async
-from tests.faketime_bot import FaketimeBot
+from tests.faketime_bot import FaketimeBot, faked_env, write_moment
 from tests.servers import ChatServer, Reply
 
 pytestmark = pytest.mark.process
@@ -391,3 +394,56 @@ def test_no_period_loses_nothing_by_age(lived: Lived) -> None:
     assert set(block) == set(CITY), block
     tool = _plans_in_order([m["content"] for m in turn.result["memories"]])
     assert set(tool) == set(CITY), tool
+
+
+# ---------------------------------------------------------------- the harness itself
+
+CHILD = """
+import asyncio, json, sys, time
+from datetime import datetime, timezone
+
+async def main():
+    wall, mono = time.time(), time.monotonic()
+    await asyncio.sleep(0.5)
+    slept = (time.time() - wall, time.monotonic() - mono)
+    print(json.dumps({"wall": wall, "mono": mono, "slept": slept,
+                      "now": datetime.now(timezone.utc).isoformat()}), flush=True)
+    sys.stdin.readline()  # the parent moved the clock on
+    deadline = time.monotonic() + 10
+    while time.time() < float(sys.argv[1]) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    print(json.dumps({"wall": time.time()}), flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_a_child_lives_on_the_faked_clock_with_real_timers(tmp_path: Path) -> None:
+    """libfaketime as the harness sets it up: ``time.time()`` and ``datetime.now()`` are the
+    faked moment, the monotonic clock and an asyncio sleep are real, and a running process
+    follows the moment file forward."""
+    moment_file = tmp_path / "moment"
+    clock = write_moment(moment_file, PLANS[0].moment)
+    later = datetime(2026, 11, 24, 23, 20, tzinfo=UTC)
+    with subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(later.timestamp())],
+        env={**os.environ, **faked_env(moment_file)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as child:
+        assert child.stdin is not None and child.stdout is not None
+        first = json.loads(child.stdout.readline())
+        moved = write_moment(moment_file, later)
+        child.stdin.write("\n")
+        child.stdin.flush()
+        second = json.loads(child.stdout.readline())
+        child.stdin.close()
+        assert child.wait(30) == 0
+    assert abs(first["wall"] - PLANS[0].moment.timestamp()) < 30
+    assert abs(first["wall"] - clock.timestamp()) < 30  # the harness's clock agrees
+    assert datetime.fromisoformat(first["now"]).astimezone(BEIJING).date() == PLANS[0].day
+    assert abs(first["mono"] - monotonic()) < 30  # the monotonic clock is the real one
+    wall_slept, mono_slept = first["slept"]
+    assert 0.45 < mono_slept < 5 and 0.45 < wall_slept < 5  # real seconds, not days
+    assert later.timestamp() <= second["wall"] <= moved.timestamp()
