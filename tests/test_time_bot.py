@@ -383,9 +383,8 @@ def test_each_shown_date_is_the_local_day(lived: Lived, name: str) -> None:
     by_content = {p.content: p.day for p in PLANS}
     shown = [(d, w, t) for d, w, t in lines if t in by_content]
     assert shown, lines
-    for day, weekday, text in shown:
-        expected = by_content[text]
-        assert (day, weekday) == (expected.isoformat(), WEEKDAYS[expected.weekday()]), text
+    expected = [(by_content[t].isoformat(), WEEKDAYS[by_content[t].weekday()]) for *_, t in shown]
+    assert [(day, weekday) for day, weekday, _ in shown] == expected
 
 
 def test_no_period_loses_nothing_by_age(lived: Lived) -> None:
