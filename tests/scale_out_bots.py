@@ -44,6 +44,7 @@ __all__ = [
     "ScaleBot",
     "SharedMemory",
     "collection_count",
+    "connect_onebot",
     "partition_of",
     "poll_until",
     "running",
@@ -161,27 +162,40 @@ class ScaleBot:
             assert resp.json()["success"], resp.text
             yield client
 
-    @contextlib.asynccontextmanager
-    async def onebot(self, friends: set[int]) -> AsyncIterator[OneBotLink]:
+    def onebot(self, friends: set[int]) -> contextlib.AbstractAsyncContextManager[OneBotLink]:
         """A OneBot V11 implementation connected to this bot until the block ends."""
-        headers = {"X-Self-ID": str(BOT_ID), "X-Client-Role": "Universal"}
-        async with websockets.connect(self.onebot_url, additional_headers=headers) as ws:
-            link = OneBotLink(ws, BotRecorder(friends=set(friends)))
-            serving = asyncio.create_task(link.serve())
-            try:
-                yield link
-            finally:
-                serving.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await serving
+        return connect_onebot(self.onebot_url, friends)
+
+
+@contextlib.asynccontextmanager
+async def connect_onebot(
+    url: str, friends: set[int], clock: Callable[[], float] = time.time
+) -> AsyncIterator[OneBotLink]:
+    """A OneBot V11 implementation connected to the bot at ``url`` (its reverse WebSocket)
+    until the block ends; its events carry ``clock()`` as their time."""
+    headers = {"X-Self-ID": str(BOT_ID), "X-Client-Role": "Universal"}
+    async with websockets.connect(url, additional_headers=headers) as ws:
+        link = OneBotLink(ws, BotRecorder(friends=set(friends)), clock)
+        serving = asyncio.create_task(link.serve())
+        try:
+            yield link
+        finally:
+            serving.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await serving
 
 
 class OneBotLink:
     """The OneBot side of one bot's reverse WebSocket: pushes messages, answers API calls."""
 
-    def __init__(self, ws: Any, recorder: BotRecorder) -> None:
+    def __init__(
+        self, ws: Any, recorder: BotRecorder, clock: Callable[[], float] = time.time
+    ) -> None:
+        """``clock``: the time stamped on each event (a bot whose clock is set back gets
+        events from its own day, as from a OneBot implementation on the same machine)."""
         self.ws = ws
         self.recorder = recorder
+        self.clock = clock
 
     async def serve(self) -> None:
         async for raw in self.ws:
@@ -202,7 +216,7 @@ class OneBotLink:
         """A private message of ``user_id``; returns once the bot has replied."""
         before = len(self.replies())
         event = {
-            "time": int(time.time()),
+            "time": int(self.clock()),
             "self_id": BOT_ID,
             "post_type": "message",
             "message_type": "private",
@@ -225,7 +239,7 @@ class OneBotLink:
         if to_me:
             segments.insert(0, {"type": "at", "data": {"qq": str(BOT_ID)}})
         event = {
-            "time": int(time.time()),
+            "time": int(self.clock()),
             "self_id": BOT_ID,
             "post_type": "message",
             "message_type": "group",
