@@ -31,7 +31,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, time
+from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 from time import monotonic
 from typing import Any
@@ -345,10 +345,12 @@ def test_the_bot_lived_on_those_mornings_and_stamped_them(lived: Lived) -> None:
         stamp = datetime.fromisoformat(memory["created_at"])
         low, high = lived.windows[plan.day]
         assert int(low) <= stamp.timestamp() <= high, (plan.day, memory["created_at"])
-        assert stamp.astimezone(BEIJING).date() == plan.day
-        assert stamp.date() == plan.moment.astimezone(UTC).date()
+        assert stamp.utcoffset() == timedelta(hours=8)  # shown in the owner's zone
+        assert stamp.date() == plan.day
+        stored = datetime.fromisoformat(lived.stored[plan.content]["created_at"])
+        assert stored.utcoffset() == timedelta(0)  # stored absolute, in UTC
+        assert stored.date() == plan.moment.astimezone(UTC).date() and stored == stamp
         assert int(low) <= lived.event_times[plan.day] <= stamp.timestamp()  # said, then written
-        assert lived.stored[plan.content]["created_at"] == memory["created_at"]
     assert set(lived.stored) == {p.content for p in PLANS}
 
 
@@ -385,6 +387,11 @@ def test_each_shown_date_is_the_local_day(lived: Lived, name: str) -> None:
     assert shown, lines
     expected = [(by_content[t].isoformat(), WEEKDAYS[by_content[t].weekday()]) for *_, t in shown]
     assert [(day, weekday) for day, weekday, _ in shown] == expected
+    # read_memory's answer: the stamp in the owner's zone, so its date is the Beijing day.
+    found = [m for m in lived.turns[name].result["memories"] if m["content"] in by_content]
+    assert found
+    for memory in found:
+        assert memory["created_at"][:10] == by_content[memory["content"]].isoformat(), memory
 
 
 def test_no_period_loses_nothing_by_age(lived: Lived) -> None:
