@@ -181,6 +181,14 @@ def test_memory_table_pages_newest_first_and_searches(api: httpx.Client) -> None
     group = data(api.get("/api/memory/memories", params={"partition": GROUP}))
     assert {m["id"] for m in group["memories"]} == {"g0", "g1"}
 
+    # A date range (the owner's days): every memory of 2025-01-01, newest first; none after.
+    day = page(since="2025-01-01", until="2025-01-01", limit=5)
+    assert day["total"] == 30 and [m["id"] for m in day["memories"]][:2] == ["a0029", "a0028"]
+    assert page(since="2025-01-02")["total"] == 0
+    dated = page(q="喜欢第 7 号苹果", since="2025-01", until="2025-01", limit=3)
+    assert dated["mode"] == "search" and dated["memories"][0]["id"] == "a0007"
+    assert page(q="喜欢第 7 号苹果", until="2024-12-31")["memories"] == []
+
 
 @pytest.mark.parametrize(
     ("query", "status", "message"),
@@ -194,6 +202,8 @@ def test_memory_table_pages_newest_first_and_searches(api: httpx.Client) -> None
         ({"partition": ALICE, "limit": "ten"}, 400, "必须是整数"),
         ({"partition": ALICE, "offset": -1}, 400, "offset"),
         ({"partition": ALICE, "q": "问" * 501}, 400, "过长"),
+        ({"partition": ALICE, "since": "上周"}, 400, "since"),
+        ({"partition": ALICE, "since": "2025-02-01", "until": "2025-01-01"}, 400, "晚于"),
     ],
 )
 def test_hostile_listing_queries(api: httpx.Client, query: Any, status: int, message: str) -> None:

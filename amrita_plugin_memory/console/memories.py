@@ -53,16 +53,23 @@ class MemoryAdmin:
         }
 
     async def list(self, query: Mapping[str, Any]) -> dict[str, Any]:
-        """A page of a partition, newest first, or a semantic search in it (``q``)."""
+        """A page of a partition, newest first, or a semantic search in it (``q``); only the
+        memories of ``since`` … ``until`` (the owner's dates) when either is given."""
         partition = params.partition_key(query.get("partition"))
         q = params.search_query(query.get("q"))
         offset, limit = params.page(query)
+        window = params.window(query, self.store.calendar.zone)
         scope = Scope.of_operator(partition)
 
         async def run() -> dict[str, Any]:
             if not await partition_ids(self.store, partition):
                 not_found(f"分区 {partition} 不存在（没有任何记忆）")
-            if q is None:
+            if q is None and window is not None:
+                dated = await self.store.list(scope.view("user"), limit=10**9, window=window)
+                dated.reverse()  # newest first, like the plain listing
+                records, total = dated[offset : offset + limit], len(dated)
+                mode = "list"
+            elif q is None:
                 records, total = await newest_page(
                     self.store, partition, offset=offset, limit=limit
                 )
@@ -70,7 +77,7 @@ class MemoryAdmin:
             else:
                 depth = min(offset + limit, params.SEARCH_MAX)
                 hits = (
-                    await self.store.query(scope.view("user"), q, top_k=depth)
+                    await self.store.query(scope.view("user"), q, top_k=depth, window=window)
                     if offset < depth
                     else []
                 )

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from datetime import tzinfo
 from typing import Any
 
 from ..core.records import IMPORTANCE_LEVELS
+from ..ranking.when import Period
 from ..storage.keys import normalize_key
 from ..tools.args import (
     LIMITS,
@@ -24,6 +26,7 @@ from ..tools.args import (
     parse_tags,
     parse_text,
     parse_user_id,
+    parse_window,
 )
 from ..upkeep.archive.restore import ArchiveRestoreError, parse_row_id
 from .errors import bad_request
@@ -83,6 +86,11 @@ def page(query: Mapping[str, Any], *, default_limit: int = 20) -> tuple[int, int
     offset = arg(parse_int, query, "offset", low=0, high=OFFSET_MAX, default=0)
     limit = arg(parse_int, query, "limit", low=1, high=PAGE_MAX, default=default_limit)
     return offset, limit
+
+
+def window(query: Mapping[str, Any], zone: tzinfo) -> Period | None:
+    """``since`` / ``until`` (the owner's local dates, inclusive) as a period, or ``None``."""
+    return arg(parse_window, query, zone)
 
 
 def partition_key(value: Any) -> str:

@@ -590,15 +590,24 @@ function MemoryTable({ partition, notify, ask, onChanged }) {
   const [limit, setLimit] = useState(20);
   const [typed, setTyped] = useState("");
   const [query, setQuery] = useState("");
+  // The owner's dates (inclusive): only the memories of that period (event time, else when said).
+  const [typedSince, setTypedSince] = useState("");
+  const [typedUntil, setTypedUntil] = useState("");
+  const [since, setSince] = useState("");
+  const [until, setUntil] = useState("");
   const [version, setVersion] = useState(0);
   useEffect(() => {
     setOffset(0);
     setTyped("");
     setQuery("");
+    setTypedSince("");
+    setTypedUntil("");
+    setSince("");
+    setUntil("");
   }, [partition]);
   const [state, reload] = useLoader(
-    () => api("GET", "/memories" + qs({ partition, q: query, offset, limit })),
-    [partition, query, offset, limit, version],
+    () => api("GET", "/memories" + qs({ partition, q: query, since, until, offset, limit })),
+    [partition, query, since, until, offset, limit, version],
   );
   const remove = async (memory) => {
     const ok = await ask({ title: "删除记忆", text: `确定删除这条记忆吗？它会移入归档（原因“已删除”），可在“归档”页恢复。\n${memory.content.slice(0, 80)}`, action: "删除" });
@@ -619,10 +628,13 @@ function MemoryTable({ partition, notify, ask, onChanged }) {
     userOf(partition) ? h(UserDataActions, { userId: userOf(partition), notify, ask, onChanged: () => { setVersion((v) => v + 1); onChanged(); } }) : null,
     h(
       "form",
-      { className: "amc-row", style: { marginBottom: 10 }, onSubmit: (e) => { e.preventDefault(); setOffset(0); setQuery(typed.trim()); } },
+      { className: "amc-row", style: { marginBottom: 10 }, onSubmit: (e) => { e.preventDefault(); setOffset(0); setQuery(typed.trim()); setSince(typedSince); setUntil(typedUntil); } },
       h("input", { className: "amc-input", style: { flex: 1, minWidth: 160 }, placeholder: "语义检索（留空显示全部，按时间倒序）", value: typed, maxLength: 500, "data-amc": "search", onChange: (e) => setTyped(e.target.value) }),
+      h("input", { className: "amc-input", type: "date", title: "起始日期（含）", value: typedSince, "data-amc": "since", onChange: (e) => setTypedSince(e.target.value) }),
+      h("span", { className: "amc-muted" }, "至"),
+      h("input", { className: "amc-input", type: "date", title: "结束日期（含）", value: typedUntil, "data-amc": "until", onChange: (e) => setTypedUntil(e.target.value) }),
       h(Button, { type: "submit", kind: "primary", "data-amc": "search-go" }, "检索"),
-      query ? h(Button, { onClick: () => { setTyped(""); setQuery(""); setOffset(0); } }, "清除") : null,
+      query || since || until ? h(Button, { onClick: () => { setTyped(""); setQuery(""); setTypedSince(""); setTypedUntil(""); setSince(""); setUntil(""); setOffset(0); } }, "清除") : null,
       h(
         "select",
         { className: "amc-select", value: limit, onChange: (e) => { setLimit(Number(e.target.value)); setOffset(0); } },
@@ -635,6 +647,7 @@ function MemoryTable({ partition, notify, ask, onChanged }) {
         "div",
         null,
         data.mode === "search" ? h("div", { className: "amc-muted", style: { marginBottom: 6 } }, `语义检索“${query}”：按相似度排序（最多 100 条）`) : null,
+        since || until ? h("div", { className: "amc-muted", style: { marginBottom: 6 }, "data-amc": "period" }, `只看 ${since || "最早"} 至 ${until || "今天"} 的记忆（按主人时区的日期；有事件时间的按事件时间）`) : null,
         data.memories.length === 0
           ? h("div", { className: "amc-muted" }, "没有记忆")
           : h(
