@@ -194,12 +194,15 @@ async def test_the_six_chat_tools_fit_the_budget_and_keep_what_a_model_needs(
     assert write["content"]["maxLength"] == 2000 and write["tags"]["maxItems"] == 10
     assert by_name["read_memory"]["parameters"]["properties"]["top_k"]["maximum"] == 20
     assert by_name["list_memory"]["parameters"]["properties"]["limit"]["maximum"] == 50
-    # The spec's parameters, each tool's all there.
+    # The spec's parameters, each tool's all there (and the optional time ones, never required).
     assert {n: set(f["parameters"]["properties"]) for n, f in by_name.items()} == {
-        "write_memory": {"content", "tags", "importance", "scope"},
-        "read_memory": {"query", "top_k", "importance", "scope"},
-        "update_memory": {"id", "scope", "content", "tags", "importance"},
+        "write_memory": {"content", "tags", "importance", "scope", "event_date", "replaces"},
+        "read_memory": {"query", "top_k", "importance", "scope", "since", "until"},
+        "update_memory": {"id", "scope", "content", "tags", "importance", "event_date"},
         "delete_memory": {"id", "scope"},
-        "list_memory": {"limit", "offset", "scope"},
+        "list_memory": {"limit", "offset", "scope", "since", "until"},
         "update_memo": {"content"},
     }
+    for function in by_name.values():
+        optional = {"event_date", "replaces", "since", "until"}
+        assert not optional & set(function["parameters"].get("required", []))
