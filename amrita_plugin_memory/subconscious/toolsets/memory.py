@@ -23,6 +23,9 @@ from ...storage.scope import Scope
 from ...tools.args import LIMITS, parse_number
 from ...tools.memory_tools import MemoryTools
 from ...tools.schemas import (
+    EVENT_DATE_MEANING,
+    REPLACES_MEANING,
+    date_prop,
     define,
     importance_prop,
     limit_prop,
@@ -57,7 +60,8 @@ DUPLICATE_GUIDANCE = (
     "2. 合并时保留信息最完整的一条，用 subconscious_update_memory 把它改写为融合后的完整内容"
     "（保留所有不重复的细节与时间信息，标签取并集，重要性取较高者）；\n"
     "3. 再用 subconscious_delete_memory 删除组内其余条目；\n"
-    "4. 内容相近但事实不同（例如不同时间的两件事）的不要合并。"
+    "4. 内容相近但事实不同（例如不同时间的两件事）的不要合并；\n"
+    "5. 带 supersedes / superseded_by 的是同一事实的新旧版本（旧的回答“以前”的问题），不要合并。"
 )
 
 
@@ -72,13 +76,21 @@ def memory_schemas() -> dict[str, FunctionDefinitionSchema]:
                 "query": prop("string", "检索内容", maxLength=LIMITS.query_chars),
                 "top_k": top_k_prop(),
                 "importance": importance_prop(),
+                "since": date_prop("只看这天及之后（本地日期）"),
+                "until": date_prop("只看这天及之前（本地日期）"),
             },
             ["query"],
         ),
         "subconscious_write_memory": define(
             "subconscious_write_memory",
             "为该用户写入一条新的 L2 记忆（例如把备忘录里的细节下放到 L2）。",
-            {"content": content, "tags": tags_prop(), "importance": importance_prop()},
+            {
+                "content": content,
+                "tags": tags_prop(),
+                "importance": importance_prop(),
+                "event_date": date_prop(EVENT_DATE_MEANING),
+                "replaces": prop("string", REPLACES_MEANING),
+            },
             ["content", "tags", "importance"],
         ),
         "subconscious_update_memory": define(
@@ -89,6 +101,7 @@ def memory_schemas() -> dict[str, FunctionDefinitionSchema]:
                 "content": prop("string", "新内容（完整替换）", maxLength=LIMITS.content_chars),
                 "tags": tags_prop(),
                 "importance": importance_prop(),
+                "event_date": date_prop(EVENT_DATE_MEANING),
             },
             ["id"],
         ),
@@ -104,6 +117,8 @@ def memory_schemas() -> dict[str, FunctionDefinitionSchema]:
             {
                 "limit": limit_prop(),
                 "offset": offset_prop(),
+                "since": date_prop("只列这天及之后（本地日期）"),
+                "until": date_prop("只列这天及之前（本地日期）"),
             },
             [],
         ),
