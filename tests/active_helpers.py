@@ -82,7 +82,7 @@ def answer_rule(
 def shown_refs(request: dict[str, Any]) -> dict[str, str]:
     """``{"M1": "<memory text>", …}`` as shown in an extraction request."""
     text = request["messages"][1]["content"]
-    return {m.group(1): m.group(2) for m in re.finditer(r"^(M\d+): (.*)（[\d-]+）$", text, re.M)}
+    return {m.group(1): m.group(2) for m in re.finditer(r"^(M\d+): (.*)（[^（）]+）$", text, re.M)}
 
 
 def ref_of(request: dict[str, Any], content: str) -> str:
