@@ -125,7 +125,7 @@ class MemoryRuntime:
         """
         if loop is None:
             loop_target = self.config.file.subconscious.target_user_id.strip() or None
-            loop = LoopStateRow(target=loop_target)
+            loop = LoopStateRow(target=loop_target, work=self.store.coherence.work)
         data = UserData(
             self.store,
             self.memo,

@@ -100,7 +100,8 @@ class SubconsciousRunner:
             raise ValueError("SubconsciousRunner needs a target_user_id")
         self.target: ChatTarget = target_from_ids(self.target_user_id)
         self.templates = PromptTemplates(config_dir or runtime.config.config_dir, self.config)
-        self.state_store = StateStore(state_uid, target=self.target_user_id)
+        work = runtime.store.coherence.work  # the process's one bound on the shared tables
+        self.state_store = StateStore(state_uid, target=self.target_user_id, work=work)
         self.loop_state = LoopState(self.state_store, max_abstracts=self.config.max_abstracts)
         self.pending = PendingMessages(self.loop_state, self.target_user_id, self.calendar)
         self.job_id = job_id or f"{JOB_ID_PREFIX}:{self.target_user_id}"

@@ -17,6 +17,7 @@ from typing import Any, TypeVar, cast
 from nonebot import logger
 
 from ..core.calendar import OwnerCalendar
+from ..storage.shared.sessions import SharedWork
 from ..storage.users.loop_state_row import LoopStateRow
 from .consts import PENDING_MAX, STATE_UID
 from .types import PendingMessage, StateData, empty_state, normalize_state
@@ -30,8 +31,10 @@ class StateStore(LoopStateRow):
     """The loop's stored state (:class:`~..storage.users.loop_state_row.LoopStateRow`),
     with the document's whole-state view the tests and tools read."""
 
-    def __init__(self, uid: str = STATE_UID, *, target: str | None = None) -> None:
-        super().__init__(uid, target=target)
+    def __init__(
+        self, uid: str = STATE_UID, *, target: str | None = None, work: SharedWork | None = None
+    ) -> None:
+        super().__init__(uid, target=target, work=work)
 
     async def load(self) -> Any:
         """The stored JSON document, or ``None`` when nothing is stored yet."""

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from ..core.calendar import OwnerCalendar
 from ..core.records import SOURCE_AUTO
 from ..storage.scope import Scope
+from ..storage.shared.sessions import SharedDatabaseError
 from ..upkeep.archive.restore import restore
 from ..upkeep.archive.view import describe_row
 from .args import guard_tool_call, parse_memory_id, period_words
@@ -324,17 +325,21 @@ class MemoryCommands:
         return await self._own_data(request, scope, upload, send)
 
     async def _group_awareness(self, request: CommandRequest, scope: Scope, superuser: bool) -> str:
-        if self.group is None:
+        group = self.group
+        if group is None:
             return "该命令未启用"
-        if request.scope == "self":
-            return await self.group.self_memory(
-                request.action, request.argument, superuser=superuser
-            )
-        if request.scope == "persona":
-            return await self.group.persona(request.action, scope)
-        if request.scope == "memo":
-            return await self.group.private_memo(request.action, scope)
-        return await self.group.group(request.action, request.argument, scope)
+        try:
+            if request.scope == "self":
+                return await group.self_memory(
+                    request.action, request.argument, superuser=superuser
+                )
+            if request.scope == "persona":
+                return await group.persona(request.action, scope)
+            if request.scope == "memo":
+                return await group.private_memo(request.action, scope)
+            return await group.group(request.action, request.argument, scope)
+        except SharedDatabaseError as exc:  # a reply with the reason, never a traceback
+            return str(exc)
 
     async def _list(self, request: CommandRequest, scope: Scope) -> str:
         page, words = 1, request.argument.split()

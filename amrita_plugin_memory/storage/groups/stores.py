@@ -40,9 +40,12 @@ class GroupStores:
         anonymisation switches and the self memory coherent with other processes'
         (``PersonaStore.share``, ``GroupDirectory.share``, ``SelfMemoryStore.share``);
         ``forgotten``: the tombstones the windows honour (no stored message of a member
-        from before their forget)."""
+        from before their forget). The windows' statements are waited for with the bound of
+        ``coherence.work``, the process's one :class:`~..shared.sessions.SharedWork`."""
         stores = cls(
-            windows=GroupWindowStore(config.group_context, forgotten),
+            windows=GroupWindowStore(
+                config.group_context, forgotten, coherence.work if coherence is not None else None
+            ),
             directory=GroupDirectory(config.group_context),
             personas=PersonaStore(),
             self_memory=SelfMemoryStore(config.self_memory.max_chars),

@@ -18,22 +18,29 @@ A forget is a point in time here too (``forgotten``, the shared tombstones):
 a write never stores a message its member said at or before their forget, and a
 read of the stored rows never brings one back (another process may have
 written it in the instant the forget deleted that member's rows).
+
+Every statement is waited for with the bound of ``work``
+(:class:`~..shared.sessions.SharedWork`): a database that stops answering
+costs a turn its ``<GROUP_CONTEXT>`` block, a flush its write (the entries
+stay pending), never a wait without end.
 """
 
 from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from typing import Any
 
 from nonebot import logger
 from sqlalchemy import delete, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql import Executable
 
 from ...core.config import GroupContextConfig
 from ...infra.locks import PartitionLocks
 from ...prompting.group_window import GroupWindow, WindowEntry, cut_text
 from ..models import GroupMessage
-from ..shared.sessions import orm_session
+from ..shared.sessions import SharedWork, orm_session
 from ..users.tombstones import ForgottenUsers
 
 __all__ = ["CompactReport", "GroupWindowStore"]
@@ -60,8 +67,15 @@ class CompactReport:
 class GroupWindowStore:
     """Every group's window, kept in memory and flushed to the ``GroupMessage`` table."""
 
-    def __init__(self, config: GroupContextConfig, forgotten: ForgottenUsers | None = None) -> None:
+    def __init__(
+        self,
+        config: GroupContextConfig,
+        forgotten: ForgottenUsers | None = None,
+        work: SharedWork | None = None,
+    ) -> None:
         self._config = config
+        self.work = work or SharedWork()
+        """The bound every database operation of the windows is waited for with."""
         self.forgotten = forgotten
         """The tombstones of forgotten users (``None``: none are checked)."""
         self._windows: dict[str, GroupWindow] = {}
@@ -142,14 +156,26 @@ class GroupWindowStore:
             .order_by(GroupMessage.id.desc())
             .limit(window.capacity)
         )
-        async with orm_session() as session:
-            rows = list((await session.scalars(stmt)).all())
+        rows = await self.work.run(self._rows(stmt), "读取群上下文窗口")
         rows.reverse()
         entries = [
             WindowEntry(r.user_id, r.nickname, r.text, r.is_bot, _timestamp(r.created_at))
             for r in rows
         ]
         window.merge_persisted(await self._not_forgotten(entries))
+
+    @staticmethod
+    async def _rows(stmt: Any) -> list[Any]:
+        async with orm_session() as session:
+            return list((await session.scalars(stmt)).all())
+
+    @staticmethod
+    async def _execute(stmt: Executable) -> int:
+        """Run one change in a session of its own; the rows it touched."""
+        async with orm_session() as session:
+            result = await session.execute(stmt)
+            await session.commit()
+        return int(getattr(result, "rowcount", 0) or 0)
 
     async def _not_forgotten(self, entries: list[WindowEntry]) -> list[WindowEntry]:
         """``entries`` without the messages members said at or before their forget."""
@@ -190,21 +216,7 @@ class GroupWindowStore:
             if not entries:
                 return True
             try:
-                async with orm_session() as session:
-                    session.add_all(
-                        GroupMessage(
-                            group_id=group_id,
-                            user_id=e.user_id,
-                            nickname=e.nickname[:64],
-                            is_bot=e.is_bot,
-                            text=e.text,
-                            created_at=_db_time(e.at),
-                        )
-                        for e in entries
-                    )
-                    await session.flush()
-                    await self._trim(session, group_id, self._config.context_message_count)
-                    await session.commit()
+                await self.work.run(self._store(group_id, entries), "写入群上下文窗口")
             except Exception as exc:
                 window.restore_pending(entries)
                 logger.warning(
@@ -213,6 +225,25 @@ class GroupWindowStore:
                 )
                 return False
             return True
+
+    async def _store(self, group_id: str, entries: list[WindowEntry]) -> None:
+        """Insert ``entries`` and drop the group's rows beyond the count, in one transaction."""
+        keep = self._config.context_message_count
+        async with orm_session() as session:
+            session.add_all(
+                GroupMessage(
+                    group_id=group_id,
+                    user_id=e.user_id,
+                    nickname=e.nickname[:64],
+                    is_bot=e.is_bot,
+                    text=e.text,
+                    created_at=_db_time(e.at),
+                )
+                for e in entries
+            )
+            await session.flush()
+            await self._trim(session, group_id, keep)
+            await session.commit()
 
     @staticmethod
     async def _trim(session: AsyncSession, group_id: str, keep: int) -> int:
@@ -237,9 +268,8 @@ class GroupWindowStore:
         """Forget the group's window, in memory and stored."""
         window = self._window(group_id)
         async with self._locks.hold(group_id):
-            async with orm_session() as session:
-                await session.execute(delete(GroupMessage).where(GroupMessage.group_id == group_id))
-                await session.commit()
+            stmt = delete(GroupMessage).where(GroupMessage.group_id == group_id)
+            await self.work.run(self._execute(stmt), "清空群上下文窗口")
             window.clear()
             window.loaded = True
 
@@ -253,8 +283,7 @@ class GroupWindowStore:
             .where(GroupMessage.user_id == user_id, GroupMessage.is_bot.is_(False))
             .order_by(GroupMessage.id)
         )
-        async with orm_session() as session:
-            rows = list((await session.scalars(stmt)).all())
+        rows = await self.work.run(self._rows(stmt), "读取群上下文窗口")
         out = [
             (
                 r.group_id,
@@ -282,8 +311,7 @@ class GroupWindowStore:
         stmt = select(GroupMessage.group_id).where(
             GroupMessage.user_id == user_id, GroupMessage.is_bot.is_(False)
         )
-        async with orm_session() as session:
-            groups = set((await session.scalars(stmt.distinct())).all())
+        groups = set(await self.work.run(self._rows(stmt.distinct()), "读取群上下文窗口"))
         groups |= {
             g
             for g, w in self._windows.items()
@@ -292,16 +320,12 @@ class GroupWindowStore:
         removed = 0
         for group_id in sorted(groups):
             async with self._locks.hold(group_id):
-                async with orm_session() as session:
-                    result = await session.execute(
-                        delete(GroupMessage).where(
-                            GroupMessage.group_id == group_id,
-                            GroupMessage.user_id == user_id,
-                            GroupMessage.is_bot.is_(False),
-                        )
-                    )
-                    await session.commit()
-                removed += int(getattr(result, "rowcount", 0) or 0)
+                gone = delete(GroupMessage).where(
+                    GroupMessage.group_id == group_id,
+                    GroupMessage.user_id == user_id,
+                    GroupMessage.is_bot.is_(False),
+                )
+                removed += await self.work.run(self._execute(gone), "删除群上下文窗口中的消息")
                 window = self._windows.get(group_id)
                 if window is not None:
                     removed += sum(
@@ -324,8 +348,10 @@ class GroupWindowStore:
 
     async def compact(self) -> CompactReport:
         """Cut what is stored beyond the current limits (once, at start-up)."""
+        return await self.work.run(self._compact(self._config), "压缩群上下文窗口")
+
+    async def _compact(self, config: GroupContextConfig) -> CompactReport:
         report = CompactReport()
-        config = self._config
         async with orm_session() as session:
             groups = list((await session.scalars(select(GroupMessage.group_id).distinct())).all())
             for group_id in groups:

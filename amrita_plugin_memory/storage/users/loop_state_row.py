@@ -40,7 +40,7 @@ from sqlalchemy.exc import IntegrityError
 
 from ..keys import user_of_key
 from ..models import ForgottenUser, LoopItem, SubconsciousState, db_now
-from ..shared.sessions import orm_session
+from ..shared.sessions import SharedWork, orm_session
 
 __all__ = [
     "LOOP_STATE_UID",
@@ -102,11 +102,22 @@ class LoopStateRow:
     ``target`` is the loop's target user: the owner of the waiting messages and
     abstracts it stores, and of those converted from the old single-document row
     (which name no owner). Without it those items have no owner to bury them.
+
+    Each public operation (:meth:`read`, :meth:`owners`, :meth:`edit`) is waited for
+    at most the bound of ``work`` (:class:`SharedWork`): past it the caller gets a
+    :class:`~..shared.sessions.SharedDatabaseError` (an edit may still land later).
     """
 
-    def __init__(self, uid: str = LOOP_STATE_UID, *, target: str | None = None) -> None:
+    def __init__(
+        self,
+        uid: str = LOOP_STATE_UID,
+        *,
+        target: str | None = None,
+        work: SharedWork | None = None,
+    ) -> None:
         self.uid = uid
         self.target = (target or "").strip()
+        self.work = work or SharedWork()
 
     async def _bury(self, session: Any) -> int:
         """Delete the items of users forgotten at or after the item's work began."""
@@ -123,6 +134,9 @@ class LoopStateRow:
         """The document as stored now; ``bury``: the items of users forgotten since their
         work began are deleted first (the loop's own reads; a user's export and forget
         see and count everything stored)."""
+        return await self.work.run(self._read(bury), "读取 L3 循环状态")
+
+    async def _read(self, bury: bool) -> dict[str, Any]:
         async with orm_session() as session:
             if bury and await self._bury(session):
                 await session.commit()
@@ -154,6 +168,10 @@ class LoopStateRow:
             )
             .distinct()
         )
+        return await self.work.run(self._owners(stmt), "读取 L3 循环状态")
+
+    @staticmethod
+    async def _owners(stmt: Any) -> set[str]:
         async with orm_session() as session:
             return {str(u) for u in (await session.scalars(stmt)).all()}
 
@@ -170,12 +188,17 @@ class LoopStateRow:
         messages, abstracts) or by who made them (a suggestion's ``user_id``),
         made by work that began at ``since`` (seconds since the epoch; now by
         default). An item added without an ``id`` gets one (in the document too).
-        ``bury`` as for :meth:`read`.
+        ``bury`` as for :meth:`read`. The read, ``change`` and the write are one bounded
+        operation (``change`` must not await).
         """
-        document = await self.read(bury=bury)
+        began = time.time() if since is None else since
+        return await self.work.run(self._edit(change, began, bury), "写入 L3 循环状态")
+
+    async def _edit(self, change: Callable[[dict[str, Any]], T], since: float, bury: bool) -> T:
+        document = await self._read(bury)
         before = copy.deepcopy(document)
         result = change(document)
-        await self._write(before, document, time.time() if since is None else since)
+        await self._write(before, document, since)
         return result
 
     async def _write(self, before: dict[str, Any], after: dict[str, Any], since: float) -> None:
