@@ -181,6 +181,10 @@ class Scope:
         """What a read of ``kind``'s partition may see (:meth:`partition`, :meth:`origins`)."""
         return View(self.partition(kind), self.origins(kind))
 
+    def chat_view(self) -> View:
+        """This chat's own data (its memo: Amrita's session, the group in a group chat)."""
+        return View(self.target.session, OriginFilter.ALL)
+
     async def manages_group(self) -> bool:
         """Whether the caller is a manager of this group (never outside a group)."""
         return self.target.is_group and await self.can_manage_group()
