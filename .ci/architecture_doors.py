@@ -55,6 +55,8 @@ DOORS: frozenset[str] = frozenset(
         "metadatas",
         "iter_rows",
         "rewrite_partition_keys",
+        "messages_of",  # WindowStore: one user's messages in every group (export)
+        "users_over",  # UsageLedger: every user's spend of a day
         "operator_view",
         "of_operator",  # Scope.of_operator
     }

@@ -18,6 +18,7 @@ A = lazy_import(
     "amrita_plugin_memory.upkeep.archive.sweep",
     "amrita_plugin_memory.core.config",
     "amrita_plugin_memory.core.errors",
+    "amrita_plugin_memory.core.records",
 )
 
 ALICE = "QQPlatform_Private_10001"
@@ -210,3 +211,34 @@ async def test_reading_an_empty_archive_creates_nothing(store: Any) -> None:
     with pytest.raises(A.ArchiveRestoreError):
         await A.restore(store, "x", partition=ALICE)
     assert store.archive.name not in await store.connection.list_collections()
+
+
+async def test_the_archive_is_read_through_a_view(store: Any) -> None:
+    """The archive holds what people asked to delete: a read names one partition and the
+    origins it may see (issue #49); the whole archive is an operator door, named as such."""
+    mine_a = await store.add(
+        new_memory(ALICE, "user", "在 A 群说过：用户住在杭州", origin="group:1")
+    )
+    mine_b = await store.add(
+        new_memory(ALICE, "user", "在 B 群说过：用户养了一只猫", origin="group:2")
+    )
+    theirs = await store.add(new_memory(BOB, "user", "用户对花生过敏"))
+    for partition, record in ((ALICE, mine_a), (ALICE, mine_b), (BOB, theirs)):
+        assert await store.delete(partition, record.id)
+
+    only_a = view_of(ALICE, A.OriginFilter.only("group:1"))
+    assert [r.id for r in await store.archive.list(only_a)] == [mine_a.id]
+    assert await store.archive.count(only_a) == 1
+    assert await store.archive.list(only_a, memory_id=mine_b.id) == []
+    assert {r.id for r in await store.archive.list(view_of(ALICE))} == {mine_a.id, mine_b.id}
+    assert await store.archive.count(view_of(BOB)) == 1
+    for call in (store.archive.list(ALICE), store.archive.count(None)):
+        with pytest.raises(TypeError, match="View"):
+            await call
+    assert await store.archive.count_all() == 3
+    assert {r.id for r in await store.archive.list_all(limit=10)} == {
+        mine_a.id,
+        mine_b.id,
+        theirs.id,
+    }
+    assert [r.id for r in await store.archive.list_all(memory_id=theirs.id)] == [theirs.id]

@@ -74,8 +74,11 @@ async def _always() -> bool:
 class View:
     """What one read may see: a partition, and which of its memories by where they were said.
 
-    Every read and count of :class:`~.memory_store.MemoryStore` requires one
-    (a plain partition key is refused, :meth:`check`), and only this module
+    Every read and count of :class:`~.memory_store.MemoryStore`, of the archive
+    (:class:`~.archive.store.ArchiveStore`) and of the memos
+    (:class:`~.memo_store.MemoService`) requires one (a plain partition key is
+    refused, :meth:`check`; a whole-store read is a separately named operator
+    door, kept off the chat path by ``.ci/check_architecture.py``), and only this module
     builds them: :meth:`Scope.view` for a request, :func:`operator_view` for
     the console, the CLI and the work on stored memories as a whole. A new
     reader therefore cannot forget the privacy rule: it has no read without it.
@@ -89,7 +92,7 @@ class View:
         """``view`` if it is a :class:`View`, else ``TypeError`` (a read that names no view)."""
         if not isinstance(view, View):
             raise TypeError(
-                "a memory store read needs a storage.scope.View (Scope.view / operator_view), "
+                "a store read needs a storage.scope.View (Scope.view / operator_view), "
                 f"not {type(view).__name__}"
             )
         return view
