@@ -13,6 +13,8 @@ and inside function bodies alike -- and fails on:
 * a module of a framework-free layer (``FRAMEWORK_FREE``: core, infra, ranking,
   prompting) importing a framework package (``FORBIDDEN_IN_CORE``);
 * an intra-package import that names no module of the package (stale after a move);
+* a module serving a chat turn that imports or uses an operator door, a read of every
+  user (``architecture_doors.py`` beside this file: ``count_all``, ``operator_view``, ...);
 * a module of the package importing the launcher ``amrita_plugin_memory_ctl`` (it
   imports ``cli``; the other way round would be a cycle through the entry point);
 * ARCHITECTURE.md out of step with the code (``architecture_doc.py`` beside this
@@ -114,18 +116,19 @@ LAUNCHER = "amrita_plugin_memory_ctl"
 """The ``ambot memory`` launcher beside the package: it imports ``cli``, never the reverse."""
 
 
-def _load_doc_checks() -> ModuleType:
-    """``architecture_doc.py`` beside this file (loaded by path: ``.ci`` is no package)."""
-    path = Path(__file__).with_name("architecture_doc.py")
-    spec = importlib.util.spec_from_file_location("architecture_doc", path)
+def _load_beside(name: str) -> ModuleType:
+    """``<name>.py`` beside this file (loaded by path: ``.ci`` is no package)."""
+    path = Path(__file__).with_name(f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("architecture_doc", module)  # dataclasses look their module up
+    sys.modules.setdefault(name, module)  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
 
-doc_checks = _load_doc_checks()
+doc_checks = _load_beside("architecture_doc")
+door_checks = _load_beside("architecture_doors")
 
 
 class Import:
@@ -355,6 +358,7 @@ def analyze(
     private: dict[str, tuple[str, ...]] = PRIVATE,
     tops: dict[str, tuple[str, ...]] = TOPS,
     doc: str | None = DOC,
+    doors: dict | None = None,
 ) -> Report:
     """Everything wrong under ``root/package`` (and in ``root/doc``, unless ``doc`` is None)."""
     root = Path(root)
@@ -412,6 +416,14 @@ def analyze(
             f"imports {imp.imported} ({dst}); {src} may import only "
             f"{', '.join(sorted(allowed.get(src, ()))) or 'nothing else'}"
         )
+
+    # Operator doors stay off the chat path (``doors``: options of ``door_problems``).
+    report.problems += door_checks.door_problems(
+        {n: (m.path.relative_to(root).as_posix(), m.tree) for n, m in modules.items() if m.tree},
+        [(i.importer, i.imported, i.path, i.line) for i in imports],
+        package,
+        **(doors or {}),
+    )
 
     # Private modules and the tops of layers.
     def named(module: str, prefixes: tuple[str, ...]) -> str | None:

@@ -128,7 +128,7 @@ async def main(total: int, partitions: int, mode: str, batch: int, freeze: bool)
         await turner
 
         live = await rt.store.count_all()
-        archived = await rt.store.archive.count()
+        archived = await rt.store.archive.count_all()
         ok = result.archived == total and archived == total and live == FRESH_SIZE
         lags = sorted(probe.lags)
         print(

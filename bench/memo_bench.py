@@ -26,6 +26,7 @@ MEMO = (
 async def bench_memo(rows: list[Row], *, hits: int, misses: int) -> None:
     from amrita_plugin_memory.prompting.blocks import insert_block, render_memo_block
     from amrita_plugin_memory.storage.memo_store import MemoService
+    from amrita_plugin_memory.storage.scope import operator_view
 
     service = MemoService(max_chars=1000)
     uni_id = "QQPlatform_Private_424242"
@@ -34,7 +35,7 @@ async def bench_memo(rows: list[Row], *, hits: int, misses: int) -> None:
         raise RuntimeError(f"memo setup failed: {result}")
 
     async def turn(source: MemoService = service) -> str:
-        memo = await source.get(uni_id)
+        memo = await source.get(operator_view(uni_id))
         return insert_block(SYSTEM_PROMPT, render_memo_block(memo, is_group=False))
 
     await turn()

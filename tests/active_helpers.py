@@ -108,4 +108,4 @@ async def archived(uid: int) -> list[Any]:
     from amrita_plugin_memory.storage.keys import user_key
     from tests.helpers import runtime
 
-    return await runtime().store.archive.list(user_key(uid), limit=100)
+    return await runtime().store.archive.list(view_of(user_key(uid)), limit=100)

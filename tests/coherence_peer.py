@@ -40,7 +40,7 @@ import os
 import sys
 from typing import Any
 
-from tests.helpers import new_memory, write_rules
+from tests.helpers import new_memory, view_of, write_rules
 
 
 def _reply(value: dict[str, Any]) -> None:
@@ -157,7 +157,10 @@ async def _serve(rt: Any) -> None:
                 await rt.store.coherence.feed.poll()
             if cmd["op"] == "memo":
                 _reply(
-                    {"text": await rt.memo.get(cmd["key"]), "cached": rt.memo.cached(cmd["key"])}
+                    {
+                        "text": await rt.memo.get(view_of(cmd["key"])),
+                        "cached": rt.memo.cached(cmd["key"]),
+                    }
                 )
             else:
                 _reply({"allows": await rt.consent.allows(cmd["user"])})

@@ -275,3 +275,94 @@ def test_repository_table_misses_a_module_when_its_row_drops_it(tmp_path: Path) 
         "amrita_plugin_memory.embedding.local_model is missing from the layer table of "
         f"{doc} (row embedding/)"
     ]
+
+
+# -- operator doors stay off the chat path (issue #49) --------------------------------------
+
+# The issue's probe: a `/memory` command reading everyone's data from `tools/`.
+PROBE = """\
+from ..storage.memory_store import MemoryStore
+from ..storage.scope import operator_view
+
+
+async def probe(store: MemoryStore, other: str) -> str:
+    counted = await store.count_all()
+    deleted = await store.archive.list_all(limit=5)
+    theirs = await store.count(operator_view(other))
+    return f"{counted} {theirs} {[row.record.content for row in deleted]}"
+"""
+
+
+def test_the_issues_probe_in_tools_fails_the_real_check(tmp_path: Path) -> None:
+    """The repository's own package with the probe dropped into ``tools/``."""
+    import shutil
+
+    shutil.copytree(
+        ROOT / arch.PACKAGE, tmp_path / arch.PACKAGE, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    (tmp_path / arch.PACKAGE / "tools" / "probe.py").write_text(PROBE, encoding="utf-8")
+    problems = arch.check(tmp_path, doc=None)
+    probe = f"{arch.PACKAGE}/tools/probe.py"
+    why = "(a read of everyone; read one user's data through a storage.scope.View)"
+    assert problems == [
+        f"{probe}:{line}: operator door on the chat path: {arch.PACKAGE}.tools.probe {how} {why}"
+        for line, how in (
+            (2, "imports operator_view"),
+            (6, "uses .count_all"),
+            (7, "uses .list_all"),
+            (8, "uses operator_view"),
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    ("where", "call"),
+    [
+        ("tools/probe.py", "store.count_all()"),
+        ("tools/probe.py", "store.iter_all_records()"),
+        ("tools/probe.py", "store.scan_all(offset=0, limit=10)"),
+        ("tools/probe.py", "store.fetch_anywhere(['id'])"),
+        ("tools/probe.py", "store.archive.list_all()"),
+        ("tools/probe.py", "store.archive.count_all()"),
+        ("active/probe.py", "scope.Scope.of_operator('p')"),
+        ("groups/probe.py", "scope.operator_view('p')"),
+        ("prompting/probe.py", "store.count_all()"),
+        ("subconscious/toolsets/probe.py", "store.count_all()"),
+        ("adapters/matchers.py", "store.count_all()"),
+    ],
+)
+def test_a_door_on_the_chat_path_fails(tmp_path: Path, where: str, call: str) -> None:
+    root = _make_package(tmp_path, {where: f"def probe(store, scope):\n    return {call}\n"})
+    (problem,) = arch.check(root, package=FAKE, doc=None)
+    assert "operator door on the chat path" in problem and problem.startswith(f"{FAKE}/{where}:2:")
+
+
+def test_doors_are_fine_where_operators_are(tmp_path: Path) -> None:
+    body = "def probe(store):\n    return store.count_all(), store.archive.list_all()\n"
+    files = {f"{rel}.py": body for rel in ("console/probe", "cli/probe", "upkeep/probe")}
+    files["adapters/console_http.py"] = body  # operator glue inside adapters/
+    files["subconscious/runner.py"] = body  # the loop's own bookkeeping, not its toolsets
+    root = _make_package(tmp_path, files)
+    assert arch.check(root, package=FAKE, doc=None) == []
+
+
+def test_an_operator_module_imported_on_the_chat_path_fails(tmp_path: Path) -> None:
+    root = _make_package(
+        tmp_path,
+        {
+            "upkeep/listing.py": "PAGE = 1\n",
+            "tools/probe.py": "from ..upkeep.listing import PAGE\n",
+        },
+    )
+    (problem,) = arch.check(root, package=FAKE, doc=None)
+    assert "operator module on the chat path" in problem and "upkeep.listing" in problem
+
+
+def test_the_allow_list_names_a_module_and_its_doors(tmp_path: Path) -> None:
+    root = _make_package(
+        tmp_path, {"tools/admin.py": "def probe(store):\n    return store.count_all()\n"}
+    )
+    allowed = {"tools.admin": frozenset({"count_all"})}
+    assert arch.check(root, package=FAKE, doc=None, doors={"allowed": allowed}) == []
+    other = {"tools.admin": frozenset({"scan_all"})}
+    assert len(arch.check(root, package=FAKE, doc=None, doors={"allowed": other})) == 1

@@ -18,6 +18,7 @@ A = lazy_import(
     "amrita_plugin_memory.upkeep.archive.sweep",
     "amrita_plugin_memory.core.config",
     "amrita_plugin_memory.core.errors",
+    "amrita_plugin_memory.core.records",
 )
 
 ALICE = "QQPlatform_Private_10001"
@@ -62,7 +63,7 @@ async def test_update_keeps_the_previous_text_in_the_archive(store: Any) -> None
     old_vector = await stored_vector(store, rec.id)
     await store.update(ALICE, rec.id, content="用户喜欢吃香蕉")
     await store.update(ALICE, rec.id, tags=["水果"])  # no text change: no version
-    versions = await store.archive.list(ALICE, memory_id=rec.id)
+    versions = await store.archive.list(view_of(ALICE), memory_id=rec.id)
     assert [(v.record.content, v.reason, v.is_version) for v in versions] == [
         ("用户喜欢吃苹果", "updated", True)
     ]
@@ -70,7 +71,7 @@ async def test_update_keeps_the_previous_text_in_the_archive(store: Any) -> None
     assert got is not None and got[1] == old_vector  # copied, not re-embedded
     assert (await store.get(view_of(ALICE), rec.id)).content == "用户喜欢吃香蕉"
     assert await store.count(view_of(ALICE)) == 1
-    assert await store.archive.count(BOB) == 0
+    assert await store.archive.count(view_of(BOB)) == 0
 
 
 async def test_update_changes_nothing_when_the_history_cannot_be_saved(store: Any) -> None:
@@ -102,7 +103,7 @@ async def test_sweep_moves_exactly_the_expired_memories(store: Any) -> None:
 
     assert (result.archived, result.batches, result.scanned) == (2, 2, 5)
     assert await live_ids(store) == {new_low.id, new_medium.id, ancient_high.id}
-    archived = await store.archive.list(limit=10)
+    archived = await store.archive.list_all(limit=10)
     assert {(r.id, r.reason, r.record.partition) for r in archived} == {
         (old_low.id, "expired", ALICE),
         (old_medium.id, "expired", BOB),
@@ -131,7 +132,7 @@ async def test_restore_round_trip_keeps_id_text_and_vector(store: Any) -> None:
     assert (back.created_at, back.updated_at) == (old.created_at, NOW.isoformat(timespec="seconds"))
     assert await stored_vector(store, old.id) == vector
     assert done.describe() == f"已恢复记忆 {old.id}"
-    assert await store.archive.count() == 0
+    assert await store.archive.count_all() == 0
     hits = await store.query(view_of(ALICE), "用户养了一只叫团子的猫", top_k=1)
     assert [h.id for h in hits] == [old.id]
     assert (await A.sweep(store, lifetime, now=NOW)).archived == 0  # fresh again
@@ -140,13 +141,13 @@ async def test_restore_round_trip_keeps_id_text_and_vector(store: Any) -> None:
 async def test_restoring_a_version_brings_the_old_text_back(store: Any) -> None:
     rec = await store.add(new_memory(ALICE, "user", "用户最喜欢的颜色是蓝色"))
     await store.update(ALICE, rec.id, content="用户最喜欢的颜色是红色")
-    (version,) = await store.archive.list(ALICE)
+    (version,) = await store.archive.list(view_of(ALICE))
 
     done = await A.restore(store, version.id, partition=ALICE, limit=1)
 
     assert done.replaced_text
     assert (await store.get(view_of(ALICE), rec.id)).content == "用户最喜欢的颜色是蓝色"
-    (kept,) = await store.archive.list(ALICE)  # the replaced text is history now
+    (kept,) = await store.archive.list(view_of(ALICE))  # the replaced text is history now
     assert kept.record.content == "用户最喜欢的颜色是红色" and kept.memory_id == rec.id
 
 
@@ -173,7 +174,7 @@ async def test_restore_refuses_foreign_and_unknown_ids(store: Any) -> None:
         STATS.inputs_tried += 1
         with pytest.raises(A.ArchiveRestoreError, match="归档中没有"):
             await A.restore(store, hostile, partition=ALICE, limit=10)
-    assert await store.count(view_of(ALICE)) == 0 and await store.archive.count(BOB) == 1
+    assert await store.count(view_of(ALICE)) == 0 and await store.archive.count(view_of(BOB)) == 1
 
 
 async def test_a_chat_write_waits_for_one_chunk_not_for_the_sweep(store: Any) -> None:
@@ -193,7 +194,7 @@ async def test_a_chat_write_waits_for_one_chunk_not_for_the_sweep(store: Any) ->
     task = asyncio.create_task(A.sweep(store, lifetime, batch_size=400, now=NOW))
     try:
         async with asyncio.timeout(120):  # hang guard only
-            while await store.archive.count() < A.WRITE_CHUNK and not task.done():  # noqa: ASYNC110
+            while await store.archive.count_all() < A.WRITE_CHUNK and not task.done():  # noqa: ASYNC110
                 await asyncio.sleep(0.01)
             new = await store.add(new_memory(ALICE, "user", "清理进行中写入的新记忆"))
             assert not task.done(), "the write waited for the whole sweep"
@@ -205,8 +206,39 @@ async def test_a_chat_write_waits_for_one_chunk_not_for_the_sweep(store: Any) ->
 
 
 async def test_reading_an_empty_archive_creates_nothing(store: Any) -> None:
-    assert await store.archive.count() == 0 and await store.archive.list(ALICE) == []
+    assert await store.archive.count_all() == 0 and await store.archive.list(view_of(ALICE)) == []
     assert await store.archive.get("x") is None and await store.archive.ids(["x"]) == set()
     with pytest.raises(A.ArchiveRestoreError):
         await A.restore(store, "x", partition=ALICE)
     assert store.archive.name not in await store.connection.list_collections()
+
+
+async def test_the_archive_is_read_through_a_view(store: Any) -> None:
+    """The archive holds what people asked to delete: a read names one partition and the
+    origins it may see (issue #49); the whole archive is an operator door, named as such."""
+    mine_a = await store.add(
+        new_memory(ALICE, "user", "在 A 群说过：用户住在杭州", origin="group:1")
+    )
+    mine_b = await store.add(
+        new_memory(ALICE, "user", "在 B 群说过：用户养了一只猫", origin="group:2")
+    )
+    theirs = await store.add(new_memory(BOB, "user", "用户对花生过敏"))
+    for partition, record in ((ALICE, mine_a), (ALICE, mine_b), (BOB, theirs)):
+        assert await store.delete(partition, record.id)
+
+    only_a = view_of(ALICE, A.OriginFilter.only("group:1"))
+    assert [r.id for r in await store.archive.list(only_a)] == [mine_a.id]
+    assert await store.archive.count(only_a) == 1
+    assert await store.archive.list(only_a, memory_id=mine_b.id) == []
+    assert {r.id for r in await store.archive.list(view_of(ALICE))} == {mine_a.id, mine_b.id}
+    assert await store.archive.count(view_of(BOB)) == 1
+    for call in (store.archive.list(ALICE), store.archive.count(None)):
+        with pytest.raises(TypeError, match="View"):
+            await call
+    assert await store.archive.count_all() == 3
+    assert {r.id for r in await store.archive.list_all(limit=10)} == {
+        mine_a.id,
+        mine_b.id,
+        theirs.id,
+    }
+    assert [r.id for r in await store.archive.list_all(memory_id=theirs.id)] == [theirs.id]

@@ -56,19 +56,19 @@ async def test_chat_archive_lists_and_restores_own_memories_only() -> None:
     await store.update(me, mine.id, content="我的爱好是摄影")
     theirs = await store.add(new_memory(other, "user", "别人的秘密"))
     await store.update(other, theirs.id, content="别人的新秘密")
-    (their_version,) = await store.archive.list(other, memory_id=theirs.id)
+    (their_version,) = await store.archive.list(view_of(other), memory_id=theirs.id)
 
     (reply,) = (await _command(private_event(16001, "/memory user archive"))).texts("private")
     assert "你已归档的记忆（共 1 条" in reply and "我的旧爱好是集邮" in reply
     assert "更新前的旧版本" in reply and "别人" not in reply
-    (my_version,) = await store.archive.list(me, memory_id=mine.id)
+    (my_version,) = await store.archive.list(view_of(me), memory_id=mine.id)
     assert my_version.id in reply
 
     rec = await _command(group_event(16001, 26001, "/memory user archive"))  # never in a group
     assert rec.texts("group") == ["个人记忆已通过私聊发送给你"]
     assert "我的旧爱好是集邮" in rec.texts("private")[0]
 
-    before = (await store.get(view_of(other), theirs.id), await store.archive.count(other))
+    before = (await store.get(view_of(other), theirs.id), await store.archive.count(view_of(other)))
     hostile = [
         their_version.id,  # another user's version
         theirs.id,
@@ -84,7 +84,10 @@ async def test_chat_archive_lists_and_restores_own_memories_only() -> None:
         (reply,) = rec.texts("private")
         assert reply.startswith(("恢复失败：", "请提供归档 ID")), reply
         assert "Traceback" not in reply
-    assert (await store.get(view_of(other), theirs.id), await store.archive.count(other)) == before
+    assert (
+        await store.get(view_of(other), theirs.id),
+        await store.archive.count(view_of(other)),
+    ) == before
     assert (await store.get(view_of(me), mine.id)).content == "我的爱好是摄影"
 
     rec = await _command(private_event(16001, f"/memory user archive restore {my_version.id}"))
@@ -231,7 +234,7 @@ async def test_sigkill_during_a_sweep_loses_nothing(
             # Polls another process's progress: no event to wait on.
             while archived < 200 and time.monotonic() < deadline and proc.poll() is None:
                 await asyncio.sleep(0.05)
-                archived = await rt.store.archive.count()
+                archived = await rt.store.archive.count_all()
             assert 0 < archived < len(items), f"the sweep was not caught mid-way ({archived})"
             os.killpg(proc.pid, signal.SIGKILL)
             STATS.faults_injected += 1
@@ -263,7 +266,7 @@ async def test_chroma_down_during_a_sweep_loses_nothing(
         task = asyncio.create_task(A.sweep(rt.store, rt.config.file.lifetime_days, batch_size=10))
         try:
             async with asyncio.timeout(60):  # hang guard only
-                while await rt.store.archive.count() < 30 and not task.done():  # noqa: ASYNC110
+                while await rt.store.archive.count_all() < 30 and not task.done():  # noqa: ASYNC110
                     await asyncio.sleep(0.02)
             assert not task.done(), "the sweep ended before the fault"
             chroma_server.stop()

@@ -37,7 +37,7 @@ EXPIRED = [
 async def _until_swept(rt: Any, expected: int) -> None:
     """Wait until ``expected`` memories are in the archive and none is left live."""
     while (  # noqa: ASYNC110 - another process (or the scheduler) does the work
-        await rt.store.archive.count() < expected or await rt.store.count_all() > 0
+        await rt.store.archive.count_all() < expected or await rt.store.count_all() > 0
     ):
         await asyncio.sleep(0.1)
 
@@ -66,7 +66,7 @@ async def test_a_running_bot_sweeps_shortly_after_start_not_one_interval_later(
         await seed(rt, MEM, EXPIRED)
         await E.reset_fingerprint(rt.maintenance)
         await E.migrate_partition_keys(rt.store)
-        assert await rt.store.archive.count() == 0
+        assert await rt.store.archive.count_all() == 0
         await asyncio.to_thread(bot.start)
         async with asyncio.timeout(120):  # hang guard only
             await _until_swept(rt, len(EXPIRED))

@@ -128,7 +128,7 @@ async def test_group_delete_and_update_permissions(
     stored = await rt.store.get(view_of(f"QQPlatform_Group_{gid}"), record.id)
     if allowed:
         assert stored is None
-        rows = await rt.store.archive.list(f"QQPlatform_Group_{gid}", memory_id=record.id)
+        rows = await rt.store.archive.list(view_of(f"QQPlatform_Group_{gid}"), memory_id=record.id)
         assert {(r.reason, r.record.content) for r in rows} == {
             ("deleted", "群公告：允许刷屏"),  # the delete kept the memory
             ("updated", "群公告：禁止刷屏"),  # the update kept the text before
@@ -264,7 +264,7 @@ async def test_memo_over_limit_is_refused_with_lengths(chat_server: ChatServer) 
     result = tool_results(chat_server)[0]
     assert result["ok"] is False
     assert (result["current_chars"], result["attempted_chars"], result["limit"]) == (4, 1001, 1000)
-    assert await rt.memo.get(f"QQPlatform_Private_{uid}") == "原备忘录"
+    assert await rt.memo.get(view_of(f"QQPlatform_Private_{uid}")) == "原备忘录"
 
 
 async def test_group_memo_written_from_a_group_turn(chat_server: ChatServer) -> None:
@@ -275,5 +275,5 @@ async def test_group_memo_written_from_a_group_turn(chat_server: ChatServer) -> 
         Reply.tool_call("update_memo", {"content": "本群禁止广告"}),
     )
     assert tool_results(chat_server)[0]["ok"] is True
-    assert await rt.memo.get("QQPlatform_Group_21090") == "本群禁止广告"
-    assert await rt.memo.get("QQPlatform_Private_11090") == ""
+    assert await rt.memo.get(view_of("QQPlatform_Group_21090")) == "本群禁止广告"
+    assert await rt.memo.get(view_of("QQPlatform_Private_11090")) == ""

@@ -217,7 +217,7 @@ async def test_two_processes_never_sweep_at_once(pair: list[Any]) -> None:
         result = await first
     assert result.archived == 3
     assert (await sweep(b, lifetime)).archived == 0  # free again, nothing left
-    assert await a.count(view_of(P)) == 0 and len(await a.archive.list(P, limit=10)) == 3
+    assert await a.count(view_of(P)) == 0 and len(await a.archive.list(view_of(P), limit=10)) == 3
 
 
 # ---------------------------------------------------------------------------

@@ -73,16 +73,16 @@ async def test_a_memo_updated_through_a_is_read_by_b(sides: tuple[Side, Side]) -
     _, key = _user()
     _, other = _user()
     assert (await a.memo.update(key, "用户叫小明")).ok
-    assert await b.memo.get(key) == "用户叫小明"
-    assert await b.memo.get(other) == ""  # an empty memo is cached too
+    assert await b.memo.get(view_of(key)) == "用户叫小明"
+    assert await b.memo.get(view_of(other)) == ""  # an empty memo is cached too
     assert b.memo.cached(key) and b.memo.cached(other)
 
     assert (await a.memo.update(key, "用户叫小红")).ok
     lag.past_max_lag()
-    assert await b.memo.get(key) == "用户叫小红"
+    assert await b.memo.get(view_of(key)) == "用户叫小红"
     assert b.memo.cached(other)  # only the changed uni_id was dropped
     # A's own cache followed its own write (no feed row of its own is applied).
-    assert a.memo.cached(key) and await a.memo.get(key) == "用户叫小红"
+    assert a.memo.cached(key) and await a.memo.get(view_of(key)) == "用户叫小红"
 
 
 async def test_the_background_poll_drops_bs_memo_without_a_read(
@@ -91,14 +91,14 @@ async def test_the_background_poll_drops_bs_memo_without_a_read(
     a, b = sides
     _, key = _user()
     assert (await a.memo.update(key, "第一版")).ok
-    assert await b.memo.get(key) == "第一版"  # starts B's poller, caches the memo
+    assert await b.memo.get(view_of(key)) == "第一版"  # starts B's poller, caches the memo
     seen = asyncio.Event()
     b.store.coherence.feed.follow(lambda partition: seen.set(), seen.set)
     assert (await a.memo.update(key, "第二版")).ok
     async with asyncio.timeout(10):  # hang guard
         await seen.wait()
     assert not b.memo.cached(key)
-    assert await b.memo.get(key) == "第二版"
+    assert await b.memo.get(view_of(key)) == "第二版"
 
 
 async def test_a_forget_through_a_leaves_nothing_of_the_user_in_bs_caches(
@@ -119,8 +119,8 @@ async def test_a_forget_through_a_leaves_nothing_of_the_user_in_bs_caches(
     await a.groups.personas.merge(user, [("兴趣", "登山")], now=time.time(), max_chars=700)
     await a.store.add(new_memory(key, "user", "用户住在杭州"))
     # B injects all of it into its prompts, from its caches.
-    assert await b.memo.get(key) == "用户的生日是五月一日"
-    assert await b.memo.get(other_key) == "另一位用户的备忘录"
+    assert await b.memo.get(view_of(key)) == "用户的生日是五月一日"
+    assert await b.memo.get(view_of(other_key)) == "另一位用户的备忘录"
     assert [f.value for f in (await b.groups.personas.get(user)).fields] == ["登山"]
     assert b.groups.personas.cached(user)
     assert await b.consent.allows(user)
@@ -145,10 +145,10 @@ async def test_a_forget_through_a_leaves_nothing_of_the_user_in_bs_caches(
     assert (counts.memo, counts.persona_fields, counts.memories) == (1, 1, 1)
 
     lag.past_max_lag()
-    assert await b.memo.get(key) == ""
+    assert await b.memo.get(view_of(key)) == ""
     assert (await b.groups.personas.get(user)).fields == []
     assert [r.content for r in await b.store.query(view_of(key), "杭州", top_k=5)] == []
-    assert await b.memo.get(other_key) == "另一位用户的备忘录"
+    assert await b.memo.get(view_of(other_key)) == "另一位用户的备忘录"
     # The window B holds in memory (shown in B's group prompts) lost their messages,
     # the other member's stay; B's cached labels of the group are read again.
     assert [e.user_id for e in await b.groups.windows.recent(group, 10)] == [other]
@@ -195,7 +195,7 @@ async def test_a_failed_poll_clears_bs_memo_cache(sides: tuple[Side, Side]) -> N
     a, b = sides
     _, key = _user()
     assert (await a.memo.update(key, "内容")).ok
-    assert await b.memo.get(key) == "内容"
+    assert await b.memo.get(view_of(key)) == "内容"
     feed = b.store.coherence.feed
 
     def broken() -> Any:

@@ -71,7 +71,7 @@ async def test_private_list_search_delete() -> None:
         f"已删除个人记忆 {gone}（已存入归档，可用 /memory user archive restore {gone} 恢复）"
     ]
     assert await store.get(view_of(key), gone) is None
-    (row,) = await store.archive.list(key, memory_id=gone)  # deletes lose nothing
+    (row,) = await store.archive.list(view_of(key), memory_id=gone)  # deletes lose nothing
     assert (row.id, row.reason, row.record.content) == (gone, "deleted", records[0].content)
     rec = await command(private_event(uid, "/memory user archive"))
     assert f"{gone}  [已删除，归档于" in rec.texts("private")[0]

@@ -96,7 +96,7 @@ async def test_delete_keeps_the_memory_and_restore_brings_it_back(store: Any) ->
     assert done.describe() == f"已恢复记忆 {rec.id}"
     assert back is not None and (back.content, back.created_at) == (rec.content, rec.created_at)
     assert await stored_vector(store, rec.id) == vector
-    assert await store.archive.count() == 0
+    assert await store.archive.count_all() == 0
     hits = await store.query(view_of(ALICE), "团子", top_k=1)
     assert [h.id for h in hits] == [rec.id]
 
@@ -106,7 +106,7 @@ async def test_a_delete_of_another_partitions_memory_archives_nothing(store: Any
     assert await store.delete(ALICE, rec.id) is False
     assert await store.delete(ALICE, "no-such-id") is False
     assert await store.get(view_of(BOB), rec.id) is not None
-    assert await store.archive.count() == 0
+    assert await store.archive.count_all() == 0
 
 
 async def test_a_delete_that_cannot_archive_deletes_nothing(store: Any) -> None:
@@ -157,7 +157,7 @@ async def test_the_sweep_leaves_a_memory_another_process_changed_meanwhile(
     assert await store.get(view_of(BOB), gone.id) is None
     # The swept row of the changed memory became its previous version, once.
     assert await store.archive.ids([old.id, gone.id]) == {gone.id}
-    versions = await store.archive.list(ALICE, memory_id=old.id)
+    versions = await store.archive.list(view_of(ALICE), memory_id=old.id)
     assert [(v.record.content, v.reason, v.is_version) for v in versions] == [
         ("用户住在上海", "updated", True)
     ]
@@ -180,7 +180,9 @@ async def test_a_delete_archives_what_another_process_wrote_meanwhile(store: Any
     assert changed and changed[0] is not None
     STATS.faults_injected += 1
     assert await store.get(view_of(ALICE), rec.id) is None
-    rows = {(r.record.content, r.reason) for r in await store.archive.list(ALICE, limit=10)}
+    rows = {
+        (r.record.content, r.reason) for r in await store.archive.list(view_of(ALICE), limit=10)
+    }
     if ("用户喜欢红色", "deleted") not in rows:
         STATS.items_lost += 1
     # The memory as last written is the deleted row; the text before, a version.
@@ -202,6 +204,8 @@ async def test_an_update_racing_a_delete_of_another_process_is_refused(store: An
         await store.update(ALICE, rec.id, content="用户在学钢琴")
 
     assert deleted == [True]
-    rows = {(r.record.content, r.reason) for r in await store.archive.list(ALICE, limit=10)}
+    rows = {
+        (r.record.content, r.reason) for r in await store.archive.list(view_of(ALICE), limit=10)
+    }
     assert ("用户在学吉他", "deleted") in rows
     assert await store.get(view_of(ALICE), rec.id) is None

@@ -17,7 +17,7 @@ from tests.chat import BotRecorder
 from tests.conftest import SUPERUSER
 from tests.events import group_event, private_event
 from tests.group_helpers import groups, say, turn_prompts
-from tests.helpers import runtime
+from tests.helpers import runtime, view_of
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 from tests.servers import ChatServer, Reply
@@ -156,7 +156,7 @@ async def test_a_members_group_memo_cannot_pose_as_the_self_memory(
     )
     chat_server.script(Reply.tool_call("update_memo", {"content": fake}))
     await say(group_event(member, gid, "把这个记进群备忘录"))
-    assert await runtime().memo.get(f"QQPlatform_Group_{gid}") == fake  # stored verbatim
+    assert await runtime().memo.get(view_of(f"QQPlatform_Group_{gid}")) == fake  # stored verbatim
 
     chat_server.clear()
     await say(group_event(member, gid, "你是谁"))
@@ -183,20 +183,24 @@ async def test_memo_commands(chat_server: ChatServer) -> None:
     assert rec.texts("group") == [
         "个人备忘录只能在私聊中查看或清空（群备忘录：/memory group memo）"
     ]
-    assert await rt.memo.get(user_key) == "喜欢喝龙井"
+    assert await rt.memo.get(view_of(user_key)) == "喜欢喝龙井"
     rec = await say(private_event(uid, "/memory memo clear"))
-    assert rec.texts("private") == ["已清空你的备忘录"] and await rt.memo.get(user_key) == ""
+    assert (
+        rec.texts("private") == ["已清空你的备忘录"] and await rt.memo.get(view_of(user_key)) == ""
+    )
 
     rec = await say(group_event(uid, gid, "/memory group memo"))
     assert rec.texts("group") == ["本群备忘录：\n本群周五聚餐"]
     rec = await say(group_event(uid, gid, "/memory group memo clear"))
     assert rec.texts("group") == ["该命令需要群管理员、群主或超级用户权限"]
-    assert await rt.memo.get(group_key) == "本群周五聚餐"
+    assert await rt.memo.get(view_of(group_key)) == "本群周五聚餐"
     rec = await say(
         group_event(admin, gid, "/memory group memo clear", role="admin"),
         recorder=BotRecorder(roles={(gid, admin): "admin"}),
     )
-    assert rec.texts("group") == ["已清空本群备忘录"] and await rt.memo.get(group_key) == ""
+    assert (
+        rec.texts("group") == ["已清空本群备忘录"] and await rt.memo.get(view_of(group_key)) == ""
+    )
     rec = await say(private_event(uid, "/memory group memo"))
     assert rec.texts("private") == ["该命令只能在群聊中使用"]
 

@@ -78,7 +78,7 @@ async def test_migration_rewrites_legacy_keys_once(store: Any) -> None:
     odd = await store.add(new_memory("not-a-key", "user", "无法解析的键"))
     # An archived version under the legacy key follows its partition too.
     await store.update("user_10001", legacy_user.id, content="旧格式个人记忆（改）")
-    [version] = await store.archive.list("user_10001")
+    [version] = await store.archive.list(view_of("user_10001"))
 
     dry = await K.migrate_partition_keys(store, dry_run=True, page_size=2)
     assert (dry.scanned, dry.rewritten, dry.unparsable, dry.skipped) == (4, 2, 1, False)
@@ -90,8 +90,8 @@ async def test_migration_rewrites_legacy_keys_once(store: Any) -> None:
     assert await store.get(view_of("user_10001"), legacy_user.id) is None
     moved = await store.get(view_of("QQPlatform_Private_10001"), legacy_user.id)
     assert moved is not None and moved.content == "旧格式个人记忆（改）"
-    assert await store.archive.list("user_10001") == []
-    [kept] = await store.archive.list("QQPlatform_Private_10001")
+    assert await store.archive.list(view_of("user_10001")) == []
+    [kept] = await store.archive.list(view_of("QQPlatform_Private_10001"))
     assert kept.id == version.id and kept.record.content == "旧格式个人记忆"
     assert (
         await store.get(view_of("QQPlatform_Group_20002"), legacy_group.id)

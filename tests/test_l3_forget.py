@@ -220,7 +220,7 @@ async def test_an_answer_arriving_after_the_forget_writes_nothing(
 
     assert result.outcome == "interrupted" and result.actions == {}
     assert await rt.store.count(view_of(partition(uid))) == 0
-    assert await rt.memo.get(partition(uid)) == ""
+    assert await rt.memo.get(view_of(partition(uid))) == ""
     assert not runner.profile.path.exists()
     assert runner.state["last_abstracts"] == []  # the fenced cycle keeps no abstract
     assert len(loop_requests(chat_server)) == 1

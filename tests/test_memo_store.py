@@ -25,7 +25,7 @@ import pytest
 
 from tests.botproject import BotProject
 from tests.conftest import captured_logs
-from tests.helpers import partition
+from tests.helpers import partition, view_of
 from tests.reliability_stats import STATS
 from tests.servers import EmbeddingServer
 from tests.servers.postgres import PostgresServer
@@ -72,7 +72,7 @@ async def test_a_read_in_flight_cannot_put_an_older_text_into_the_cache() -> Non
 
     event.listen(UserMemo, "load", hold_first_load)
     try:
-        reader = asyncio.create_task(service.get(key))
+        reader = asyncio.create_task(service.get(view_of(key)))
         async with asyncio.timeout(20):  # hang guard
             await loaded.wait()
             assert (await service.update(key, "新文本")).ok  # commits while the read waits
@@ -83,8 +83,10 @@ async def test_a_read_in_flight_cannot_put_an_older_text_into_the_cache() -> Non
         event.remove(UserMemo, "load", hold_first_load)
     STATS.faults_injected += 1
     assert held == ["旧文本"]
-    assert await service.get(key) == "新文本"  # the cache was not refilled with the old text
-    assert await MemoService(1000).get(key) == "新文本"
+    assert (
+        await service.get(view_of(key)) == "新文本"
+    )  # the cache was not refilled with the old text
+    assert await MemoService(1000).get(view_of(key)) == "新文本"
 
 
 @pytest.mark.usefixtures("orm_db")
@@ -95,7 +97,7 @@ async def test_reads_without_writes_still_fill_the_cache() -> None:
     assert (await MemoService(1000).update(key, "内容")).ok
     service = MemoService(1000)
     assert key not in service._cache
-    assert await service.get(key) == "内容"
+    assert await service.get(view_of(key)) == "内容"
     assert service._cache.get(key) == "内容"
 
 
@@ -137,8 +139,8 @@ async def test_legacy_memo_rows_move_to_the_current_keys(info_logs: list[str]) -
         await session.commit()
     keys = [k for k, _, _ in rows] + ["QQPlatform_Private_15101", "QQPlatform_Group_25101"]
     # Cached before the migration: an empty memo and the older conflicting text.
-    assert await memo.get("QQPlatform_Private_15101") == ""
-    assert await memo.get("QQPlatform_Private_15102") == "新键上较旧的备忘录丁"
+    assert await memo.get(view_of("QQPlatform_Private_15101")) == ""
+    assert await memo.get(view_of("QQPlatform_Private_15102")) == "新键上较旧的备忘录丁"
 
     dry = await memo.migrate_keys(dry_run=True)
     assert dry.moved >= 4 and dry.unparsable >= 1 and dry.conflicts == []
@@ -158,9 +160,9 @@ async def test_legacy_memo_rows_move_to_the_current_keys(info_logs: list[str]) -
         "not-a-uni-id-15104": ("无法识别的键庚", OLD),
     }
     # The cache follows the migration.
-    assert await memo.get("QQPlatform_Private_15101") == "旧格式的个人备忘录甲"
-    assert await memo.get("QQPlatform_Private_15102") == "旧键上较新的备忘录丙"
-    assert await memo.get("QQPlatform_Group_25101") == "旧格式的群备忘录乙"
+    assert await memo.get(view_of("QQPlatform_Private_15101")) == "旧格式的个人备忘录甲"
+    assert await memo.get(view_of("QQPlatform_Private_15102")) == "旧键上较新的备忘录丙"
+    assert await memo.get(view_of("QQPlatform_Group_25101")) == "旧格式的群备忘录乙"
     # Conflicts are logged at INFO, never with a memo's text.
     conflicts = [line for line in info_logs if line.startswith("INFO [Memory] 备忘录键迁移")]
     assert len(conflicts) == 2 and "保留较新的 user_15102" in conflicts[0] + conflicts[1]
@@ -171,7 +173,7 @@ async def test_legacy_memo_rows_move_to_the_current_keys(info_logs: list[str]) -
     again = await memo.migrate_keys()
     assert again.moved == 0 and again.conflicts == []
     assert await _rows(*keys) == migrated
-    assert await memo.get("QQPlatform_Private_15103") == "新键上较新的备忘录己"
+    assert await memo.get(view_of("QQPlatform_Private_15103")) == "新键上较新的备忘录己"
 
 
 # ---------------------------------------------------------------------------

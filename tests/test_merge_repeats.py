@@ -75,7 +75,7 @@ async def test_different_facts_with_close_vectors_stay_two_memories(
         va = await rt.store.stored_vector(view_of(K.user_key(str(uid))), old["memory"]["id"])
         vb = await rt.store.stored_vector(view_of(K.user_key(str(uid))), new["memory"]["id"])
         assert D.cosine(va, vb) >= rt.store.settings.dedup_min_cosine
-        assert await rt.store.archive.list(K.user_key(str(uid))) == []  # nothing archived
+        assert await rt.store.archive.list(view_of(K.user_key(str(uid)))) == []  # nothing archived
 
 
 async def test_a_true_repeat_is_still_merged(rt: Any) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.botproject import make_runtime
-from tests.helpers import new_memory
+from tests.helpers import new_memory, view_of
 from tests.lazy import lazy_import
 
 pytestmark = pytest.mark.usefixtures("orm_db", "embed_server")
@@ -74,7 +74,7 @@ async def test_memo_write_read_remove_migrate_and_console_list() -> None:
     memo = MemoService(1000)
     assert (await memo.update(key, "用户叫小明，喜欢🍎")).ok
     assert (await memo.update(group, "群规：不刷屏")).ok
-    assert await MemoService(1000).get(key) == "用户叫小明，喜欢🍎"
+    assert await MemoService(1000).get(view_of(key)) == "用户叫小明，喜欢🍎"
     (row,) = await rows(M.UserMemo, user_id=key)
     near_now(row.updated_at)
 
@@ -104,7 +104,7 @@ async def test_memo_write_read_remove_migrate_and_console_list() -> None:
     assert "user_30001" not in kept and "user_30002" not in kept
 
     assert await memo.remove(key)
-    assert await MemoService(1000).get(key) == ""
+    assert await MemoService(1000).get(view_of(key)) == ""
 
 
 async def test_consent_opt_out_and_notice() -> None:
@@ -461,7 +461,7 @@ async def test_user_export_and_forget(tmp_path: Path) -> None:
         counts = await rt.user_data(stores(), LoopStateRow()).forget(uid)
         assert counts.memories == 1 and counts.memo == 1
         assert counts.persona_fields == 1 and counts.group_messages == 1 and counts.labels == 1
-        assert await rt.memo.get(personal) == ""
+        assert await rt.memo.get(view_of(personal)) == ""
         assert await stores().windows.messages_of(uid) == []
         assert (await stores().personas.get(uid)).fields == []
         assert await stores().directory.labels_of(uid) == {}

@@ -214,7 +214,7 @@ async def test_group_memo_and_group_writes_matrix(editors: str, role: str, uid: 
     allowed = editors == "member" or role in ("admin", "owner") or str(uid) == SUPERUSER
     STATS.inputs_tried += 2
 
-    memo_before = await rt.memo.get(group_partition)
+    memo_before = await rt.memo.get(view_of(group_partition))
     count_before = await rt.store.count(view_of(group_partition))
     memo = await tools.update_memo(caller, {"content": f"群备忘（{editors}/{role}）"})
     write = await tools.write_memory(
@@ -222,14 +222,14 @@ async def test_group_memo_and_group_writes_matrix(editors: str, role: str, uid: 
     )
     assert memo["ok"] is allowed and write["ok"] is allowed, (memo, write)
     if allowed:
-        assert await rt.memo.get(group_partition) == f"群备忘（{editors}/{role}）"
+        assert await rt.memo.get(view_of(group_partition)) == f"群备忘（{editors}/{role}）"
         assert await rt.store.count(view_of(group_partition)) == count_before + 1
     else:
         for result in (memo, write):
             assert (
                 "群管理员、群主或超级用户" in result["error"] and "未做任何修改" in result["error"]
             )
-        assert await rt.memo.get(group_partition) == memo_before
+        assert await rt.memo.get(view_of(group_partition)) == memo_before
         assert await rt.store.count(view_of(group_partition)) == count_before
 
     # The speaker's own memories and private memo are never restricted.
@@ -263,7 +263,7 @@ async def test_admin_only_group_memo_in_chat_turns(
         chat_server, group_event(member, gid, "改群备忘"), *edits("成员写的"), recorder=recorder
     )
     assert [r["ok"] for r in tool_results(chat_server)] == [True, True]
-    assert await rt.memo.get(group_partition) == "成员写的"
+    assert await rt.memo.get(view_of(group_partition)) == "成员写的"
 
     monkeypatch.setattr(rt, "scopes", dataclasses.replace(rt.scopes, group_editors="admin"))
     STATS.inputs_tried += 2
@@ -273,7 +273,7 @@ async def test_admin_only_group_memo_in_chat_turns(
     memo, write = tool_results(chat_server)
     assert memo["ok"] is False and "group_memo_editors" in memo["error"]
     assert write["ok"] is False and "写入群共享记忆" in write["error"]
-    assert await rt.memo.get(group_partition) == "成员写的"
+    assert await rt.memo.get(view_of(group_partition)) == "成员写的"
     assert await rt.store.count(view_of(group_partition)) == 1
 
     await turn(
@@ -283,7 +283,7 @@ async def test_admin_only_group_memo_in_chat_turns(
         recorder=recorder,
     )
     assert [r["ok"] for r in tool_results(chat_server)] == [True, True]
-    assert await rt.memo.get(group_partition) == "管理员写的"
+    assert await rt.memo.get(view_of(group_partition)) == "管理员写的"
     assert await rt.store.count(view_of(group_partition)) == 2
 
 

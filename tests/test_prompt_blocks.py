@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from tests.chat import BotRecorder, make_bot, run_turn
 from tests.events import private_event
-from tests.helpers import chat_requests, new_memory, partition, runtime, system_prompt
+from tests.helpers import chat_requests, new_memory, partition, runtime, system_prompt, view_of
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 from tests.servers import ChatServer, Reply
@@ -391,7 +391,7 @@ async def test_unchanged_rewrites_do_not_drift(
         shown.append(block_body(prompt, "MEMO", header=True))
         results = [m for r in requests for m in r["messages"] if m["role"] == "tool"]
         assert results and json.loads(results[-1]["content"])["ok"] is True
-        assert await rt.memo.get(key) == expected
+        assert await rt.memo.get(view_of(key)) == expected
     assert shown == [expected] * 3
 
 

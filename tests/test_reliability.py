@@ -254,7 +254,7 @@ async def kept_texts(rt: Any) -> dict[str, str]:
     kept: dict[str, str] = {}
     async for page in rt.store.iter_all_records(with_documents=True):
         kept |= {r.id: r.content for r in page}
-    for row in await rt.store.archive.list(limit=10_000):
+    for row in await rt.store.archive.list_all(limit=10_000):
         if not row.is_version:
             kept.setdefault(row.memory_id, row.record.content)
     return kept

@@ -257,7 +257,7 @@ async def test_a_repeated_fact_is_merged_not_copied(rt: Any) -> None:
     assert stored.tags == ["饮食", "咖啡"] and stored.importance == "high"
     assert stored.updated_at == at(-1)() and stored.created_at == NOW.isoformat(timespec="seconds")
     # The older text is kept in the archive as the memory's history.
-    history = await rt.store.archive.list(me)
+    history = await rt.store.archive.list(view_of(me))
     assert [(h.record.content, h.reason, h.memory_id) for h in history] == [
         ("用户喜欢喝咖啡", "merged", first["memory"]["id"])
     ]

@@ -139,7 +139,7 @@ async def test_full_cycle_merges_duplicates(
     assert records[a.id].content == merged and records[a.id].tags == ["饮食", "偏好"]
     assert records[other.id].content == "用户的生日是5月1日"
     # Nothing lost: the deleted duplicate and the replaced text are in the archive.
-    archived = {(r.id, r.reason) for r in await rt.store.archive.list(part, limit=10)}
+    archived = {(r.id, r.reason) for r in await rt.store.archive.list(view_of(part), limit=10)}
     assert (b.id, "deleted") in archived
     assert any(row_id.startswith(f"{a.id}~") and why == "updated" for row_id, why in archived)
 
@@ -584,7 +584,9 @@ async def test_memo_compression_and_argument_validation(
     assert missing["ok"] is False and "不存在" in missing["error"]
     assert stats["total"] == 1 and stats["by_tag"] == {"项目": 1}
     assert stats["by_importance"] == {"high": 0, "medium": 1, "low": 0}
-    assert await rt.memo.get(partition(uid)) == "用户叫小王。用户有 3 个项目（细节见记忆）。"
+    assert (
+        await rt.memo.get(view_of(partition(uid))) == "用户叫小王。用户有 3 个项目（细节见记忆）。"
+    )
 
 
 async def test_read_sessions_summaries_are_cached(

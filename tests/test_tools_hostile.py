@@ -42,7 +42,7 @@ async def snapshot() -> dict[str, Any]:
             (r.id, r.content, tuple(r.tags), r.importance, r.updated_at)
             for r in await rt.store.list(view_of(p), limit=1000)
         )
-    out["memo"] = await rt.memo.get(f"QQPlatform_Private_{UID}")
+    out["memo"] = await rt.memo.get(view_of(f"QQPlatform_Private_{UID}"))
     return out
 
 
@@ -169,16 +169,16 @@ async def test_concurrent_memo_writes_leave_one_complete_text() -> None:
     from amrita_plugin_memory.storage.memo_store import MemoService
 
     uncached = MemoService(rt.memo.max_chars)  # read back from SQLite, not the cache
-    assert await uncached.get(key) in texts
+    assert await uncached.get(view_of(key)) in texts
 
 
 async def test_memo_cache_holds_empty_values() -> None:
     rt = runtime()
     key = "QQPlatform_Private_13101"
-    assert await rt.memo.get(key) == ""
+    assert await rt.memo.get(view_of(key)) == ""
     assert key in rt.memo._cache
     assert (await rt.memo.update(key, "新内容")).ok
-    assert await rt.memo.get(key) == "新内容"
+    assert await rt.memo.get(view_of(key)) == "新内容"
 
 
 _json_values = st.recursive(

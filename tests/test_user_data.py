@@ -105,8 +105,8 @@ async def holdings(rt: Any, groups: Any, uid: int, gid: int) -> dict[str, Any]:
     key = partition(uid)
     return {
         "memories": await rt.store.count(view_of(key)),
-        "archive": await rt.store.archive.count(key),
-        "memo": await rt.memo.get(key),
+        "archive": await rt.store.archive.count(view_of(key)),
+        "memo": await rt.memo.get(view_of(key)),
         "persona": [f.value for f in (await groups.personas.get(str(uid))).fields],
         "window": [
             e.text for e in await groups.windows.recent(str(gid), 200) if e.user_id == str(uid)
@@ -477,7 +477,7 @@ async def test_backups_are_rewritten_and_an_older_backup_never_brings_the_user_b
             await U.restore_backup(rt.maintenance, path)
             now = await snapshot(rt, mem)
             assert [v[0] for v in now.values() if meta(v)["user_id"] == partition(me)] == []
-            assert await rt.store.archive.count(partition(me)) == 0
+            assert await rt.store.archive.count(view_of(partition(me))) == 0
             group_memory = now[mine["group_memory"]]
             assert group_memory[0] == "庚定下群规：周五聚餐" and meta(group_memory)["author"] == ""
             lost = sum(
@@ -486,7 +486,7 @@ async def test_backups_are_rewritten_and_an_older_backup_never_brings_the_user_b
             )  # fmt: skip
             STATS.items_lost += lost
             assert lost == 0
-            assert await rt.store.archive.count(partition(other)) == 1
+            assert await rt.store.archive.count(view_of(partition(other))) == 1
         # The user talks again after the forget: that is kept, backed up and restored.
         await rt.store.add(new_memory(partition(me), "user", "庚又回来了，喜欢石榴"))
         newer = await U.create_backup(rt.maintenance)
@@ -509,7 +509,7 @@ async def test_an_archive_restore_never_brings_back_a_forgotten_users_row(
     try:
         record = await rt.store.add(new_memory(partition(me), "user", "壬喜欢桂花"))
         await rt.store.update(partition(me), record.id, content="壬喜欢荷花")
-        (row,) = await rt.store.archive.list(partition(me))
+        (row,) = await rt.store.archive.list(view_of(partition(me)))
         got = await rt.store.archive.get(row.id, with_vector=True)
         await rt.user_data(U.GroupStores.build(rt.config.file)).forget(str(me))
         await rt.store.archive.save(  # as it was: archived before the forget

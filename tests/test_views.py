@@ -41,16 +41,22 @@ UNVIEWED_READS = {
     "fetch": 'store.fetch(P, ["id"])',
     "rows": "store.rows(P)",
     "nearest": "store.nearest(P, [[0.0]], top_k=1)",
+    # The other per-user stores behind the same rule (issue #49): the archive holds what
+    # people asked to delete, a memo is one chat's; neither has a read "of everyone".
+    "archive.count": "store.archive.count(P)",
+    "archive.list": "store.archive.list(P)",
+    "memo.get": "memo.get(P)",
 }
 
 
 def _snippet(calls: list[str]) -> str:
     body = "\n".join(f"    await {call}" for call in calls)
     return (
+        "from amrita_plugin_memory.storage.memo_store import MemoService\n"
         "from amrita_plugin_memory.storage.memory_store import MemoryStore\n"
         "from amrita_plugin_memory.storage.scope import operator_view\n\n"
         f"P = {P!r}\n\n\n"
-        "async def reads(store: MemoryStore) -> None:\n"
+        "async def reads(store: MemoryStore, memo: MemoService) -> None:\n"
         f"{body}\n"
         "    async for _ in store.iter_records(P):\n"
         "        pass\n"
@@ -84,16 +90,20 @@ def test_a_read_without_a_view_does_not_type_check(tmp_path: Path) -> None:
 
 
 async def test_a_read_without_a_view_raises(store: Any) -> None:
+    from amrita_plugin_memory.storage.memo_store import MemoService
+
     await store.add(new_memory(P, "user", "用户喜欢喝乌龙茶"))
+    memo = MemoService(1000)
     for name, call in UNVIEWED_READS.items():
         with pytest.raises(TypeError, match="View"):
-            await eval(call, {"store": store, "P": P})  # the snippet's calls, run for real
+            await eval(call, {"store": store, "memo": memo, "P": P})  # run for real
         assert name
     with pytest.raises(TypeError, match="View"):
         async for _ in store.iter_records(P):
             pass
     # What a count of everything is for: named as such, for operators.
     assert await store.count_all() == 1
+    assert await store.archive.count_all() == 0 and await store.archive.list_all() == []
 
 
 async def test_a_narrowed_view_hides_other_origins_through_every_door(store: Any) -> None:

@@ -8,6 +8,7 @@ from amrita_core import PreCompletionEvent
 
 from ..prompting.blocks import insert_block, render_memo_block
 from ..storage.memo_store import MemoService
+from ..storage.scope import ScopeRules
 from ..storage.usage import UsageLedger
 from .events import target_from_event
 
@@ -41,7 +42,7 @@ def register_memo_hook(service: MemoService, usage: UsageLedger | None = None) -
             usage.count_turn()
         target = target_from_event(amrita_ctx["event"])
         try:
-            memo = await service.get(target.session)
+            memo = await service.get(ScopeRules().of_turn(target).chat_view())
         except Exception as exc:  # the chat must go on without its memo
             logger.warning(f"[Memory] 读取备忘录失败，本轮不注入：{exc.__class__.__name__}: {exc}")
             return

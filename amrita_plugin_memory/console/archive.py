@@ -18,7 +18,7 @@ from ..core.calendar import OwnerCalendar
 from ..core.config import ConfigFile
 from ..core.errors import ErrorKind
 from ..storage.archive.store import ArchivedMemory
-from ..storage.memory_store import MemoryStore
+from ..storage.memory_store import MemoryStore, operator_view
 from ..tools.args import parse_int
 from ..upkeep.archive.restore import ArchiveRestoreError, restore
 from ..upkeep.archive.sweep import sweep
@@ -79,11 +79,20 @@ class ArchiveAdmin:
         archive = self.store.archive
 
         async def run() -> dict[str, Any]:
+            view = None if partition is None else operator_view(partition)
             if memory_id is None:
-                total = await archive.count(partition)
-                rows = await archive.list(partition, limit=limit, offset=offset)
+                total = await (archive.count_all() if view is None else archive.count(view))
+                rows = await (
+                    archive.list_all(limit=limit, offset=offset)
+                    if view is None
+                    else archive.list(view, limit=limit, offset=offset)
+                )
             else:  # the versions of one memory: a handful of rows
-                every = await archive.list(partition, memory_id=memory_id, limit=LIST_MAX)
+                every = await (
+                    archive.list_all(memory_id=memory_id, limit=LIST_MAX)
+                    if view is None
+                    else archive.list(view, memory_id=memory_id, limit=LIST_MAX)
+                )
                 total, rows = len(every), every[offset : offset + limit]
             versions = await archive.versions([row.memory_id for row in rows])
             return {

@@ -17,6 +17,7 @@ from sqlalchemy import func, select
 from ..storage.keys import parse_key
 from ..storage.memo_store import MemoService
 from ..storage.models import UserMemo
+from ..storage.scope import operator_view
 from ..storage.shared.sessions import orm_session
 from . import params
 from .errors import audit, bad_request, guarded, not_found
@@ -73,7 +74,7 @@ class MemoAdmin:
 
     async def get(self, uni_id: Any) -> dict[str, Any]:
         key = params.uni_id(uni_id)
-        text = await guarded("console_read_memo", lambda: self.memo.get(key))
+        text = await guarded("console_read_memo", lambda: self.memo.get(operator_view(key)))
         return {
             "uni_id": key,
             "kind": _kind(key),
@@ -100,7 +101,7 @@ class MemoAdmin:
 
     async def delete(self, actor: str, uni_id: Any) -> dict[str, Any]:
         key = params.uni_id(uni_id)
-        if not await guarded("console_read_memo", lambda: self.memo.get(key)):
+        if not await guarded("console_read_memo", lambda: self.memo.get(operator_view(key))):
             not_found(f"{key} 没有备忘录")
         await guarded("console_clear_memo", lambda: self.memo.update(key, ""))
         audit(actor, "清空备忘录", uni_id=key)

@@ -37,6 +37,7 @@ from ..core.protocols import Fence
 from ..infra.locks import PartitionLocks
 from .keys import normalize_key
 from .models import UserMemo, db_now
+from .scope import View
 from .shared.coherence import SAFETY_EXPIRY, Coherence
 from .shared.keyed import KeyedCache
 from .shared.sessions import orm_session
@@ -90,8 +91,13 @@ class MemoService:
         """Whether the memo of ``uni_id`` is in this process's cache (tests)."""
         return uni_id in self._cache
 
-    async def get(self, uni_id: str) -> str:
-        """The memo of ``uni_id`` (``""`` when there is none)."""
+    async def get(self, view: View) -> str:
+        """The memo ``view`` names (``""`` when there is none): a chat's own
+        (:meth:`.scope.Scope.chat_view`), a partition's (:meth:`.scope.Scope.view`) or an
+        operator's (:func:`.scope.operator_view`); never a bare key from the chat path."""
+        return await self._read(View.check(view).partition)
+
+    async def _read(self, uni_id: str) -> str:
         await self.coherence.fresh()
         cached = self._cache.get(uni_id)
         if cached is not None:
@@ -133,7 +139,7 @@ class MemoService:
         async with self._locks.hold(uni_id):
             if fence is not None:
                 await fence()
-            current = await self.get(uni_id)
+            current = await self._read(uni_id)
             attempted = len(content)
             if attempted > self.max_chars:
                 return MemoWriteResult(False, len(current), attempted, self.max_chars)

@@ -74,8 +74,11 @@ async def _always() -> bool:
 class View:
     """What one read may see: a partition, and which of its memories by where they were said.
 
-    Every read and count of :class:`~.memory_store.MemoryStore` requires one
-    (a plain partition key is refused, :meth:`check`), and only this module
+    Every read and count of :class:`~.memory_store.MemoryStore`, of the archive
+    (:class:`~.archive.store.ArchiveStore`) and of the memos
+    (:class:`~.memo_store.MemoService`) requires one (a plain partition key is
+    refused, :meth:`check`; a whole-store read is a separately named operator
+    door, kept off the chat path by ``.ci/check_architecture.py``), and only this module
     builds them: :meth:`Scope.view` for a request, :func:`operator_view` for
     the console, the CLI and the work on stored memories as a whole. A new
     reader therefore cannot forget the privacy rule: it has no read without it.
@@ -89,7 +92,7 @@ class View:
         """``view`` if it is a :class:`View`, else ``TypeError`` (a read that names no view)."""
         if not isinstance(view, View):
             raise TypeError(
-                "a memory store read needs a storage.scope.View (Scope.view / operator_view), "
+                "a store read needs a storage.scope.View (Scope.view / operator_view), "
                 f"not {type(view).__name__}"
             )
         return view
@@ -180,6 +183,10 @@ class Scope:
     def view(self, kind: str) -> View:
         """What a read of ``kind``'s partition may see (:meth:`partition`, :meth:`origins`)."""
         return View(self.partition(kind), self.origins(kind))
+
+    def chat_view(self) -> View:
+        """This chat's own data (its memo: Amrita's session, the group in a group chat)."""
+        return View(self.target.session, OriginFilter.ALL)
 
     async def manages_group(self) -> bool:
         """Whether the caller is a manager of this group (never outside a group)."""

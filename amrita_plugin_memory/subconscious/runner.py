@@ -354,7 +354,7 @@ class SubconsciousRunner:
             cycle.number,
             memory_count=memory_count,
             memory_limit=self.runtime.tools.memory_limit,
-            memo=await memo.get(self.target.user),
+            memo=await memo.get(Scope.of_loop(self.target).view("user")),
             memo_limit=memo.max_chars,
             pending=len(self.state["pending_messages"]),
         )

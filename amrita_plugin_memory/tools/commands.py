@@ -430,12 +430,12 @@ class MemoryCommands:
         if scope.origins("user").narrows:  # archived rows keep no origin filter: all or none
             return "归档只通过私聊查看：请私聊我发送 /memory user archive"
         archive = self.tools.store.archive
-        partition = scope.partition("user")
-        total = await archive.count(partition)
+        view = scope.view("user")  # the caller's own partition, never another's
+        total = await archive.count(view)
         if total == 0:
             return "你没有已归档的记忆"
         pages = (total + PAGE_SIZE - 1) // PAGE_SIZE
-        rows = await archive.list(partition, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE)
+        rows = await archive.list(view, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE)
         if not rows:
             return f"归档共 {total} 条，只有 {pages} 页"
         lines = [f"你已归档的记忆（共 {total} 条，第 {page}/{pages} 页，最新的在前）："]

@@ -103,7 +103,7 @@ class GroupCommands:
         if group_id is None or scope.target.group is None:
             return "该命令只能在群聊中使用"
         if action == "memo":
-            memo = await self.memo.get(scope.partition("group"))
+            memo = await self.memo.get(scope.view("group"))
             return f"本群备忘录：\n{memo}" if memo.strip() else "本群备忘录为空"
         if not await scope.manages_group():
             return f"该命令需要{_MANAGERS}权限"
@@ -132,5 +132,5 @@ class GroupCommands:
         if action == "clear":
             result = await self.memo.update(scope.partition("user"), "")
             return "已清空你的备忘录" if result.ok else "清空失败"
-        memo = await self.memo.get(scope.partition("user"))
+        memo = await self.memo.get(scope.view("user"))
         return f"你的备忘录：\n{memo}" if memo.strip() else "你的备忘录为空"

@@ -35,6 +35,7 @@ from ...core.calendar import OwnerCalendar
 from ...core.records import MemoryRecord, utc_now
 from ..chroma.connection import ChromaConnection
 from ..chroma.remap_markers import CollectionGuard
+from ..scope import View
 
 if TYPE_CHECKING:
     from chromadb.api.models.Collection import Collection
@@ -149,17 +150,6 @@ def archive_metadata(record: MemoryRecord, *, reason: str, archived_at: str) -> 
     meta = record.to_metadata()
     meta.update({META_ARCHIVED_AT: archived_at, META_REASON: reason, META_MEMORY_ID: record.id})
     return meta
-
-
-def _where(partition: str | None, memory_id: str | None = None) -> dict[str, Any] | None:
-    clauses: list[dict[str, Any]] = []
-    if partition is not None:
-        clauses.append({"user_id": partition})
-    if memory_id is not None:
-        clauses.append({META_MEMORY_ID: memory_id})
-    if not clauses:
-        return None
-    return clauses[0] if len(clauses) == 1 else {"$and": clauses}
 
 
 class ArchiveStore:
@@ -344,32 +334,52 @@ class ArchiveStore:
             counts[owner] = counts.get(owner, 0) + 1
         return counts
 
-    async def count(self, partition: str | None = None) -> int:
-        """Archived rows of ``partition`` (or of every partition)."""
+    async def count(self, view: View) -> int:
+        """Archived rows ``view`` shows: one partition, the origins it may see (the whole
+        archive is :meth:`count_all`, for operators; there is no "``None`` means all")."""
+        where = View.check(view).where()
         if not await self._exists_now():
             return 0
-        if partition is None:
-            return await self._run(lambda c: c.count())
-        where = _where(partition)
         res = await self._run(lambda c: c.get(where=where, include=[]))
         return len(res["ids"])
 
+    async def count_all(self) -> int:
+        """Archived rows of every partition: an operator door (console, ``ambot memory``,
+        upkeep), never the chat path (``.ci/check_architecture.py``)."""
+        if not await self._exists_now():
+            return 0
+        return await self._run(lambda c: c.count())
+
     async def list(
         self,
-        partition: str | None = None,
+        view: View,
         *,
         limit: int = 20,
         offset: int = 0,
         memory_id: str | None = None,
     ) -> list[ArchivedMemory]:
-        """Rows of ``partition`` (or all; or the versions of ``memory_id``), newest first.
+        """Rows ``view`` shows (or the versions of ``memory_id`` among them), newest first."""
+        where = View.check(view).where(**{META_MEMORY_ID: memory_id})
+        return await self._page(where, limit=limit, offset=offset)
+
+    async def list_all(
+        self, *, limit: int = 20, offset: int = 0, memory_id: str | None = None
+    ) -> list[ArchivedMemory]:
+        """Rows of every partition (or every version of ``memory_id``), newest first: an
+        operator door like :meth:`count_all`."""
+        where = {META_MEMORY_ID: memory_id} if memory_id is not None else None
+        return await self._page(where, limit=limit, offset=offset)
+
+    async def _page(
+        self, where: dict[str, Any] | None, *, limit: int, offset: int
+    ) -> list[ArchivedMemory]:
+        """One page of the rows matching ``where`` (``None``: all), newest first.
 
         Chroma cannot sort: the metadata of the matching rows is read once
         (no documents, no vectors) and only the page's documents are fetched.
         """
         if not await self._exists_now():
             return []
-        where = _where(partition, memory_id)
         res = await self._run(lambda c: c.get(where=where, include=["metadatas"]))
         metas = res.get("metadatas") or [None] * len(res["ids"])
         order = sorted(

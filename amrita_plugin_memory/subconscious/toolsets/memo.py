@@ -60,7 +60,7 @@ class MemoToolset:
         )
 
     async def read_memo(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        memo = await self.memo.get(self.scope.target.session)
+        memo = await self.memo.get(self.scope.chat_view())
         return {
             "ok": True,
             "content": memo,

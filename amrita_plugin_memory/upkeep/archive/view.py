@@ -14,7 +14,7 @@ from ...core.calendar import OwnerCalendar
 from ...core.config import ConfigFile
 from ...core.text import cut
 from ...storage.archive.store import ArchivedMemory
-from ...storage.memory_store import MemoryStore
+from ...storage.memory_store import MemoryStore, operator_view
 from .restore import parse_row_id, restore
 from .sweep import SweepResult, sweep
 
@@ -86,6 +86,10 @@ async def archive_command(
         checked = parse_row_id(row_id)
         done = await restore(store, checked, limit=config.per_session_memory_limit)
         return [done.describe()]
-    total = await store.archive.count(partition)
-    rows = await store.archive.list(partition, limit=limit)
+    if partition is None:  # the operator's whole archive
+        total = await store.archive.count_all()
+        rows = await store.archive.list_all(limit=limit)
+    else:
+        total = await store.archive.count(operator_view(partition))
+        rows = await store.archive.list(operator_view(partition), limit=limit)
     return listing_lines(partition, total, rows, calendar)

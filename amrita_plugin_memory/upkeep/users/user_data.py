@@ -330,7 +330,7 @@ class UserData:
         items = user_items(
             await self.loop.read(), user_id, partition, target=await self._is_target(user_id)
         )
-        memo = await self.memo.get(partition)
+        memo = await self.memo.get(operator_view(partition))
         archived_authored = await authored_archived(self.store, user_id)
         calendar = self.calendar
         return {
@@ -388,8 +388,8 @@ class UserData:
         authored += len(await authored_archived(self.store, user_id))
         return ForgetCounts(
             memories=await self.store.count(operator_view(partition)),
-            archived=await self.store.archive.count(partition),
-            memo=1 if await self.memo.get(partition) else 0,
+            archived=await self.store.archive.count(operator_view(partition)),
+            memo=1 if await self.memo.get(operator_view(partition)) else 0,
             persona_fields=len(persona.fields),
             group_messages=len(await self.groups.windows.messages_of(user_id)),
             labels=len(await self.groups.directory.labels_of(user_id)),
