@@ -155,7 +155,11 @@ def test_a_token_file_left_by_a_killed_bot_is_ignored(bot: RunningBot) -> None:
         (project.data_dir / E.TOKEN_FILE_NAME).unlink()
 
     live = assert_nothing_lost(project, SEEDED)
-    assert set(live) == {"old001", *(i for i, _, _ in FRESH)}
+    # The memories of the import test (said in 2021) outlive the sweep: their lifetime
+    # counts from the day they were imported (``imported_at``), not from 2021.
+    imported = {i for i, (_, m) in _live_rows(project).items() if m and m["created_at"] < "2022"}
+    assert len(imported) in (0, 3)  # 0: the import test did not run first
+    assert set(live) - imported == {"old001", *(i for i, _, _ in FRESH)}
 
 
 def test_a_running_bot_that_cannot_be_reached_is_never_raced(bot: RunningBot) -> None:
