@@ -239,3 +239,36 @@ async def test_the_shared_documents_give_up_within_their_bound(
         gate.set()
         await work.settle()
     assert work.running == 0
+
+
+async def test_memory_auto_replies_with_the_reason_when_the_switch_cannot_be_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from amrita_plugin_memory.storage import consent_store
+    from amrita_plugin_memory.storage.consent_store import ConsentStore
+    from amrita_plugin_memory.storage.keys import target_from_ids
+    from amrita_plugin_memory.storage.scope import ScopeRules
+    from amrita_plugin_memory.storage.shared.sessions import SharedWork
+    from amrita_plugin_memory.tools.commands import CommandRequest, MemoryCommands
+    from tests.helpers import runtime
+
+    class Switch:  # what /memory auto needs of active memory, over the real consent store
+        enabled = True
+
+        def __init__(self, consent: ConsentStore) -> None:
+            self.allows = consent.allows
+            self.set_consent = consent.set_allowed
+
+    gate = asyncio.Event()
+    monkeypatch.setattr(consent_store, "orm_session", lambda: _Hung(gate))
+    work = SharedWork(0.3)
+    commands = MemoryCommands(runtime().tools, auto=Switch(ConsentStore(work)))
+    scope = ScopeRules().of_turn(target_from_ids("30541"))
+    try:
+        async with asyncio.timeout(5):
+            for action in ("show", "off", "on"):
+                reply = await commands.run(CommandRequest("auto", action, ""), scope)
+                assert reply.startswith("读取自动记忆开关：共享数据库 0.3 秒内没有完成"), reply
+    finally:
+        gate.set()
+        await work.settle()
