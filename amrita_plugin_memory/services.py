@@ -80,7 +80,7 @@ class MemoryRuntime:
         self.budget = BackgroundBudget(config.file.budget, self.usage)
         """``[budget]``: background requests wait for the next day once a cap is reached."""
         self.memo = MemoService(config.file.memo_max_chars)
-        self.consent = ConsentStore()
+        self.consent = ConsentStore(self.store.coherence.work)
         """Active memory's opt-outs (one cache per process, read by every turn)."""
         if shared:
             # The memo and opt-out caches follow the same feed: a row for a uni_id drops

@@ -13,6 +13,11 @@ read their row again (a whole-store row or a failed poll: every row). A check
 first lets the feed catch up, so ``/memory auto off`` through one bot stops the
 others within about a second; the fence of background work reads the row itself
 (:meth:`ConsentStore.allows_now`).
+
+Every operation's database work is waited for at most the bound of the store's
+:class:`~.shared.sessions.SharedWork` (local mode too: a chat turn's check never waits
+for ever on a database that stopped answering); past it the caller gets a
+:class:`~.shared.sessions.SharedDatabaseError`.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from sqlalchemy import delete, select
 from .keys import user_key, user_of_key
 from .models import ActiveMemoryNotice, ActiveMemoryOptOut, db_now
 from .shared.coherence import SAFETY_EXPIRY, Coherence
-from .shared.sessions import orm_session
+from .shared.sessions import SharedWork, orm_session
 
 __all__ = ["ConsentStore"]
 
@@ -47,7 +52,9 @@ RECHECKS = 4096
 class ConsentStore:
     """Who opted out of active memory (learning and recall), and who was told of it."""
 
-    def __init__(self) -> None:
+    def __init__(self, work: SharedWork | None = None) -> None:
+        self.work = work or SharedWork()
+        """Bounds every operation's wait (the runtime's one instance)."""
         self._opted_out: set[str] | None = None
         self._loaded_at = 0.0
         self._recheck: set[str] = set()
@@ -82,7 +89,7 @@ class ConsentStore:
         expired = self.ttl is not None and time.monotonic() - self._loaded_at > self.ttl
         if self._opted_out is None or expired:
             generation = self._generation
-            rows = await self.coherence.run(_opted_out(), "读取自动记忆开关")
+            rows = await self.work.run(_opted_out(), "读取自动记忆开关")
             if generation != self._generation:
                 return rows  # invalidated meanwhile: used once, not cached
             self._opted_out, self._loaded_at = rows, time.monotonic()
@@ -91,7 +98,7 @@ class ConsentStore:
 
     async def _row(self, user_id: str) -> bool:
         """Whether ``user_id`` has an opt-out row (read now)."""
-        return await self.coherence.run(_has_row(user_id), "读取自动记忆开关")
+        return await self.work.run(_has_row(user_id), "读取自动记忆开关")
 
     async def allows(self, user_id: str) -> bool:
         """Whether active memory may learn from and recall for ``user_id``."""
@@ -122,7 +129,7 @@ class ConsentStore:
             was_allowed = await self.allows(user_id)
         if allowed == was_allowed:
             return False
-        await self.coherence.run(self._switch(user_id, allowed), "修改自动记忆开关")
+        await self.work.run(self._switch(user_id, allowed), "修改自动记忆开关")
         self._generation += 1
         self._recheck.discard(user_id)
         if self._opted_out is not None:
@@ -144,26 +151,42 @@ class ConsentStore:
     async def opted_out_since(self, user_id: str) -> datetime | None:
         """When ``user_id`` switched active memory off (``None``: it is on), read from
         the table (a user's export)."""
-        async with orm_session() as session:
-            row = await session.get(ActiveMemoryOptOut, user_id)
-            return row.created_at if row is not None else None
+        return await self.work.run(_opted_out_at(user_id), "读取自动记忆开关")
 
     async def noticed(self, user_id: str) -> bool:
         """Whether ``user_id`` was already told that the bot learns on its own."""
-        async with orm_session() as session:
-            row = await session.get(ActiveMemoryNotice, user_id)
-        return row is not None
+        return await self.work.run(_noticed(user_id), "读取主动记忆提示记录")
 
     async def mark_noticed(self, user_id: str) -> None:
-        async with orm_session() as session:
-            if await session.get(ActiveMemoryNotice, user_id) is None:
-                session.add(ActiveMemoryNotice(user_id=user_id, created_at=db_now()))
-                await session.commit()
+        await self.work.run(_mark_noticed(user_id), "写入主动记忆提示记录")
 
     async def forget_notice(self, user_id: str) -> None:
         """Drop the notice row of ``user_id`` (their forget; the opt-out choice stays)."""
-        async with orm_session() as session:
-            await session.execute(
-                delete(ActiveMemoryNotice).where(ActiveMemoryNotice.user_id == user_id)
-            )
+        await self.work.run(_forget_notice(user_id), "删除主动记忆提示记录")
+
+
+async def _opted_out_at(user_id: str) -> datetime | None:
+    async with orm_session() as session:
+        row = await session.get(ActiveMemoryOptOut, user_id)
+        return row.created_at if row is not None else None
+
+
+async def _noticed(user_id: str) -> bool:
+    async with orm_session() as session:
+        row = await session.get(ActiveMemoryNotice, user_id)
+    return row is not None
+
+
+async def _mark_noticed(user_id: str) -> None:
+    async with orm_session() as session:
+        if await session.get(ActiveMemoryNotice, user_id) is None:
+            session.add(ActiveMemoryNotice(user_id=user_id, created_at=db_now()))
             await session.commit()
+
+
+async def _forget_notice(user_id: str) -> None:
+    async with orm_session() as session:
+        await session.execute(
+            delete(ActiveMemoryNotice).where(ActiveMemoryNotice.user_id == user_id)
+        )
+        await session.commit()

@@ -290,12 +290,15 @@ class MemoryCommands:
         if self.auto is None or not self.auto.enabled:
             return "本 Bot 未启用主动记忆（[active_memory] enabled = false）"
         user_id = scope.user_id
-        if action == "show":
-            if await self.auto.allows(user_id):
-                return f"主动记忆：已开启。{AUTO_ON}\n关闭：/memory auto off"
-            return f"主动记忆：已关闭，{AUTO_OFF}\n开启：/memory auto on"
-        allowed = action == "on"
-        changed = await self.auto.set_consent(user_id, allowed)
+        try:
+            if action == "show":
+                if await self.auto.allows(user_id):
+                    return f"主动记忆：已开启。{AUTO_ON}\n关闭：/memory auto off"
+                return f"主动记忆：已关闭，{AUTO_OFF}\n开启：/memory auto on"
+            allowed = action == "on"
+            changed = await self.auto.set_consent(user_id, allowed)
+        except SharedDatabaseError as exc:  # a reply with the reason, never a traceback
+            return str(exc)
         state = "开启" if allowed else "关闭"
         prefix = f"已{state}主动记忆" if changed else f"主动记忆本来就是{state}的"
         return f"{prefix}：{AUTO_ON if allowed else AUTO_OFF}"

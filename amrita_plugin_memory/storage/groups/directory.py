@@ -20,6 +20,11 @@ cache. A member missing from the cache makes the group's labels be read again
 first, and a new label is inserted alone: when another process took that label
 (or labelled that member) meanwhile, the insert fails, the group's labels are
 read again and the member gets the next free label (or the one given there).
+
+Every operation's database work (with the group's lock it takes) is waited for at most
+the bound of the directory's :class:`~..shared.sessions.SharedWork` (local mode too);
+past it the caller gets a :class:`~..shared.sessions.SharedDatabaseError` and the work
+ends by itself, never cancelled half-way between its insert and its cache.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from ...prompting.labels import make_label, named_label
 from ..models import GroupMemberLabel, GroupSetting, db_now
 from ..shared.coherence import SAFETY_EXPIRY, Coherence, setting_of, setting_row
 from ..shared.keyed import KeyedCache
-from ..shared.sessions import orm_session
+from ..shared.sessions import SharedWork, orm_session
 
 __all__ = ["LABEL_ATTEMPTS", "GroupDirectory"]
 
@@ -68,8 +73,10 @@ async def _read_switch(group_id: str) -> bool | None:
 class GroupDirectory:
     """Anonymisation switches and member labels of every group."""
 
-    def __init__(self, config: GroupContextConfig) -> None:
+    def __init__(self, config: GroupContextConfig, *, work: SharedWork | None = None) -> None:
         self.config = config
+        self.work = work or SharedWork()
+        """Bounds every operation's wait on the tables (the runtime's one instance)."""
         self._anonymize: KeyedCache[tuple[bool | None]] = KeyedCache(4096)
         """The group's own switch; ``(None,)``: follow ``[group_context] anonymize``."""
         self._labels: dict[str, _Labels] = {}
@@ -96,14 +103,17 @@ class GroupDirectory:
         cached = self._anonymize.get(group_id)
         if cached is None:
             generation = self._anonymize.generation
-            cached = (await self.coherence.run(_read_switch(group_id), "读取群设置"),)
+            cached = (await self.work.run(_read_switch(group_id), "读取群设置"),)
             self._anonymize.put(group_id, cached, since=generation)
         own = cached[0]
         return self.config.anonymize if own is None else own
 
     async def set_anonymize(self, group_id: str, value: bool) -> None:
+        await self.work.run(self._set_switch(group_id, value), "修改群设置")
+
+    async def _set_switch(self, group_id: str, value: bool) -> None:
         async with self._locks.hold(f"setting:{group_id}"):
-            await self.coherence.run(self._write_switch(group_id, value), "修改群设置")
+            await self._write_switch(group_id, value)
             self._anonymize.written(group_id, (value,))
 
     async def _write_switch(self, group_id: str, value: bool) -> None:
@@ -125,6 +135,9 @@ class GroupDirectory:
         known = self._labels.get(group_id)
         if known is not None and all(u in known.by_user for u in wanted):
             return {u: known.by_user[u] for u in wanted}
+        return await self.work.run(self._assign(group_id, wanted), "分配群成员代号")
+
+    async def _assign(self, group_id: str, wanted: list[str]) -> dict[str, str]:
         async with self._locks.hold(f"labels:{group_id}"):
             # Another process may have labelled members since this one read the group.
             known = await self._load(group_id)
@@ -192,10 +205,7 @@ class GroupDirectory:
 
     async def labels_of(self, user_id: str) -> dict[str, str]:
         """The label of member ``user_id`` in every group that gave one: ``{group id: label}``."""
-        stmt = select(GroupMemberLabel).where(GroupMemberLabel.user_id == user_id)
-        async with orm_session() as session:
-            rows = (await session.scalars(stmt)).all()
-        return {row.group_id: row.label for row in sorted(rows, key=lambda r: r.group_id)}
+        return await self.work.run(_labels_of(user_id), "读取群成员代号")
 
     def drop_user(self, user_id: str) -> None:
         """Forget the cached labels of every group that named ``user_id`` (their forget
@@ -206,8 +216,11 @@ class GroupDirectory:
     async def forget_user(self, user_id: str) -> int:
         """Delete member ``user_id``'s label in every group; how many. Speaking again
         later gives them a label anew (possibly another one)."""
+        return await self.work.run(self._unlabel(user_id), "删除群成员代号")
+
+    async def _unlabel(self, user_id: str) -> int:
         removed = 0
-        for group_id in await self.labels_of(user_id):
+        for group_id in await _labels_of(user_id):
             async with self._locks.hold(f"labels:{group_id}"):
                 async with orm_session() as session:
                     result = await session.execute(
@@ -220,3 +233,10 @@ class GroupDirectory:
                 removed += int(getattr(result, "rowcount", 0) or 0)
                 self._labels.pop(group_id, None)  # read again on next use
         return removed
+
+
+async def _labels_of(user_id: str) -> dict[str, str]:
+    stmt = select(GroupMemberLabel).where(GroupMemberLabel.user_id == user_id)
+    async with orm_session() as session:
+        rows = (await session.scalars(stmt)).all()
+    return {row.group_id: row.label for row in sorted(rows, key=lambda r: r.group_id)}

@@ -15,6 +15,10 @@ one bot leaves no persona in another bot's group prompts a second later. Every c
 of a user's row (a merge, a forget, a switch) also holds the user's lease every process
 takes (:meth:`PersonaStore._held`): a merge in another bot that checked its fence before
 a forget's tombstone lands before the forget's delete, never after it.
+
+Every read and write of the table is waited for at most the bound of the store's
+:class:`~..shared.sessions.SharedWork` (local mode too); past it the caller gets a
+:class:`~..shared.sessions.SharedDatabaseError`.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from ..keys import user_key, user_of_key
 from ..models import MemberPersona, db_now
 from ..shared.coherence import SAFETY_EXPIRY, Coherence
 from ..shared.keyed import KeyedCache
-from ..shared.sessions import orm_session
+from ..shared.sessions import SharedWork, orm_session
 
 __all__ = ["Persona", "PersonaStore"]
 
@@ -63,7 +67,11 @@ async def _read_many(user_ids: list[str]) -> dict[str, Persona]:
 class PersonaStore:
     """Personas in the ``MemberPersona`` table, cached."""
 
-    def __init__(self, cache_size: int = PERSONA_CACHE_SIZE) -> None:
+    def __init__(
+        self, cache_size: int = PERSONA_CACHE_SIZE, *, work: SharedWork | None = None
+    ) -> None:
+        self.work = work or SharedWork()
+        """Bounds every operation's wait on the table (the runtime's one instance)."""
         self._cache: KeyedCache[Persona] = KeyedCache(cache_size)
         self._locks = PartitionLocks()
         self.coherence = Coherence(MemberPersona.__tablename__)
@@ -107,7 +115,7 @@ class PersonaStore:
                 out[user_id] = cached
         if missing:
             generation = self._cache.generation
-            found = await self.coherence.run(_read_many(missing), "读取成员画像")
+            found = await self.work.run(_read_many(missing), "读取成员画像")
             for user_id in missing:
                 persona = found.get(user_id, Persona(user_id))
                 self._cache.put(user_id, persona, since=generation)
@@ -115,7 +123,7 @@ class PersonaStore:
         return out
 
     async def _write(self, persona: Persona) -> None:
-        await self.coherence.run(self._store(persona), "写入成员画像")
+        await self.work.run(self._store(persona), "写入成员画像")
         self._cache.written(persona.user_id, persona)
 
     async def _store(self, persona: Persona) -> None:
@@ -142,7 +150,7 @@ class PersonaStore:
     async def _fresh(self, user_id: str) -> Persona:
         """The row as it is now, cached unless anything was invalidated meanwhile."""
         generation = self._cache.generation
-        persona = (await self.coherence.run(_read_many([user_id]), "读取成员画像")).get(
+        persona = (await self.work.run(_read_many([user_id]), "读取成员画像")).get(
             user_id, Persona(user_id)
         )
         self._cache.put(user_id, persona, since=generation)
@@ -178,7 +186,7 @@ class PersonaStore:
         process's ``/memory persona off`` in between is never overwritten. ``False``:
         learning is off now; ``None``: the row appeared meanwhile (read it again)."""
         try:
-            written = await self.coherence.run(self._store_learning(persona), "写入成员画像")
+            written = await self.work.run(self._store_learning(persona), "写入成员画像")
         except IntegrityError:
             return None
         if written:
@@ -239,7 +247,7 @@ class PersonaStore:
                 if current.fields:
                     await self._write(Persona(user_id, [], True))
                 return len(current.fields)
-            await self.coherence.run(self._delete(user_id), "删除成员画像")
+            await self.work.run(self._delete(user_id), "删除成员画像")
             self._cache.written(user_id, Persona(user_id))
             return len(current.fields)
 

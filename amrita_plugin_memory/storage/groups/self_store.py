@@ -13,6 +13,10 @@ A change is decided on the table as it is now, under a lease every process
 takes (:meth:`~..shared.coherence.Coherence.exclusive`): ``max_chars`` holds for
 the sum of what all processes added, and ``/memory self delete <编号>`` deletes
 the entry listed at that position now, not in a stale copy.
+
+Every read and write of the table is waited for at most the bound of the store's
+:class:`~..shared.sessions.SharedWork` (local mode too); past it the caller gets a
+:class:`~..shared.sessions.SharedDatabaseError`.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from sqlalchemy import select
 from ...infra.locks import PartitionLocks
 from ..models import BotSelfMemory, db_now
 from ..shared.coherence import SAFETY_EXPIRY, Coherence, setting_of, setting_row
-from ..shared.sessions import orm_session
+from ..shared.sessions import SharedWork, orm_session
 
 __all__ = ["SelfAddResult", "SelfEntry", "SelfMemoryStore"]
 
@@ -59,8 +63,10 @@ async def _read() -> list[SelfEntry]:
 class SelfMemoryStore:
     """Self memory entries in the ``BotSelfMemory`` table, oldest first."""
 
-    def __init__(self, max_chars: int) -> None:
+    def __init__(self, max_chars: int, *, work: SharedWork | None = None) -> None:
         self.max_chars = max_chars
+        self.work = work or SharedWork()
+        """Bounds every operation's wait on the table (the runtime's one instance)."""
         self._cache: list[SelfEntry] | None = None
         self._loaded_at = 0.0
         self._generation = 0
@@ -94,7 +100,7 @@ class SelfMemoryStore:
         if cached is not None:
             return list(cached)
         generation = self._generation
-        entries = await self.coherence.run(_read(), "读取自我记忆")
+        entries = await self.work.run(_read(), "读取自我记忆")
         if generation == self._generation:  # nothing changed meanwhile: keep it
             self._cache, self._loaded_at = entries, time.monotonic()
         return list(entries)
@@ -122,7 +128,7 @@ class SelfMemoryStore:
             current = self.size(entries)
             if current + len(content) > self.max_chars:
                 return SelfAddResult(False, current, len(content), self.max_chars)
-            entry = await self.coherence.run(self._insert(content), "添加自我记忆")
+            entry = await self.work.run(self._insert(content), "添加自我记忆")
             self._changed_here([*entries, entry])
             return SelfAddResult(True, current + len(content), len(content), self.max_chars)
 
@@ -168,7 +174,7 @@ class SelfMemoryStore:
             return None if entry is None else await self._remove(entry)
 
     async def _remove(self, entry: SelfEntry) -> SelfEntry:
-        await self.coherence.run(self._delete_row(entry.id), "删除自我记忆")
+        await self.work.run(self._delete_row(entry.id), "删除自我记忆")
         self._changed_here(None)  # re-read: another process may have changed the table
         return entry
 

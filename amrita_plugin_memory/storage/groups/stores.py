@@ -40,15 +40,14 @@ class GroupStores:
         anonymisation switches and the self memory coherent with other processes'
         (``PersonaStore.share``, ``GroupDirectory.share``, ``SelfMemoryStore.share``);
         ``forgotten``: the tombstones the windows honour (no stored message of a member
-        from before their forget). The windows' statements are waited for with the bound of
+        from before their forget). Every store's statements are waited for with the bound of
         ``coherence.work``, the process's one :class:`~..shared.sessions.SharedWork`."""
+        work = coherence.work if coherence is not None else None
         stores = cls(
-            windows=GroupWindowStore(
-                config.group_context, forgotten, coherence.work if coherence is not None else None
-            ),
-            directory=GroupDirectory(config.group_context),
-            personas=PersonaStore(),
-            self_memory=SelfMemoryStore(config.self_memory.max_chars),
+            windows=GroupWindowStore(config.group_context, forgotten, work),
+            directory=GroupDirectory(config.group_context, work=work),
+            personas=PersonaStore(work=work),
+            self_memory=SelfMemoryStore(config.self_memory.max_chars, work=work),
         )
         if coherence is not None and coherence.active:
             stores.personas.share(coherence)

@@ -9,8 +9,9 @@ is a row of ``amrita_plugin_memory_document`` (:class:`~..models.SharedDocument`
 its kind, its name and its text, exactly what the file held. Every read goes to
 the table (nothing is cached, so a change is seen by every process at its next
 read); every read-modify-write holds a lease all processes take
-(:meth:`SharedDocuments.exclusive`); every statement is bounded
-(:meth:`~.coherence.Coherence.run`).
+(:meth:`SharedDocuments.exclusive`); every operation is waited for with a bound
+(:class:`~.sessions.SharedWork`, the coherence's own unless another is given; past it
+a :class:`~.sessions.SharedDatabaseError`).
 
 :func:`move_to_backup` is the one-time move of a file (or a folder) that was
 copied in: renamed beside itself with a ``.migrated-<time>`` suffix, so nothing is
@@ -31,7 +32,7 @@ from sqlalchemy.exc import IntegrityError
 
 from ..models import SharedDocument, db_now
 from .coherence import Coherence
-from .sessions import orm_session
+from .sessions import SharedWork, orm_session
 
 __all__ = ["MARKERS", "Migration", "SharedDocuments", "move_to_backup"]
 
@@ -51,9 +52,11 @@ def move_to_backup(path: Path) -> Path | None:
 class SharedDocuments:
     """The documents of one ``kind`` in the shared database."""
 
-    def __init__(self, kind: str, coherence: Coherence) -> None:
+    def __init__(self, kind: str, coherence: Coherence, *, work: SharedWork | None = None) -> None:
         self.kind = kind
         self.coherence = coherence
+        self.work = work or coherence.work
+        """Bounds every operation's wait (the process's one instance, ``coherence.work``)."""
 
     @contextlib.asynccontextmanager
     async def exclusive(self, what: str, *, step: str = "") -> AsyncIterator[None]:
@@ -64,7 +67,7 @@ class SharedDocuments:
 
     async def get(self, name: str) -> str | None:
         """The text of document ``name`` (``None``: there is none)."""
-        return await self.coherence.run(self._get(name), "读取共享文档")
+        return await self.work.run(self._get(name), "读取共享文档")
 
     async def _get(self, name: str) -> str | None:
         async with orm_session() as session:
@@ -73,7 +76,7 @@ class SharedDocuments:
 
     async def all(self) -> dict[str, str]:
         """Every document of the kind: name → text."""
-        return await self.coherence.run(self._all(), "读取共享文档")
+        return await self.work.run(self._all(), "读取共享文档")
 
     async def _all(self) -> dict[str, str]:
         stmt = select(SharedDocument.name, SharedDocument.content).where(
@@ -85,7 +88,7 @@ class SharedDocuments:
     async def put(self, name: str, content: str, *, only_new: bool = False) -> bool:
         """Write document ``name``; with ``only_new``, only when there is none. Whether it
         was written."""
-        return await self.coherence.run(self._put(name, content, only_new), "写入共享文档")
+        return await self.work.run(self._put(name, content, only_new), "写入共享文档")
 
     async def _put(self, name: str, content: str, only_new: bool) -> bool:
         for _ in range(3):
@@ -110,7 +113,7 @@ class SharedDocuments:
 
     async def delete(self, name: str) -> bool:
         """Delete document ``name``; whether there was one."""
-        return await self.coherence.run(self._delete(name), "删除共享文档")
+        return await self.work.run(self._delete(name), "删除共享文档")
 
     async def _delete(self, name: str) -> bool:
         async with orm_session() as session:
@@ -151,7 +154,7 @@ class Migration:
         self.present = present
         self.work = work
         self.what = what
-        self.markers = SharedDocuments(MARKERS, documents.coherence)
+        self.markers = SharedDocuments(MARKERS, documents.coherence, work=documents.work)
         self._done = False
         self._lock = asyncio.Lock()
 
