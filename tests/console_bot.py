@@ -92,6 +92,21 @@ class RunningBot:
             return ""
 
     def start(self, timeout: float = 120) -> None:
+        """Start the bot; returns once its web server listens.
+
+        The port was free when it was chosen, but the ephemeral range is shared with every
+        client socket of a busy test session: a bot whose bind failed ("address already in
+        use", logged after "Application startup complete") gets another port, twice at most.
+        """
+        for attempt in range(3):
+            if self._start_once(timeout):
+                return
+            if attempt < 2:
+                self.port = free_port()
+        raise RuntimeError(f"the bot found no free port:\n{self.log()[-4000:]}")
+
+    def _start_once(self, timeout: float) -> bool:
+        """``False``: its port was taken meanwhile (nothing else went wrong)."""
         self.project.write_env(
             **{
                 **self.project.env,
@@ -113,12 +128,15 @@ class RunningBot:
                 start_new_session=True,  # its own process group, as under a terminal
             )
         deadline = time.monotonic() + timeout
-        while "Application startup complete" not in self.log():
+        while "Uvicorn running on" not in self.log():  # logged once the port is bound
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 log = self.log()
                 self.stop()
+                if "address already in use" in log.lower():
+                    return False
                 raise RuntimeError(f"the bot did not start:\n{log[-4000:]}")
             time.sleep(0.2)
+        return True
 
     def stop(self) -> int | None:
         """Stop the bot (SIGTERM, a graceful NoneBot shutdown); its exit code."""

@@ -172,3 +172,27 @@ async def test_invalid_config_disables_only_the_plugin(project: BotProject) -> N
     log = run_bot_until_started(project)
     assert "未知配置项 key_from_a_newer_version" in log  # a warning, not an error
     assert "[Memory] 已加载" in log
+
+
+@pytest.mark.process
+def test_a_bot_whose_port_was_taken_meanwhile_starts_on_another(tmp_path: Path) -> None:
+    """The harness's bots bind a port chosen earlier; a client socket or another server may
+    hold it by then (the bind fails after "Application startup complete"): another port."""
+    import socket
+
+    import httpx
+
+    from tests.console_bot import RunningBot
+
+    bot = RunningBot(BotProject(tmp_path / "bot"), l3=False)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        bot.port = port
+        bot.start()
+        try:
+            assert bot.port != port
+            assert httpx.get(bot.url + "/", timeout=10).status_code < 500
+        finally:
+            bot.stop()
