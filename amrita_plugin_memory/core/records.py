@@ -292,15 +292,19 @@ class MemoryRecord:
             out["author"] = self.author
         if self.source:
             out["source"] = self.source
-        if self.event_time:
-            out["event_time"] = self.event_time
-        if self.supersedes:
-            out["supersedes"] = self.supersedes
-        if self.superseded_by:
-            out["superseded_by"] = self.superseded_by
+        out.update(self._time_fields())
         if self.distance is not None:
             out["distance"] = self.distance
         return out
+
+    def _time_fields(self) -> dict[str, str]:
+        """The event time and version links that are set (both people's and models' forms)."""
+        fields = {
+            "event_time": self.event_time,
+            "supersedes": self.supersedes,
+            "superseded_by": self.superseded_by,
+        }
+        return {key: value for key, value in fields.items() if value}
 
     def compact(self, calendar: OwnerCalendar) -> dict[str, Any]:
         """The short form an LLM reads cheaply; ``created_at`` in the owner's zone with its
@@ -312,12 +316,7 @@ class MemoryRecord:
             "importance": self.importance,
             "created_at": calendar.show_stamp(self.created_at) or self.created_at,
         }
-        if self.event_time:
-            out["event_time"] = self.event_time
-        if self.supersedes:
-            out["supersedes"] = self.supersedes
-        if self.superseded_by:
-            out["superseded_by"] = self.superseded_by
+        out.update(self._time_fields())
         if self.distance is not None:
             out["distance"] = self.distance
         if self.source:
