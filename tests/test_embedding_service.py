@@ -4,8 +4,8 @@
   is recorded at the first successful embedding, so a plain restart loads.
 * ``EMBEDDING_MODEL_NAME=auto`` is pinned to the model of the stored fingerprint.
 * A hung service costs the start-up check a few seconds and a tool call one
-  deadline (``EMBEDDING_TIMEOUT_SECONDS``); only refused connections and 5xx
-  are retried, never a timeout.
+  deadline (``EMBEDDING_TIMEOUT_SECONDS``), after which the write is kept pending
+  (issue #47); only refused connections and 5xx are retried, never a timeout.
 * ``auto`` finds the model of a server that lists one non-"embed" model, and a
   server without a recognisable embedding model is reported as a
   configuration problem.
@@ -42,6 +42,7 @@ E = lazy_import(
 )
 K = lazy_import("amrita_plugin_memory.storage.keys", "amrita_plugin_memory.adapters.events")
 T = lazy_import("amrita_plugin_memory.tools.memory_tools", "amrita_plugin_memory.storage.scope")
+RES = lazy_import("amrita_plugin_memory.tools.results")
 
 E5 = "multilingual-e5-small-q4"
 USER = 15001
@@ -231,7 +232,7 @@ async def test_startup_check_with_a_hung_service_gives_up_after_a_short_probe(
 
 
 @pytest.mark.parametrize(("model", "fault"), [(NOMIC, "hang"), ("auto", "hang_all")])
-async def test_tool_call_with_a_hung_service_fails_within_one_deadline(
+async def test_tool_call_with_a_hung_service_keeps_the_write_within_one_deadline(
     tmp_path: Path, server: EmbeddingServer, runtimes: Callable[..., Any], model: str, fault: str
 ) -> None:
     rt = runtimes(tmp_path, server, embedding_model_name=model, embedding_timeout_seconds=1.5)
@@ -239,46 +240,61 @@ async def test_tool_call_with_a_hung_service_fails_within_one_deadline(
     STATS.faults_injected += 1
     # A guard, not a measurement: one deadline of 1.5 s for the whole call, retries included.
     async with asyncio.timeout(1.5 + 1.0):
-        result = await _write(rt, "挂起期间的记忆")
-    assert result["ok"] is False
-    assert result["error"].startswith("嵌入服务不可用") and "超时" in result["error"]
+        result = await _write(rt, "挂起期间的记忆：用户周六去爬香山")
+    # Issue #47: kept pending, and the answer says so (no refusal, nothing lost).
+    assert result["ok"] is True and result["note"] == RES.PENDING_NOTE, result
     assert len(server.requests) == 1  # the one request that hung; never retried
-    assert await rt.store.count_all() == 0
+    assert await rt.store.count_all() == 1 and await rt.store.count_pending() == 1
+    # Found by keywords at once, without waiting for the hung service (breaker open).
+    async with asyncio.timeout(1.5):
+        found = await rt.tools.read_memory(_caller(), {"query": "香山", "scope": "user"})
+    assert [m["content"] for m in found["memories"]] == ["挂起期间的记忆：用户周六去爬香山"]
+    assert len(server.requests) == 1
 
 
 async def test_refused_connections_and_5xx_are_retried_but_not_timeouts(
     tmp_path: Path, server: EmbeddingServer, runtimes: Callable[..., Any]
 ) -> None:
     rt = runtimes(tmp_path, server, embedding_model_name=NOMIC, embedding_timeout_seconds=3)
+
+    def cooled_down() -> None:
+        """The store's breaker closed (its cooldown passed): the next write calls again."""
+        server.reset()
+        rt.store.vectors.breaker.success()
+
     # A transient 500 and 503: retried, the write succeeds.
     server.fail_next("error500")
-    assert (await _write(rt, "重试后成功的记忆一"))["ok"]
+    assert "note" not in (ok1 := await _write(rt, "重试后成功的记忆一")) and ok1["ok"]
     assert len(server.embed_requests()) == 2
     server.reset()
     server.fail_next("error503", 2)
-    assert (await _write(rt, "重试后成功的记忆二"))["ok"]
+    assert "note" not in (ok2 := await _write(rt, "重试后成功的记忆二")) and ok2["ok"]
     assert len(server.embed_requests()) == 3
-    # A persistent 500: tried 1 + max_retries times, then a clear error.
-    server.reset()
+    # A persistent 500: tried 1 + max_retries times, then kept pending (issue #47).
+    cooled_down()
     server.set_mode("error500")
-    failed = await _write(rt, "一直 500")
-    assert failed["ok"] is False and "HTTP 500" in failed["error"]
+    with captured_logs("WARNING", with_level=False) as lines:
+        failed = await _write(rt, "一直 500")
+    assert failed["ok"] is True and failed["note"] == RES.PENDING_NOTE
+    assert any("HTTP 500" in line for line in lines), lines
     assert len(server.embed_requests()) == 3
     # A 500 followed by a hang: the retry hangs, and the timeout is not retried.
-    server.reset()
+    cooled_down()
     server.set_mode("hang")
     server.fail_next("error500")
     async with asyncio.timeout(3 + 1.0):
         hung = await _write(rt, "500 之后挂起")
-    assert hung["ok"] is False and "超时" in hung["error"]
+    assert hung["ok"] is True and hung["note"] == RES.PENDING_NOTE
     assert len(server.embed_requests()) == 2
     # A refused connection: retried too (the client says how often).
+    cooled_down()
     server.stop()
-    refused = await _write(rt, "连接被拒绝")
-    assert refused["ok"] is False and "无法连接" in refused["error"]
-    assert "已重试 2 次" in refused["error"]
+    with captured_logs("WARNING", with_level=False) as lines:
+        refused = await _write(rt, "连接被拒绝")
+    assert refused["ok"] is True and refused["note"] == RES.PENDING_NOTE
+    assert any("无法连接" in line and "已重试 2 次" in line for line in lines), lines
     STATS.faults_injected += 5
-    assert await rt.store.count_all() == 2
+    assert await rt.store.count_all() == 5 and await rt.store.count_pending() == 3
 
 
 # ---------------------------------------------------------------------------
@@ -342,8 +358,12 @@ async def test_auto_without_a_recognisable_model_is_a_configuration_problem(
     # The JSON form (console, `ambot memory status` through a running bot) says the same.
     shown = R.status_json(status, tmp_path)["fingerprint"]
     assert shown["config_problem"] is True and shown["state"] == status.state[0]
+    # Issue #47: the memory is kept (pending, found by keywords) until the model is fixed.
     write = await _write(rt, "配置错误时的记忆")
-    assert write["ok"] is False and "EMBEDDING_MODEL_NAME" in write["error"]
+    assert write["ok"] is True and write["note"] == RES.PENDING_NOTE, write
+    assert await rt.store.count_pending() == 1
+    found = await rt.tools.read_memory(_caller(), {"query": "配置错误", "scope": "user"})
+    assert [m["content"] for m in found["memories"]] == ["配置错误时的记忆"]
     STATS.inputs_tried += 1
 
 

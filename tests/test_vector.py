@@ -209,19 +209,25 @@ def test_partition_counts_are_bounded() -> None:
     assert counts.get("p4") == 0
 
 
-async def test_embedding_failure_writes_nothing(store: Any, embed_server: EmbeddingServer) -> None:
+async def test_embedding_failure_keeps_the_write_pending(
+    store: Any, embed_server: EmbeddingServer
+) -> None:
+    """Issue #47: an outage no longer refuses a write; the text is stored pending, found
+    by keywords, and nothing stored before is touched."""
     await store.add(new_memory(ALICE, "user", "已有记忆"))
     rec = (await store.list(view_of(ALICE)))[0]
     embed_server.set_mode("error500")
-    from amrita_plugin_memory.core.errors import EmbeddingHTTPError
-
-    with pytest.raises(EmbeddingHTTPError, match="HTTP 500"):
-        await store.add(new_memory(ALICE, "user", "新记忆"))
-    with pytest.raises(EmbeddingHTTPError):
-        await store.update(ALICE, rec.id, content="改写")
+    kept = await store.write(new_memory(ALICE, "user", "新记忆：周五去苏州看园林"))
+    assert kept.pending and not kept.merged
+    changed = await store.update(ALICE, rec.id, content="改写：用户的猫叫年糕")
+    assert changed is not None and changed.pending
     embed_server.set_mode("ok")
-    assert await store.count(view_of(ALICE)) == 1
-    assert (await store.get(view_of(ALICE), rec.id)).content == "已有记忆"
+    assert await store.count(view_of(ALICE)) == 2
+    assert (await store.get(view_of(ALICE), rec.id)).content == "改写：用户的猫叫年糕"
+    assert (await store.get(view_of(ALICE), kept.record.id)).pending
+    hits = await store.search(view_of(ALICE), "苏州园林", None, top_k=5)
+    assert hits and hits[0].id == kept.record.id
+    assert await store.count_pending() == 2
 
 
 async def test_collection_metadata_is_merged(store: Any) -> None:

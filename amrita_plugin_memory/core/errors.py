@@ -23,6 +23,7 @@ __all__ = [
     "EmbeddingConfigError",
     "EmbeddingError",
     "EmbeddingHTTPError",
+    "EmbeddingOff",
     "EmbeddingResponseError",
     "EmbeddingUnavailable",
     "ErrorKind",
@@ -240,6 +241,16 @@ class EmbeddingError(PluginError, RuntimeError):
 
 class EmbeddingUnavailable(EmbeddingError):
     """The service could not be reached (refused, reset, timed out)."""
+
+
+class EmbeddingOff(EmbeddingUnavailable):
+    """``EMBEDDING_ENABLED=false``: no embedding model is used at all (keyword-only mode).
+
+    Raised at once by the disabled client, never after a wait: every caller that falls
+    back to keywords during an outage does the same here."""
+
+    def __init__(self) -> None:
+        super().__init__("嵌入已关闭（EMBEDDING_ENABLED=false），仅用关键词检索")
 
 
 class EmbeddingHTTPError(EmbeddingError):

@@ -18,6 +18,7 @@ __all__ = [
     "META_AUTHOR",
     "ORIGIN_GROUP_FLAG",
     "ORIGIN_PRIVATE",
+    "PENDING_KEY",
     "SCOPES",
     "SOURCE_AUTO",
     "SUPERSEDED_BY_KEY",
@@ -187,6 +188,12 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+PENDING_KEY = "vector_pending"
+"""Metadata flag of a memory stored without its vector (``True``; absent otherwise). Its
+stored vector is a placeholder: nearest-neighbour reads leave it out, the keyword
+channel finds it, the background embedding (``embedding/pending``) replaces it."""
+
+
 @dataclass(slots=True)
 class MemoryRecord:
     """One memory as the plugin sees it (not a raw Chroma structure)."""
@@ -222,6 +229,9 @@ class MemoryRecord:
     imported_at: str = ""
     """When ``ambot memory import`` brought it in (``""``: written here): the archive sweep
     counts its lifetime from the later of this and :attr:`updated_at`."""
+    pending: bool = False
+    """Stored without its vector (no embedding model, or the service failed when it was
+    written): found by keywords until the background embedding gives it one (:data:`PENDING_KEY`)."""
 
     @classmethod
     def from_chroma(
@@ -249,6 +259,7 @@ class MemoryRecord:
             supersedes=str(meta.get(SUPERSEDES_KEY) or ""),
             superseded_by=str(meta.get(SUPERSEDED_BY_KEY) or ""),
             imported_at=str(meta.get("imported_at") or ""),
+            pending=bool(meta.get(PENDING_KEY)),
         )
 
     def to_metadata(self) -> dict[str, Any]:
@@ -273,6 +284,8 @@ class MemoryRecord:
             meta[SUPERSEDED_BY_KEY] = self.superseded_by
         if self.imported_at:
             meta["imported_at"] = self.imported_at
+        if self.pending:
+            meta[PENDING_KEY] = True
         return meta
 
     def to_json(self) -> dict[str, Any]:
@@ -293,6 +306,8 @@ class MemoryRecord:
         if self.source:
             out["source"] = self.source
         out.update(self._time_fields())
+        if self.pending:
+            out["pending"] = True
         if self.distance is not None:
             out["distance"] = self.distance
         return out
@@ -355,13 +370,20 @@ def decode_tags(value: Any) -> list[str]:
 
 
 def where_partition(
-    partition: str, *, origins: OriginFilter = OriginFilter.ALL, **filters: str | None
+    partition: str,
+    *,
+    origins: OriginFilter = OriginFilter.ALL,
+    with_vectors: bool = False,
+    **filters: str | None,
 ) -> dict[str, Any]:
     """The Chroma ``where`` filter that confines a read to one partition, the
-    ``origins`` it may return and ``filters``."""
+    ``origins`` it may return and ``filters``; ``with_vectors``: only memories that have
+    their vector (a nearest-neighbour query: a pending memory's placeholder means nothing)."""
     clauses: list[dict[str, Any]] = [{"user_id": partition}]
     by_origin = origins.where()
     if by_origin is not None:
         clauses.append(by_origin)
+    if with_vectors:
+        clauses.append({PENDING_KEY: {"$ne": True}})
     clauses += [{k: v} for k, v in filters.items() if v is not None]
     return clauses[0] if len(clauses) == 1 else {"$and": clauses}

@@ -23,28 +23,29 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from ..core.calendar import OwnerCalendar
+from nonebot import logger
+
 from ..core.errors import VectorStoreError
-from ..core.protocols import Embedder, Fence, TextKind
-from ..core.records import MemoryRecord, OriginFilter, utc_now, where_partition
+from ..core.protocols import Embedder, Fence
+from ..core.records import PENDING_KEY, MemoryRecord
 from ..core.writes import NewMemory, WriteRules
-from ..ranking.when import Period
 from .archive.removal import move_to_archive, row_state, unchanged_where
 from .archive.store import REASON_DELETED, REASON_OUTDATED, REASON_UPDATED
 from .chroma.connection import ChromaConnection
 from .chroma.paging import READ_PAGE_SIZE, Item, iter_pages
-from .memory_collection import MemoryCollection, Row
+from .memory_collection import Row
+from .memory_reads import MemoryReads
 from .merge import WriteResult, merge_repeat
 from .partition.counts import PartitionCounts
-from .partition.index import query_records
-from .partition.retrieval import RetrievalSettings, search
-from .partition.timeline import of_period, period_test
+from .partition.retrieval import RetrievalSettings
+from .pending import PENDING_WHERE, Settled, pending_rows, settle
 from .room import EXPLICIT, make_room
 from .scope import View, operator_view
 from .users.tombstones import ForgottenUsers
+from .vectors import Vectors, placeholder_vector
 from .versions import link_versions
 
 # Besides the store: the names of storage's private modules that the layers above use
@@ -61,6 +62,7 @@ __all__ = [
     "PartitionCounts",
     "RetrievalSettings",
     "Row",
+    "Settled",
     "View",
     "WriteResult",
     "WriteRules",
@@ -76,7 +78,7 @@ PLAIN_WRITE = WriteRules()
 """A plain add: no repeat merged, no limit, nothing displaced, no fence."""
 
 
-class MemoryStore(MemoryCollection):
+class MemoryStore(MemoryReads):
     """Memories in one Chroma collection, every operation confined to a partition."""
 
     def __init__(
@@ -84,26 +86,42 @@ class MemoryStore(MemoryCollection):
         connection: ChromaConnection,
         embedder: Embedder,
         name: str = MEMORY_COLLECTION,
+        *,
+        embeddings: bool = True,
     ) -> None:
-        super().__init__(connection, name)
-        self.embedder = embedder
-        self.clock: Callable[[], str] = utc_now
-        """ISO timestamps for ``created_at`` / ``updated_at`` (replaceable in tests)."""
+        super().__init__(connection, name, Vectors(embedder, enabled=embeddings))
         self.keep_versions = True
         """Whether a changed text keeps the previous one in the archive (``[archive] keep_history``)."""
-        self.settings = RetrievalSettings()
-        """Ranking (hybrid, decay) and merging settings (``[retrieval]``, ``[decay]``)."""
-        self.calendar = OwnerCalendar()
-        """The owner's days (``[memory] timezone``): periods in questions, ``since`` /
-        ``until``. Set by the runtime (its one calendar)."""
         self.forgotten: ForgottenUsers | None = None
         """Users whose data a forget removed (``storage.users.tombstones``): every restore path
         drops their rows from before it. Set by the runtime (it knows the data dir)."""
 
     # -- embedding --------------------------------------------------------------
 
-    async def _embed(self, texts: Sequence[str], kind: TextKind = "document") -> list[list[float]]:
-        return await self.embedder.embed(list(texts), kind)
+    @property
+    def embedder(self) -> Embedder:
+        return self.vectors.embedder
+
+    async def _placeholder(self) -> list[float]:
+        """A pending memory's stored vector, of the collection's dimension (an empty
+        collection takes the service's last known one, else 1)."""
+        return placeholder_vector(await self._stored_dimension() or self.vectors.dimension or 1)
+
+    async def _vector_of(self, text: str) -> list[float] | None:
+        """The vector of a text to store, or ``None`` (keep it pending): the service failed,
+        is off, or answered vectors of another dimension than the stored ones (a model
+        changed behind the service's name: the text is kept, not refused)."""
+        got = await self.vectors.documents([text])
+        if got is None:
+            return None
+        stored = await self._stored_dimension()
+        if stored is not None and len(got[0]) != stored:
+            logger.warning(
+                f"[Memory] 嵌入向量维度 {len(got[0])} 与向量库的 {stored} 不一致，"
+                "本条记忆先按关键词保存；更换了嵌入模型请运行 `ambot memory reindex`"
+            )
+            return None
+        return got[0]
 
     # -- writes ---------------------------------------------------------------------
 
@@ -116,8 +134,10 @@ class MemoryStore(MemoryCollection):
     ) -> WriteResult:
         """Store ``memory`` as ``rules`` allow: the one write path of a new memory.
 
-        The text is embedded first (an embedding failure leaves nothing behind) unless
-        ``vector`` is given. Then, in the partition's write section (:meth:`writing`,
+        The text is embedded first unless ``vector`` is given; when it cannot be (no
+        embedding model, or the service fails), the memory is stored at once *pending*
+        (:mod:`.vectors`: found by keywords, embedded in the background, merged with a
+        repeat when its vector arrives). Then, in the partition's write section (:meth:`writing`,
         shared with writers of any process): the fence; with ``rules.merge`` (and
         ``[retrieval] dedup`` on) a true repeat of a memory of the partition, written
         with the same scope and origin, is refreshed instead (:mod:`.merge`; a merge adds
@@ -126,9 +146,12 @@ class MemoryStore(MemoryCollection):
         archived, writes nothing (``existed``); with ``rules.limit`` a full partition refuses unless
         an automatic memory gives way (:mod:`.room`); then the add.
         """
+        pending = False
         if vector is None:
-            vector = (await self._embed([memory.content]))[0]
-        merge = rules.merge and self.settings.dedup
+            vector = await self._vector_of(memory.content)
+            pending = vector is None
+            vector = await self._placeholder() if vector is None else vector
+        merge = rules.merge and self.settings.dedup and not pending
         partition = memory.partition
         if merge:
             await self._warm(partition)
@@ -142,6 +165,7 @@ class MemoryStore(MemoryCollection):
             if rules.limit is not None:
                 await make_room(self, partition, rules.limit, rules.displace)
             record = memory.record(memory.memory_id or uuid.uuid4().hex, self.clock())
+            record.pending = pending
             try:
                 await self._write(
                     lambda c: c.add(
@@ -210,20 +234,25 @@ class MemoryStore(MemoryCollection):
         memory to another origin (a text from a private chat makes it private).
         """
         vector: Sequence[float] | None = None
+        pending = False
         if content is not None:
             vector = stored_vector
             if vector is None:
-                vector = (await self._embed([content]))[0]
+                vector = await self._vector_of(content)
+                pending = vector is None
+                vector = await self._placeholder() if vector is None else vector
         async with self.writing(partition):
             if fence is not None:
                 await fence()
             current = await self._get(partition, memory_id)
             if current is None:
                 return None
+            was_pending = current.pending
             if content is not None and content != current.content:
                 await self.keep_history(dataclasses.replace(current), None, reason=REASON_UPDATED)
             if content is not None:
                 current.content = content
+                current.pending = pending
             if tags is not None:
                 current.tags = list(tags)
             if importance is not None:
@@ -233,7 +262,10 @@ class MemoryStore(MemoryCollection):
             if event_time is not None:
                 current.event_time = event_time
             current.updated_at = self.clock()
-            kwargs: dict[str, Any] = {"ids": [memory_id], "metadatas": [current.to_metadata()]}
+            meta = current.to_metadata()
+            if was_pending and not current.pending:
+                meta[PENDING_KEY] = False  # Chroma merges metadata: the flag must be cleared
+            kwargs: dict[str, Any] = {"ids": [memory_id], "metadatas": [meta]}
             if vector is not None:
                 kwargs.update(documents=[current.content], embeddings=[vector])
             try:
@@ -299,155 +331,26 @@ class MemoryStore(MemoryCollection):
                 raise VectorStoreError("读取原记忆的向量失败，未修改记忆")
         await self.archive.save_version(previous, vector, reason=reason)
 
-    # -- reads (each names what it may see: a View built by storage/scope) ----------
+    # -- pending memories (stored without their vector: :mod:`.pending`) ----------------
 
-    async def get(self, view: View, memory_id: str) -> MemoryRecord | None:
-        """The memory ``memory_id`` if ``view`` shows it, else ``None`` (also for an id of
-        another partition, or of an origin the view leaves out: like a missing id)."""
-        View.check(view)
-        record = await self._get(view.partition, memory_id)
-        return record if record is not None and view.origins.allows(record.origin) else None
-
-    async def _get(self, partition: str, memory_id: str) -> MemoryRecord | None:
-        """The memory ``memory_id`` if it belongs to ``partition`` (any origin), else ``None``.
-
-        Fetches by id alone and compares the stored partition: as cheap in a
-        10,000-memory partition as in an empty one. A memory of another
-        partition is never returned, and callers mutate only what this returned.
-        """
-        res = await self._run(lambda c: c.get(ids=[memory_id], include=["documents", "metadatas"]))
-        if not res["ids"]:
-            return None
-        meta = (res.get("metadatas") or [None])[0]
-        if meta is None or meta.get("user_id") != partition:
-            return None
-        docs = res.get("documents") or [None]
-        return MemoryRecord.from_chroma(res["ids"][0], docs[0], meta)
-
-    async def query(
-        self,
-        view: View,
-        text: str,
-        *,
-        top_k: int = 5,
-        importance: str | None = None,
-        window: Period | None = None,
-    ) -> list[MemoryRecord]:
-        """The best memories ``view`` shows for ``text``: vector and keyword channels, the
-        period the text names, age decay (:mod:`.partition.retrieval`; ``distance`` is the
-        vector distance); only those of ``window`` when given."""
-        View.check(view)
-        vector = (await self._embed([text], "query"))[0]
-        return await self.search(
-            view, text, vector, top_k=top_k, importance=importance, window=window
-        )
-
-    async def search(
-        self,
-        view: View,
-        text: str,
-        vector: Sequence[float],
-        *,
-        top_k: int = 5,
-        importance: str | None = None,
-        window: Period | None = None,
-    ) -> list[MemoryRecord]:
-        """:meth:`query` for a caller that has embedded ``text`` already (``vector``):
-        active memory's recall and extraction reuse their one query embedding."""
-        View.check(view)
-        return await search(
-            self,
-            view.partition,
-            text,
-            vector,
-            top_k=top_k,
-            importance=importance,
-            origins=view.origins,
-            settings=self.settings,
-            window=window,
-        )
-
-    async def query_vector(
-        self,
-        view: View,
-        vector: Sequence[float],
-        *,
-        top_k: int = 5,
-        importance: str | None = None,
-    ) -> list[MemoryRecord]:
-        """The nearest memories ``view`` shows (vector distance only)."""
-        View.check(view)
-        return await self._query_vector(
-            view.partition, vector, top_k=top_k, importance=importance, origins=view.origins
-        )
-
-    async def _query_vector(
-        self,
-        partition: str,
-        vector: Sequence[float],
-        *,
-        top_k: int,
-        importance: str | None,
-        origins: OriginFilter,
-        load: bool = True,
-    ) -> list[MemoryRecord]:
-        """The nearest memories; ``load=False`` inside the partition's write section."""
-        args = (self, partition, vector, top_k, importance, origins)
-        if (hits := await self.index.query(*args, load=load)) is not None:
-            return hits
-        where = where_partition(partition, importance=importance, origins=origins)
-        q: Any = {"query_embeddings": [list(vector)], "n_results": top_k, "where": where}
-        include: Any = ["documents", "metadatas", "distances"]
-        return query_records(await self._run(lambda c: c.query(**q, include=include)))
-
-    async def list(
-        self, view: View, *, limit: int = 20, offset: int = 0, window: Period | None = None
-    ) -> list[MemoryRecord]:
-        """Memories ``view`` shows, oldest first; only those of ``window`` when given."""
-        where = View.check(view).where()
-        if window is not None:
-            return (await self._within(view, window))[offset : offset + limit]
+    async def pending_batch(self, limit: int) -> list[MemoryRecord]:
+        """Up to ``limit`` pending memories of every partition (the background embedding:
+        an operator door, never a chat's)."""
         res = await self._run(
-            lambda c: c.get(
-                where=where, limit=limit, offset=offset, include=["documents", "metadatas"]
-            )
+            lambda c: c.get(where=PENDING_WHERE, limit=limit, include=["documents", "metadatas"])
         )
-        docs = res.get("documents") or [None] * len(res["ids"])
-        metas = res.get("metadatas") or [None] * len(res["ids"])
-        return [
-            MemoryRecord.from_chroma(i, d, m)
-            for i, d, m in zip(res["ids"], docs, metas, strict=False)
-        ]
+        return pending_rows(res)
+
+    async def count_pending(self) -> int:
+        """Pending memories in the whole collection (status, the console)."""
+        res = await self._run(lambda c: c.get(where=PENDING_WHERE, include=[]))
+        return len(res["ids"])
+
+    async def settle(self, record: MemoryRecord, vector: Sequence[float]) -> Settled:
+        """Store the vector of the pending memory ``record`` (or merge it into an older
+        repeat): :func:`.pending.settle`."""
+        return await settle(self, record, vector)
 
     async def link_versions(self, partition: str, older_id: str, newer_id: str) -> bool:
         """Link two memories of ``partition`` as versions of one fact (:mod:`.versions`)."""
         return await link_versions(self, partition, older_id, newer_id)
-
-    def period_test(self, text: str) -> Callable[[MemoryRecord], bool]:
-        """Whether a memory belongs to the period ``text`` names (now, the owner's days)."""
-        on = self.settings.time_weight > 0
-        return period_test(text, self.calendar.local(self.clock()), self.calendar, on=on)
-
-    async def _within(self, view: View, window: Period) -> list[MemoryRecord]:
-        """Every memory ``view`` shows of ``window``, in the order they were said."""
-        where = view.where()
-        res = await self._run(lambda c: c.get(where=where, include=["documents", "metadatas"]))
-        return of_period(res, window, self.calendar)
-
-    async def count(self, view: View, *, window: Period | None = None) -> int:
-        """Memories ``view`` shows (the whole collection: :meth:`count_all`); only those of
-        ``window`` when given."""
-        View.check(view)
-        if window is not None:
-            return len(await self._within(view, window))
-        if not view.origins.narrows:
-            return await self._count(view.partition)
-        where = view.where()
-        res = await self._run(lambda c: c.get(where=where, include=[]))
-        return len(res["ids"])
-
-    async def _count(self, partition: str) -> int:
-        """Memories in ``partition``, every origin (the limit counts them all)."""
-        where = where_partition(partition)
-        res = await self._run(lambda c: c.get(where=where, include=[]))
-        return len(res["ids"])

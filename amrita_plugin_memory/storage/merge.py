@@ -69,6 +69,12 @@ class WriteResult:
     """The fixed id (``NewMemory.memory_id``) was stored already, live or archived: nothing
     was written (``record`` is the stored one)."""
 
+    @property
+    def pending(self) -> bool:
+        """Stored without its vector (the embedding failed or is off): found by keywords
+        now, by meaning once the background embedding gives it one."""
+        return self.record.pending
+
 
 def _normalised(text: str) -> str:
     return "".join(ch for ch in text.lower() if ch.isalnum())

@@ -108,7 +108,7 @@ class View:
 
     def where(self, **filters: str | None) -> dict[str, Any]:
         """The Chroma ``where`` of this view (and ``filters``)."""
-        return where_partition(self.partition, origins=self.origins, **filters)
+        return where_partition(self.partition, origins=self.origins, with_vectors=False, **filters)
 
 
 @dataclass(frozen=True, slots=True)

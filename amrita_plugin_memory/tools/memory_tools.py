@@ -217,7 +217,7 @@ class MemoryTools:
             logger.info(
                 f"[Memory] write_memory{merged} partition={partition} id={written.record.id}"
             )
-            return results.written(written, self.calendar)
+            return results.written(written, self.calendar, embeddings=self.store.vectors.enabled)
 
         return await self._guard("write_memory", run)
 
@@ -276,7 +276,7 @@ class MemoryTools:
             if record is None:
                 raise ToolArgError(missing)
             logger.info(f"[Memory] update_memory partition={partition} id={memory_id}")
-            return results.updated(record, self.calendar)
+            return results.updated(record, self.calendar, embeddings=self.store.vectors.enabled)
 
         return await self._guard("update_memory", run)
 

@@ -23,6 +23,7 @@ from ..storage.memory_store import WriteResult
 
 __all__ = [
     "MERGED_NOTE",
+    "PENDING_NOTE",
     "deleted",
     "found",
     "listed",
@@ -33,6 +34,10 @@ __all__ = [
 ]
 
 MERGED_NOTE = "与已有记忆重复，已合并到该条（更新时间、合并标签、取较高重要性）"
+PENDING_NOTE = "已保存（嵌入服务暂不可用，先按关键词检索，恢复后自动补全语义索引）"
+"""Said when a memory was kept without its vector during an outage (issue #47): the
+model must not retry nor tell the user it was lost. Never in keyword-only mode, where
+every memory is stored so and nothing is wrong."""
 
 
 def ok(**fields: Any) -> dict[str, Any]:
@@ -40,12 +45,16 @@ def ok(**fields: Any) -> dict[str, Any]:
     return {"ok": True, **fields}
 
 
-def written(result: WriteResult, calendar: OwnerCalendar) -> dict[str, Any]:
-    """``write_memory``: the new memory, or the one it was merged into."""
+def written(
+    result: WriteResult, calendar: OwnerCalendar, *, embeddings: bool = True
+) -> dict[str, Any]:
+    """``write_memory``: the new memory, or the one it was merged into; ``embeddings``:
+    whether the store embeds at all (``store.vectors.enabled``: a pending memory in
+    keyword-only mode is the normal state, not worth a note)."""
     memory = result.record.compact(calendar)
     if result.merged:
         return {"ok": True, "merged": True, "memory": memory, "note": MERGED_NOTE}
-    return {"ok": True, "memory": memory}
+    return _noted({"ok": True, "memory": memory}, result.pending and embeddings)
 
 
 def found(kind: str, hits: Sequence[MemoryRecord], calendar: OwnerCalendar) -> dict[str, Any]:
@@ -66,8 +75,17 @@ def listed(
     }
 
 
-def updated(record: MemoryRecord, calendar: OwnerCalendar) -> dict[str, Any]:
-    return {"ok": True, "memory": record.compact(calendar)}
+def updated(
+    record: MemoryRecord, calendar: OwnerCalendar, *, embeddings: bool = True
+) -> dict[str, Any]:
+    """``update_memory``: the changed memory (a new text left pending: :data:`PENDING_NOTE`)."""
+    return _noted({"ok": True, "memory": record.compact(calendar)}, record.pending and embeddings)
+
+
+def _noted(answer: dict[str, Any], pending: bool) -> dict[str, Any]:
+    if pending:
+        answer["note"] = PENDING_NOTE
+    return answer
 
 
 def deleted(memory_id: str) -> dict[str, Any]:

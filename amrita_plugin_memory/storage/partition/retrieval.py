@@ -40,7 +40,7 @@ import numpy as np
 
 from ...core.calendar import OwnerCalendar
 from ...core.config import ConfigFile
-from ...core.records import MemoryRecord, OriginFilter, where_partition
+from ...core.records import PENDING_KEY, MemoryRecord, OriginFilter, where_partition
 from ...ranking.keywords import CJK_UNIT, KeywordIndex
 from ...ranking.scores import age_days, combine, decay_factor, decayed_distance
 from ...ranking.versions import order_versions
@@ -208,16 +208,19 @@ async def _keyword_hits(
     entry: Any,
     partition: str,
     text: str,
-    vector: Sequence[float],
+    vector: Sequence[float] | None,
     limit: int,
     importance: str | None,
     origins: OriginFilter,
     cjk_unit: float,
+    *,
+    pending_only: bool = False,
 ) -> list[tuple[MemoryRecord, float]]:
     """``(record, keyword part)`` of the best keyword matches: the share of the query's
     keyword weight a memory holds, CJK terms counted at ``cjk_unit`` (what the ranking
     adds). Records carry distances when the partition's vectors are cached (keyword-only
-    hits are shown like the others)."""
+    hits are shown like the others), never a pending memory's (its vector is a
+    placeholder); ``pending_only``: only pending memories."""
     if entry is not None:
         ids, docs, metas = entry.ids, entry.documents, entry.metadatas
         keywords = await _keywords_of(store, entry)
@@ -225,8 +228,16 @@ async def _keyword_hits(
         ids, docs, metas = await _partition_rows(store, partition)
         keywords = await _build_keywords(store, docs)
     scores = keywords.coverage(text, cjk_unit=cjk_unit)
-    rows = np.asarray([r for r in scores if _keep(metas[r], importance, origins)], dtype=np.int64)
-    query = np.asarray(vector, dtype=np.float32)
+    rows = np.asarray(
+        [
+            r
+            for r in scores
+            if _keep(metas[r], importance, origins)
+            and (not pending_only or metas[r].get(PENDING_KEY))
+        ],
+        dtype=np.int64,
+    )
+    query = np.asarray(vector if vector is not None else (), dtype=np.float32)
     by_score = np.asarray([-scores[r] for r in rows.tolist()], dtype=np.float64)
     distances: np.ndarray | None = None
     if entry is not None and query.shape == (entry.dim,) and len(rows):
@@ -240,6 +251,8 @@ async def _keyword_hits(
     for i in order[:limit].tolist():
         r = int(rows[i])
         distance = None if distances is None else float(distances[i])
+        if metas[r].get(PENDING_KEY):
+            distance = None
         record = MemoryRecord.from_chroma(ids[r], docs[r], metas[r], distance)
         out.append((record, scores[r]))
     return out
@@ -254,15 +267,18 @@ async def _period_hits(
     ids: Sequence[str],
     docs: Sequence[str | None],
     metas: Sequence[dict[str, Any]],
-    vector: Sequence[float],
+    vector: Sequence[float] | None,
     limit: int,
 ) -> list[MemoryRecord]:
     """The memories of ``rows`` (those of a period), the closest ``limit`` first, with
     their vector distances (from the cached vectors, or read from Chroma for these rows:
-    whether a memory of the period is on the question's topic is judged by them)."""
-    query = np.asarray(vector, dtype=np.float32)
+    whether a memory of the period is on the question's topic is judged by them; none
+    without the question's vector, none for a pending memory)."""
+    query = np.asarray(vector if vector is not None else (), dtype=np.float32)
     distances: list[float | None] = [None] * len(rows)
-    if entry is not None and query.shape == (entry.dim,) and rows:
+    if vector is None:
+        pass
+    elif entry is not None and query.shape == (entry.dim,) and rows:
         diff = entry.vectors[np.asarray(rows, dtype=np.int64)] - query
         distances = np.einsum("ij,ij->i", diff, diff).tolist()
     elif rows and len(rows) <= PERIOD_FETCH_MAX:
@@ -275,6 +291,9 @@ async def _period_hits(
             if row is not None and len(row) == query.shape[0]:
                 diff = np.asarray(row, dtype=np.float32) - query
                 distances[i] = float(diff @ diff)
+    for i, r in enumerate(rows):
+        if metas[r].get(PENDING_KEY):
+            distances[i] = None
     order = sorted(range(len(rows)), key=lambda i: (distances[i] is None, distances[i] or 0.0))
     return [
         MemoryRecord.from_chroma(ids[rows[i]], docs[rows[i]], metas[rows[i]], distances[i])
@@ -291,7 +310,7 @@ async def search(
     store: SearchStore,
     partition: str,
     text: str,
-    vector: Sequence[float],
+    vector: Sequence[float] | None,
     *,
     top_k: int,
     importance: str | None,
@@ -301,13 +320,23 @@ async def search(
 ) -> list[MemoryRecord]:
     """The ``top_k`` memories of ``partition`` for the query ``text`` / ``vector``
     (only those ``origins`` lets through; only those of ``window`` when it is given:
-    ``read_memory``'s ``since`` / ``until``)."""
+    ``read_memory``'s ``since`` / ``until``).
+
+    Without ``vector`` (no embedding model, or the question could not be embedded) the
+    keyword channel ranks alone, CJK terms at full weight (:data:`KEYWORDS_ONLY`); with
+    it, pending memories (no vector yet) are found by the same full-weight keywords."""
     script = settings.script(text)
     calendar = store.calendar
     now = _now(store.clock).astimezone(calendar.zone)  # the owner's days
     named = named_period(text, now) if settings.time_weight > 0 else None
-    hybrid = settings.hybrid and settings.keyword_weight > 0
-    if not hybrid and not settings.decay and named is None and window is None:
+    hybrid = (settings.hybrid and settings.keyword_weight > 0) or vector is None
+    if (
+        vector is not None
+        and not hybrid
+        and not settings.decay
+        and named is None
+        and window is None
+    ):
         plain = await store._query_vector(
             partition, vector, top_k=top_k, importance=importance, origins=origins
         )
@@ -336,25 +365,39 @@ async def search(
                 store, entry, partition, window, inside, ids, docs, metas, vector, pool
             )
         else:
-            by_vector = await store._query_vector(
-                partition, vector, top_k=pool, importance=importance, origins=origins
-            )
+            by_vector = await _nearest(store, partition, vector, pool, importance, origins)
     else:
         allowed = None
-        by_vector = await store._query_vector(
-            partition, vector, top_k=pool, importance=importance, origins=origins
-        )
+        by_vector = await _nearest(store, partition, vector, pool, importance, origins)
     records = {r.id: r for r in by_vector}
     bonus: dict[str, float] = {}
     if hybrid:
+        # Keywords alone: CJK terms at full weight, the keyword share is the whole score.
+        unit, weight = (script.cjk_unit, settings.keyword_weight) if vector else (1.0, 1.0)
         hits = await _keyword_hits(
-            store, entry, partition, text, vector, pool, importance, origins, script.cjk_unit
+            store, entry, partition, text, vector, pool, importance, origins, unit
         )
+        if vector is not None:  # memories without a vector yet: by full-weight keywords
+            pending = await _keyword_hits(
+                store,
+                entry,
+                partition,
+                text,
+                vector,
+                pool,
+                importance,
+                origins,
+                1.0,
+                pending_only=True,
+            )
+            # Scored as a vector hit (1 at best) plus its keywords: a full match is found.
+            lift = (1.0 + settings.keyword_weight) / settings.keyword_weight
+            hits += [(record, part * lift) for record, part in pending]
         for record, part in hits:
             if allowed is not None and record.id not in allowed:
                 continue
             records.setdefault(record.id, record)
-            bonus[record.id] = settings.keyword_weight * part
+            bonus[record.id] = max(bonus.get(record.id, 0.0), weight * part)
     within: set[str] = set()
     period = None if named is None else resolve(named, times, calendar.zone)
     if period is not None:
@@ -379,6 +422,22 @@ async def search(
     ranked = period_first(ranked, distances, within, settings.period_topic)[:top_k]
     ranked = await _versions(store, partition, text, ranked, records, importance, origins)
     return [replace(records[i]) for i in ranked[:top_k]]
+
+
+async def _nearest(
+    store: SearchStore,
+    partition: str,
+    vector: Sequence[float] | None,
+    top_k: int,
+    importance: str | None,
+    origins: OriginFilter,
+) -> list[MemoryRecord]:
+    """The vector channel's candidates (none without the question's vector)."""
+    if vector is None:
+        return []
+    return await store._query_vector(
+        partition, vector, top_k=top_k, importance=importance, origins=origins
+    )
 
 
 async def _versions(

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ...core.records import ORIGIN_PRIVATE, MemoryRecord, OriginFilter
+from ...core.records import ORIGIN_PRIVATE, PENDING_KEY, MemoryRecord, OriginFilter
 
 __all__ = ["Arena", "Entry", "appended", "build_entry", "removed", "scan", "updated"]
 
@@ -308,6 +308,16 @@ def _origin_mask(entry: Entry, origins: OriginFilter) -> np.ndarray:
     return entry.origin == code
 
 
+def pending_mask(entry: Entry) -> np.ndarray:
+    """The rows stored without their vector (a placeholder: never a nearest neighbour);
+    computed once per entry (a write builds a new one)."""
+    mask = entry.derived.get(PENDING_KEY)
+    if mask is None:
+        mask = np.asarray([bool(m.get(PENDING_KEY)) for m in entry.metadatas], dtype=bool)
+        entry.derived[PENDING_KEY] = mask
+    return mask
+
+
 def scan(
     entry: Entry,
     query: np.ndarray,
@@ -318,8 +328,9 @@ def scan(
     """``(row, squared L2 distance)`` of the ``top_k`` nearest matching rows, ties by id."""
     n = len(entry.ids)
     rows = np.arange(n)
-    if importance is not None or origins.narrows:
-        keep = np.ones(n, dtype=bool)
+    pending = pending_mask(entry)
+    if importance is not None or origins.narrows or pending.any():
+        keep = ~pending
         if importance is not None:
             keep &= entry.importance == importance
         if origins.narrows:

@@ -131,8 +131,10 @@ async def restore(
     if row.is_version:
         live = await store.get(operator_view(owner), row.memory_id)
         if live is not None:
+            # A version kept while pending holds a placeholder: embed its text again.
+            stored = None if row.record.pending else vector
             updated = await store.update(
-                owner, row.memory_id, content=row.record.content, stored_vector=vector
+                owner, row.memory_id, content=row.record.content, stored_vector=stored
             )
             if updated is None:  # deleted meanwhile
                 raise ArchiveRestoreError(f"记忆 {row.memory_id} 刚被删除，请重试")
@@ -153,6 +155,7 @@ async def restore(
         updated_at=row.record.updated_at,
         origin=row.record.origin,
         author="" if stones.unmarks(meta) else row.record.author,
+        pending=row.record.pending,  # a placeholder vector stays marked: embedded later
     )
     await _reinstate(store, record, vector, limit)
     await store.archive.remove([row.id])
