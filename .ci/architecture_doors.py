@@ -59,6 +59,9 @@ DOORS: frozenset[str] = frozenset(
         "users_over",  # UsageLedger: every user's spend of a day
         "operator_view",
         "of_operator",  # Scope.of_operator
+        "pending_batch",  # MemoryStore: pending memories of every partition
+        "count_pending",
+        "settle",  # MemoryStore: a pending memory's vector stored (the background embedding)
     }
 )
 

@@ -85,6 +85,7 @@ def _setup() -> MemoryRuntime | None:
     # windows flushed, active-memory batches finished, L3 runner and archive
     # sweeper stopped, token removed).
     get_driver().on_shutdown(rt.close)
+    get_driver().on_startup(rt.pending.start)  # pending memories embedded when the service answers
     register_memo_hook(rt.memo, rt.usage)
     register_turn_context()  # per-turn blocks after the history, never stored
     register_memo_key_migration(rt.memo)  # after nonebot_plugin_orm's init_orm

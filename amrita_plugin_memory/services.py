@@ -16,6 +16,7 @@ from .embedding.client import EmbeddingClient
 from .embedding.fingerprint import pin_auto_model
 from .embedding.forgotten import BackupScrubber
 from .embedding.maintenance import Maintenance
+from .embedding.pending import PendingEmbedder
 from .infra.fences import UserEpochs
 from .storage.chroma.connection import ChromaConnection
 from .storage.consent_store import ConsentStore
@@ -106,6 +107,9 @@ class MemoryRuntime:
             knowledge_collection=config.file.subconscious.knowledge_collection_name,
         )
         """What re-embedding, backups, status and the start-up check work on."""
+        self.pending = PendingEmbedder(self.maintenance)
+        """Memories kept without their vector (an outage) get it in the background."""
+        self.store.vectors.on_pending.append(self.pending.wake)
 
     def user_data(
         self,
@@ -167,6 +171,7 @@ class MemoryRuntime:
         not freeze for) and stays closed: a call arriving later fails instead
         of starting a new child server.
         """
+        await self.pending.stop()  # what it did not reach stays pending, for the next start
         try:
             await self.usage.close()  # the chat turns' block counters since the last flush
         except Exception as exc:

@@ -140,7 +140,12 @@ async def test_embedding_faults_during_write_and_read(
         async with asyncio.timeout(0.5 * 3 + 3.0):
             write = await rt.tools.write_memory(
                 caller,
-                {"content": "故障期间记下：用户下周三去杭州", "tags": [], "importance": "low", "scope": "user"},
+                {
+                    "content": "故障期间记下：用户下周三去杭州",
+                    "tags": [],
+                    "importance": "low",
+                    "scope": "user",
+                },
             )
             read = await rt.tools.read_memory(caller, {"query": "杭州", "scope": "user"})
             update = await rt.tools.update_memory(

@@ -36,6 +36,7 @@ __all__ = [
     "split_tag_text",
     "utc_now",
     "where_partition",
+    "without_pending",
 ]
 
 IMPORTANCE_LEVELS: tuple[str, ...] = ("low", "medium", "high")
@@ -192,6 +193,11 @@ PENDING_KEY = "vector_pending"
 """Metadata flag of a memory stored without its vector (``True``; absent otherwise). Its
 stored vector is a placeholder: nearest-neighbour reads leave it out, the keyword
 channel finds it, the background embedding (``embedding/pending``) replaces it."""
+
+
+def without_pending(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """A row's metadata once it has its real vector (re-embedding writes fresh rows)."""
+    return {k: v for k, v in meta.items() if k != PENDING_KEY}
 
 
 @dataclass(slots=True)

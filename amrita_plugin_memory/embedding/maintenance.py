@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..core.config import EnvConfig
+from ..core.records import without_pending
 from ..storage.chroma.connection import ChromaConnection
 from ..storage.chroma.remap_markers import (
     MAINTENANCE_KEYS,
@@ -158,11 +159,20 @@ async def apply_live_changes(maint: Maintenance, live: Collection, temp: Collect
         )
         docs = res.get("documents") or [None] * len(res["ids"])
         metas = res.get("metadatas") or [None] * len(res["ids"])
+        # The temporary's rows have their real vectors: a live row's pending flag is no change.
         copied = {
-            i: (d, dict(m) if m is not None else None)
+            i: (d, without_pending(m) if m is not None else None)
             for i, d, m in zip(res["ids"], docs, metas, strict=False)
         }
-        stale: list[Item] = [item for item in page if copied.get(item.id, ("\0", None)) != item[1:]]
+        stale: list[Item] = [
+            item
+            for item in page
+            if copied.get(item.id, ("\0", None))
+            != (
+                item.document,
+                without_pending(item.metadata) if item.metadata is not None else None,
+            )
+        ]
         batch = maint.env.reembed_batch_size
         for start in range(0, len(stale), batch):
             chunk = stale[start : start + batch]
@@ -173,7 +183,7 @@ async def apply_live_changes(maint: Maintenance, live: Collection, temp: Collect
                     ids=[item.id for item in chunk],
                     documents=[item.document for item in chunk],  # type: ignore[arg-type]
                     embeddings=vectors,  # type: ignore[arg-type]
-                    metadatas=[item.metadata for item in chunk],  # type: ignore[arg-type]
+                    metadatas=[without_pending(item.metadata or {}) for item in chunk],  # type: ignore[arg-type]
                 )
             )
         changed += len(stale)

@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any
 
 from nonebot.log import logger
 
+from ..core.records import without_pending
 from ..storage.chroma.connection import ChromaConnection
 from ..storage.chroma.remap_markers import WRITE_WINDOW
 from ..storage.memory_store import READ_PAGE_SIZE, Item, iter_pages
@@ -242,7 +243,7 @@ async def _build_temp(
                     ids=[item.id for item in batch],
                     documents=[item.document for item in batch],  # type: ignore[arg-type]
                     embeddings=vectors,  # type: ignore[arg-type]
-                    metadatas=[item.metadata for item in batch],  # type: ignore[arg-type]
+                    metadatas=[without_pending(item.metadata) for item in batch],  # type: ignore[arg-type]
                 )
             )
             done[0] += len(batch)

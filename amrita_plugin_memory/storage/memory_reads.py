@@ -41,6 +41,10 @@ class MemoryReads(MemoryCollection):
         ``until``. Set by the runtime (its one calendar)."""
         self._dimension: tuple[tuple[int, str], int] | None = None
 
+    async def stored_dimension(self) -> int | None:
+        """The dimension of the collection's vectors (``None``: empty)."""
+        return await self._stored_dimension()
+
     async def _stored_dimension(self) -> int | None:
         """The dimension of the collection's vectors (``None``: empty), read once per
         collection handle (a remap replaces the collection, and with it the key)."""

@@ -181,6 +181,8 @@ class MemoryStore(MemoryReads):
             self.counts.adjust(partition, +1)
             self.recent.added(partition, record.id)
             self.index.added(partition, vector, record)
+        if pending:
+            self.vectors.kept_pending()
         return WriteResult(record)
 
     async def held(self, memory_id: str) -> MemoryRecord | None:
@@ -276,6 +278,8 @@ class MemoryStore(MemoryReads):
                 self.drop_views(partition)
                 raise
             self.index.updated(partition, vector, current)
+        if pending:
+            self.vectors.kept_pending()
         return current
 
     async def delete(

@@ -53,6 +53,13 @@ class Vectors:
         self.query_timeout = QUERY_TIMEOUT
         self.dimension: int | None = None
         """The dimension of the last vectors the service returned (``None``: none yet)."""
+        self.on_pending: list[Callable[[], None]] = []
+        """Called when a write was kept pending (wakes the background embedding)."""
+
+    def kept_pending(self) -> None:
+        """A memory was stored without its vector: tell whoever embeds them later."""
+        for listener in self.on_pending:
+            listener()
 
     @property
     def available(self) -> bool:
