@@ -166,6 +166,10 @@ async def _serve(rt: Any) -> None:
                 _reply({"allows": await rt.consent.allows(cmd["user"])})
         elif cmd["op"] in ("usage_add", "usage_admit"):
             _reply(await _usage(rt, cmd))
+        elif cmd["op"] == "embed_pending":  # the background embedding's pass, once
+            rt.pending.lease_ttl = cmd["ttl"]
+            done = await rt.pending.run_once()
+            _reply({"embedded": done.embedded, "busy": done.busy})
         elif cmd["op"] == "hold_sweep":
             from amrita_plugin_memory.upkeep.archive.sweep import sweep_lease
 

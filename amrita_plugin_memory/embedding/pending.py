@@ -86,6 +86,7 @@ class PendingEmbedder:
         self.maint = maint
         self.batch = max(1, batch)
         self.idle = idle
+        self.lease_ttl = PENDING_LEASE_TTL
         self.state: State = "idle"
         self.stopped_reason = ""
         self._wake = asyncio.Event()
@@ -109,7 +110,7 @@ class PendingEmbedder:
         if leases is None:
             await self._pass(result)
             return result
-        async with leases.attempt(f"pending:{self.store.name}", ttl=PENDING_LEASE_TTL) as held:
+        async with leases.attempt(f"pending:{self.store.name}", ttl=self.lease_ttl) as held:
             if not held:
                 result.busy = True
                 return result
@@ -228,7 +229,7 @@ class PendingEmbedder:
         if result.unavailable:
             delay = max(self.store.vectors.breaker.retry_in(), 5.0)
         elif result.busy:
-            delay = PENDING_LEASE_TTL
+            delay = self.lease_ttl
         else:
             delay = self.idle
         self._wake.clear()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
+import numpy as np
 from nonebot import logger
 
 from ..core.errors import EmbeddingError, EmbeddingOff
@@ -31,9 +32,15 @@ QUERY_TIMEOUT = 8.0
 
 
 def placeholder_vector(dimension: int) -> list[float]:
-    """The stored vector of a pending memory: a unit vector of the collection's dimension
-    (Chroma needs one per row; the flag, not this vector, says it means nothing)."""
-    return [1.0] + [0.0] * (max(1, dimension) - 1)
+    """The stored vector of a pending memory: a random unit vector of the collection's
+    dimension (Chroma needs one per row; the flag, not this vector, says it means nothing).
+
+    Random, not one fixed vector: many identical points break the links of Chroma's HNSW
+    graph, and a filtered search then misses real neighbours (seen: a repeat not found
+    once a few dozen pending memories shared one placeholder)."""
+    rng = np.random.default_rng()
+    vector = rng.standard_normal(max(1, dimension))
+    return (vector / (np.linalg.norm(vector) or 1.0)).tolist()
 
 
 class Vectors:

@@ -7,6 +7,7 @@ close to each other and vector-search tests can assert on ranking without a mode
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -148,6 +149,8 @@ class EmbeddingServer(ThreadedAppServer):
         self._requests: list[dict[str, Any]] = []
         self._embed_calls = 0
         self._fail_next: list[str] = []
+        self.delay = 0.0
+        """Seconds each embedding answer takes (a slow service: a batch in flight for a while)."""
 
     # ------------------------------------------------------------------ control API
     @property
@@ -198,6 +201,7 @@ class EmbeddingServer(ThreadedAppServer):
             self._embed_calls = 0
             self._models = None
             self._fail_next = []
+            self.delay = 0.0
 
     def dim_for(self, model: str) -> int | None:
         """Dimension served for ``model``, or None if the model is unknown (404)."""
@@ -284,6 +288,8 @@ class EmbeddingServer(ThreadedAppServer):
                 {"error": f'model "{model}" not found, try pulling it first'}, status=404
             )
         mode = self._take_mode()
+        if self.delay:
+            await asyncio.sleep(self.delay)
         if mode == "hang":
             return await self._hang(request)
         if mode == "close":
@@ -337,6 +343,8 @@ class EmbeddingServer(ThreadedAppServer):
                 code="model_not_found",
             )
         mode = self._take_mode()
+        if self.delay:
+            await asyncio.sleep(self.delay)
         if mode == "hang":
             return await self._hang(request)
         if mode == "close":
