@@ -51,7 +51,12 @@ class MemoryRuntime:
         """The owner's days (``[memory] timezone``): every day boundary, period and shown date."""
         self.embedder = EmbeddingClient.from_env(config.env)
         self.connection = ChromaConnection(config.env, config.chroma_dir)
-        self.store = MemoryStore(self.connection, self.embedder, MEMORY_COLLECTION)
+        self.store = MemoryStore(
+            self.connection,
+            self.embedder,
+            MEMORY_COLLECTION,
+            embeddings=config.env.embedding_enabled,  # false: keywords only, nothing embedded
+        )
         self.store.index.max_bytes = config.file.vector_index_max_mb * 1024 * 1024
         self.store.keep_versions = config.file.archive.keep_history
         self.store.settings = RetrievalSettings.from_config(config.file)

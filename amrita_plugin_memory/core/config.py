@@ -129,6 +129,9 @@ class EnvConfig(BaseSettings):
     # Not in the spec's table: request timeout of the embedding client. A hung
     # embedding service must turn into a clear error, not a stuck chat turn.
     embedding_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+    # The published plugin's name (0.10.0): ``false`` runs with no embedding model at all,
+    # every memory found by keywords (issue #47); vectors already stored are kept.
+    embedding_enabled: bool = True
 
     embed_check_on_startup: bool = True
     embed_mismatch_policy: Literal["ask", "auto", "never"] = "ask"

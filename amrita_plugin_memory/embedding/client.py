@@ -30,6 +30,7 @@ from nonebot.log import logger
 from ..core.config import EnvConfig
 from ..core.errors import (
     EmbeddingConfigError,
+    EmbeddingOff,
     EmbeddingHTTPError,
     EmbeddingResponseError,
     EmbeddingUnavailable,
@@ -109,6 +110,7 @@ class EmbeddingClient:
         query_prefix: str = "",
         document_prefix: str = "",
         input_type: Literal["none", "e5"] = "none",
+        enabled: bool = True,
     ) -> None:
         if protocol not in ("openai", "ollama-embed", "local"):
             raise ValueError(f"unknown embedding protocol {protocol!r}")
@@ -137,6 +139,9 @@ class EmbeddingClient:
         """Consulted first when resolving ``auto`` (set by the runtime; see :mod:`.fingerprint`)."""
         self._after_embedding: EmbeddingHook | None = None
         self._hook_lock: asyncio.Lock | None = None
+        self.enabled = enabled
+        """``EMBEDDING_ENABLED``: ``False`` is the keyword-only mode: :meth:`embed` raises
+        :class:`~..core.errors.EmbeddingOff` at once (no request, no local model loaded)."""
 
     @classmethod
     def from_env(cls, env: EnvConfig) -> EmbeddingClient:
@@ -151,6 +156,7 @@ class EmbeddingClient:
             query_prefix=env.embedding_query_prefix,
             document_prefix=env.embedding_document_prefix,
             input_type=env.embedding_input_type,
+            enabled=env.embedding_enabled,
         )
 
     # -- lifecycle -------------------------------------------------------
@@ -419,6 +425,8 @@ class EmbeddingClient:
             raise TypeError("embed() takes a sequence of strings, not a string")
         if not texts:
             return []
+        if not self.enabled:
+            raise EmbeddingOff("嵌入已关闭（EMBEDDING_ENABLED=false），按关键词检索")
         deadline = _Deadline.after(self.timeout)
         model = await self._resolve(deadline, self.max_retries)
         out: list[list[float]] = []
@@ -435,4 +443,6 @@ class EmbeddingClient:
         return out
 
     def describe(self) -> str:
+        if not self.enabled:
+            return "已关闭（EMBEDDING_ENABLED=false，关键词检索）"
         return f"{self.protocol} {self.resolved_model or self.configured_model} @ {self.base_url}"

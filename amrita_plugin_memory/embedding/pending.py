@@ -185,7 +185,10 @@ class PendingEmbedder:
     # -- the background task --------------------------------------------------------
 
     async def start(self) -> None:
-        """Run passes in a task of the running loop (the bot's start-up)."""
+        """Run passes in a task of the running loop (the bot's start-up); nothing to run
+        with ``EMBEDDING_ENABLED=false``."""
+        if not self.store.vectors.enabled:
+            return
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
 

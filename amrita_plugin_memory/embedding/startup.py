@@ -49,6 +49,7 @@ StartupAction = Literal[
     "unavailable",  # embedding service or Chroma unreachable: not checked this time
     "misconfigured",  # EMBEDDING_MODEL_NAME=auto cannot tell the model: fix the configuration
     "locked",  # local data dir held by another process: the plugin must not register
+    "keyword_only",  # EMBEDDING_ENABLED=false: nothing embedded, no fingerprint compared
 ]
 
 
@@ -193,6 +194,13 @@ async def run_startup_check_async(
         logger.warning(msg)
         return StartupResult(True, "unavailable", msg)
 
+    if not maint.embedder.enabled:
+        msg = (
+            "[Memory] 无嵌入模式（EMBEDDING_ENABLED=false）：按关键词检索，不加载嵌入模型；"
+            "已有向量原样保留，重新开启嵌入后自动为新记忆补上向量"
+        )
+        logger.info(msg)
+        return StartupResult(True, "keyword_only", msg, stored, None, migration, adoption=adoption)
     try:
         current = await current_fingerprint(maint.embedder, probe=True)
     except EmbeddingConfigError as exc:
@@ -235,6 +243,11 @@ async def run_startup_check_async(
 
     mismatch = _mismatch_text(stored, current, count)
     policy = env.embed_mismatch_policy
+    if count == await maint.store.count_pending():
+        # No stored vector at all (written with EMBEDDING_ENABLED=false, or only during
+        # outages): re-embedding loses nothing, whatever the policy.
+        mismatch = f"记忆库中的 {count} 条记忆都还没有向量（此前未使用嵌入模型），按当前模型补齐"
+        policy = "auto"
     if policy == "ask" and not interactive:
         msg = (
             f"[Memory] {mismatch}。EMBED_MISMATCH_POLICY=ask 需要交互确认，但当前不是交互终端，"
