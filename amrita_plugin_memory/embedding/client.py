@@ -30,8 +30,8 @@ from nonebot.log import logger
 from ..core.config import EnvConfig
 from ..core.errors import (
     EmbeddingConfigError,
-    EmbeddingOff,
     EmbeddingHTTPError,
+    EmbeddingOff,
     EmbeddingResponseError,
     EmbeddingUnavailable,
 )
@@ -426,7 +426,7 @@ class EmbeddingClient:
         if not texts:
             return []
         if not self.enabled:
-            raise EmbeddingOff("嵌入已关闭（EMBEDDING_ENABLED=false），按关键词检索")
+            raise EmbeddingOff()
         deadline = _Deadline.after(self.timeout)
         model = await self._resolve(deadline, self.max_retries)
         out: list[list[float]] = []

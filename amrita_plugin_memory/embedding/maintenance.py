@@ -183,7 +183,7 @@ async def apply_live_changes(maint: Maintenance, live: Collection, temp: Collect
                     ids=[item.id for item in chunk],
                     documents=[item.document for item in chunk],  # type: ignore[arg-type]
                     embeddings=vectors,  # type: ignore[arg-type]
-                    metadatas=[without_pending(item.metadata or {}) for item in chunk],  # type: ignore[arg-type]
+                    metadatas=[without_pending(item.metadata or {}) or None for item in chunk],  # type: ignore[arg-type]
                 )
             )
         changed += len(stale)

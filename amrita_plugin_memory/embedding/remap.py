@@ -243,7 +243,7 @@ async def _build_temp(
                     ids=[item.id for item in batch],
                     documents=[item.document for item in batch],  # type: ignore[arg-type]
                     embeddings=vectors,  # type: ignore[arg-type]
-                    metadatas=[without_pending(item.metadata) for item in batch],  # type: ignore[arg-type]
+                    metadatas=[without_pending(item.metadata or {}) or None for item in batch],  # type: ignore[arg-type]
                 )
             )
             done[0] += len(batch)

@@ -11,9 +11,11 @@ Every entry ``<kid>`` lives in two places:
   (id = kid, metadata carries the text's checksum), embedded with the shared
   embedding client and therefore covered by the embedding fingerprint.
 
-Writes embed first (an embedding failure leaves nothing behind), then write
-the text (atomically), then upsert the vector; in remote mode under a lease every
-process takes. :meth:`KnowledgeBaseManager.validate_on_startup` repairs any drift
+Writes embed first, then write the text (atomically), then upsert the vector; in
+remote mode under a lease every process takes. Without a vector (``EMBEDDING_ENABLED=false``
+or the service down, issue #47) the text is saved all the same and the entry's old vector
+removed: searches find it by keywords (:mod:`.knowledge_search`), and the start-up
+validation embeds it once the service answers (its checksum has no vector). :meth:`KnowledgeBaseManager.validate_on_startup` repairs any drift
 a crash or a hand edit left, in every direction, and reports what it fixed.
 """
 
@@ -27,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core.errors import EmbeddingError, EmbeddingOff
 from ..core.protocols import Embedder
 from ..storage.chroma.connection import ChromaConnection
 from ..storage.chroma.remap_markers import CollectionGuard
@@ -41,6 +44,7 @@ from .knowledge_entry import (
     header_field,
     now,
 )
+from .knowledge_search import keyword_search
 
 __all__ = [
     "SUMMARY_MAX",
@@ -160,8 +164,21 @@ class KnowledgeBaseManager:
             "lines": window,
         }
 
+    async def _vector(self, text: str, kind: str = "document") -> list[float] | None:
+        """The text's vector, or ``None``: no embedding model, or the service failed (the
+        text is what counts; the vector follows at the next start-up validation)."""
+        try:
+            return (await self.embedder.embed([text], kind))[0]  # type: ignore[arg-type]
+        except EmbeddingOff:
+            return None
+        except EmbeddingError as exc:
+            self.log(f"[Subconscious] 嵌入服务不可用，知识库改用关键词：{exc}")
+            return None
+
     async def search(self, query: str, top_k: int = 5) -> list[dict[str, Any]]:
-        vector = (await self.embedder.embed([query], "query"))[0]
+        vector = await self._vector(query, "query")
+        if vector is None:
+            return await keyword_search(self.docs, query, top_k)
         res = await self._guard.run(
             self.collection_name,
             lambda c: c.query(
@@ -199,8 +216,9 @@ class KnowledgeBaseManager:
             )
         return body
 
-    async def _commit(self, entry: KnowledgeEntry, vector: list[float]) -> None:
-        """Text, then vector (the text is the source of truth)."""
+    async def _commit(self, entry: KnowledgeEntry, vector: list[float] | None) -> None:
+        """Text, then vector (the text is the source of truth); without a vector the old
+        one goes (it would answer for another text)."""
         name = self.collection_name
         slot = await self._guard.for_write(name)  # before the text: a refusal changes nothing
         await self.docs.save(entry)
@@ -210,6 +228,9 @@ class KnowledgeBaseManager:
             "summary": entry.summary,
             "checksum": entry.checksum,
         }
+        if vector is None:
+            await self._guard.apply(name, slot, lambda c: c.delete(ids=[entry.kid]))
+            return
         await self._guard.apply(
             name,
             slot,
@@ -228,7 +249,7 @@ class KnowledgeBaseManager:
             created_at=stamp,
             updated_at=stamp,
         )
-        vector = (await self.embedder.embed([entry.document]))[0]
+        vector = await self._vector(entry.document)
         async with self._lock, self.docs.exclusive("新建知识"):
             await self._commit(entry, vector)
         self.log(f"[Subconscious] 新建知识 {entry.kid}")
@@ -249,7 +270,7 @@ class KnowledgeBaseManager:
             if body is not None:
                 entry.body = self._validate_body(body)
             entry.updated_at = now()
-            vector = (await self.embedder.embed([entry.document]))[0]
+            vector = await self._vector(entry.document)
             await self._commit(entry, vector)
         self.log(f"[Subconscious] 更新知识 {kid}")
         return entry
@@ -295,7 +316,10 @@ class KnowledgeBaseManager:
                 report.removed_vectors = orphans
             for start in range(0, len(stale), 32):
                 batch = [entries[k] for k in stale[start : start + 32]]
-                vectors = await self.embedder.embed([e.document for e in batch])
+                try:
+                    vectors = await self.embedder.embed([e.document for e in batch])
+                except EmbeddingError:  # off or down: found by keywords, embedded next time
+                    break
                 metas = [
                     {"kid": e.kid, "title": e.title, "summary": e.summary, "checksum": e.checksum}
                     for e in batch
