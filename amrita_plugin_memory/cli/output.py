@@ -99,6 +99,13 @@ def print_status(report: dict[str, Any], calendar: OwnerCalendar) -> None:
         click.echo(f"  当前：  {fpj(fingerprint['current'])}")
     click.secho(f"  状态：  {fingerprint['state']}", fg=fingerprint["colour"])
     click.echo(f"记忆：共 {report['memory_total']} 条")
+    if report.get("keyword_only"):
+        click.echo("  检索：无嵌入模式（EMBEDDING_ENABLED=false），按关键词")
+    if report.get("vector_pending"):
+        click.secho(
+            f"  待补嵌入：{report['vector_pending']} 条（先按关键词检索；嵌入服务可用时 Bot 自动补齐）",
+            fg="yellow",
+        )
     rows = report["distribution"]
     if rows:
         width = max(_width(r["partition"]) for r in rows)

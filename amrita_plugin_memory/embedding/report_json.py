@@ -71,6 +71,8 @@ def status_json(report: StatusReport, backup_dir: Path) -> dict[str, Any]:
             "colour": report.state[1],
         },
         "memory_total": report.memory_total,
+        "vector_pending": report.vector_pending,
+        "keyword_only": report.keyword_only,
         "distribution": [
             {"partition": partition, "scope": scope, "count": n}
             for (partition, scope), n in sorted(report.distribution.items())

@@ -169,6 +169,11 @@ class StatusReport:
     """``current_error`` is a configuration problem (``auto`` found no model), not an outage."""
     remap_marker: RemapMarker | None = None
     """A remap's marker on the covered collections (writers refuse while it is there)."""
+    vector_pending: int = 0
+    """Memories stored without their vector (an outage, or no embedding model), found by
+    keywords until the background embedding gives them one (issue #47)."""
+    keyword_only: bool = False
+    """``EMBEDDING_ENABLED=false``: no embedding model, every memory found by keywords."""
 
     @property
     def match(self) -> bool | None:
@@ -187,6 +192,12 @@ class StatusReport:
     @property
     def state(self) -> tuple[str, str | None]:
         """The fingerprint's state line of ``ambot memory status`` and its colour."""
+        if self.keyword_only:
+            return (
+                "无嵌入模式（EMBEDDING_ENABLED=false）—— 按关键词检索；已有向量原样保留，"
+                "重新开启嵌入后自动补齐",
+                None,
+            )
         if self.current is None:
             if self.config_problem:
                 return (
@@ -255,4 +266,6 @@ async def collect_status(maint: Maintenance) -> StatusReport:
         backups=list_backups(maint.backup_dir),
         config_problem=config_problem,
         remap_marker=_find_marker(metas, meta_of(mtemp) if mtemp else None, memory.name),
+        vector_pending=await maint.store.count_pending() if memory.name in existing else 0,
+        keyword_only=not maint.embedder.enabled,
     )

@@ -193,7 +193,7 @@ class _Import:
         self.room[partition] -= 1
         return True
 
-    async def write(self, line: ImportLine, vector: Sequence[float]) -> None:
+    async def write(self, line: ImportLine, vector: Sequence[float] | None) -> None:
         ticket = _ticket(line, self.epochs)
         fence = None if ticket is None or self.fences is None else self.fences.fence(ticket)
         rules = WriteRules(limit=self.limit, fence=fence)
@@ -252,8 +252,10 @@ async def import_lines(
             elif await work.fits(line):
                 ready.append(dataclasses.replace(line, memory=memory))
         if ready:
-            vectors = await store.embedder.embed([line.memory.content for line in ready])
-            for line, vector in zip(ready, vectors, strict=True):
+            # No vectors (no embedding model, or the service failed): each line is stored
+            # pending, found by keywords and embedded later (issue #47), never dropped.
+            vectors = await store.vectors.documents([line.memory.content for line in ready])
+            for line, vector in zip(ready, vectors or [None] * len(ready), strict=True):
                 await work.write(line, vector)
         if progress is not None:
             progress(min(start + batch_size, len(lines)), len(lines))

@@ -329,7 +329,14 @@ function Overview({ status }) {
       "div",
       { className: "amc-grid" },
       h("div", { className: "amc-card" }, h("div", { className: "amc-muted" }, "记忆总数"),
-        h("div", { className: "amc-big", "data-amc": "memory-total" }, status.memory_total)),
+        h("div", { className: "amc-big", "data-amc": "memory-total" }, status.memory_total),
+        status.vector_pending
+          ? h("div", { className: "amc-warn", "data-amc": "vector-pending" },
+              `待补嵌入 ${status.vector_pending} 条（先按关键词检索）`)
+          : null,
+        status.keyword_only
+          ? h("div", { className: "amc-muted", "data-amc": "keyword-only" }, "无嵌入模式：按关键词检索")
+          : null),
       h("div", { className: "amc-card" }, h("div", { className: "amc-muted" }, "分区"),
         h("div", { className: "amc-big" }, new Set(status.distribution.map((d) => d.partition)).size)),
       h("div", { className: "amc-card" }, h("div", { className: "amc-muted" }, `知识库 ${status.knowledge.name}`),
