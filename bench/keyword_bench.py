@@ -11,7 +11,9 @@ the same stored memories, by
 1. ``hybrid``: ``read_memory`` as configured by default (vector + keyword channels);
 2. ``keyword-only``: ``read_memory`` with the store's embeddings switched off
    (``store.vectors.enabled = False``: what ``EMBEDDING_ENABLED=false`` does to a
-   read, ``storage/partition/retrieval.search(vector=None)``);
+   read, ``storage/partition/retrieval.search(vector=None)``), also without its
+   named-period bonus (keywords alone, like BM25) and with every CJK character added
+   to its keyword terms (words or bigrams?);
 3. ``BM25 (plugin terms)``: plain BM25 (k1 1.2, b 0.75, :mod:`bench.keyword_rank`)
    over the plugin's keyword terms (``ranking/keywords.keyword_terms``);
 4. ``BM25 (bigrams)``: the published plugin's scheme from its description (Chinese
@@ -41,7 +43,7 @@ from typing import TYPE_CHECKING
 from tests.helpers import view_of
 
 from .harness import bench_env
-from .keyword_rank import BM25, TERMS
+from .keyword_rank import BM25, TERMS, cjk_characters
 from .locomo_bench import DEFAULT_DATA as LOCOMO_DATA
 from .locomo_data import Conversation, load_conversations
 from .locomo_report import KS, splits
@@ -57,10 +59,15 @@ if TYPE_CHECKING:
 
 __all__ = ["RANKERS", "main"]
 
-HYBRID, KEYWORD_ONLY, DENSE = "hybrid (default)", "keyword-only read_memory", "dense (cosine)"
+HYBRID, DENSE = "hybrid (default)", "dense (cosine)"
+KEYWORD_ONLY = "keyword-only read_memory"
+NO_PERIODS = "keyword-only, no period bonus"
+UNIGRAMS = "keyword-only + CJK unigrams"
 RANKERS: tuple[str, ...] = (
     HYBRID,
     KEYWORD_ONLY,
+    NO_PERIODS,
+    UNIGRAMS,
     *(f"BM25 ({name})" for name in TERMS),
     DENSE,
 )
@@ -88,11 +95,27 @@ async def _contents(rt: MemoryRuntime, part: Partition) -> list[str]:
 
 
 async def _keyword_only(
-    rt: MemoryRuntime, convs: Sequence[Conversation], parts: Sequence[Partition]
+    rt: MemoryRuntime,
+    convs: Sequence[Conversation],
+    parts: Sequence[Partition],
+    *,
+    periods: bool = True,
+    unigrams: bool = False,
 ) -> list[int | None]:
-    """Every question through ``read_memory`` with the store's embeddings off."""
+    """Every question through ``read_memory`` with the store's embeddings off; without
+    ``periods`` the named-period bonus is off (``time_weight`` 0: keywords alone, as BM25);
+    with ``unigrams`` the keyword index also holds every CJK character (the plugin's
+    ``keyword_terms`` swapped for the run, its cached indexes dropped before and after)."""
+    from amrita_plugin_memory.ranking import keywords
+
     ranks: list[int | None] = []
+    default, terms = rt.store.settings, keywords.keyword_terms
     rt.store.vectors.enabled = False
+    if not periods:
+        rt.store.settings = replace(default, time_weight=0.0)
+    if unigrams:
+        keywords.keyword_terms = lambda text: [*terms(text), *cjk_characters(text)]
+        rt.store.index.clear()
     try:
         for conv, part in zip(convs, parts, strict=True):
             now = conv.now.isoformat(timespec="seconds")
@@ -104,6 +127,10 @@ async def _keyword_only(
                 ranks.append(part.rank([str(m["id"]) for m in got["memories"]], q.evidence))
     finally:
         rt.store.vectors.enabled = True
+        rt.store.settings = default
+        if unigrams:
+            keywords.keyword_terms = terms
+            rt.store.index.clear()
     return ranks
 
 
@@ -122,7 +149,11 @@ async def run_dataset(
         parts = await write_all(rt, convs, out, _progress, tag=tag)
         _progress(f"{name}: {out.written} written ({out.merged} merged); asking")
         await ask_all(rt, convs, parts, out)
-        keyword = await _keyword_only(rt, convs, parts)
+        keyword = {
+            KEYWORD_ONLY: await _keyword_only(rt, convs, parts),
+            NO_PERIODS: await _keyword_only(rt, convs, parts, periods=False),
+            UNIGRAMS: await _keyword_only(rt, convs, parts, unigrams=True),
+        }
         i = 0
         for index, (conv, part) in enumerate(zip(convs, parts, strict=True)):
             texts = await _contents(rt, part)
@@ -131,7 +162,7 @@ async def run_dataset(
                 answer = out.answers[i]
                 ranks: dict[str, int | None] = {
                     HYBRID: answer.rank,
-                    KEYWORD_ONLY: keyword[i],
+                    **{label: got[i] for label, got in keyword.items()},
                     DENSE: answer.dense,
                 }
                 for label, model in models.items():

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["BM25", "TERMS", "bigram_terms", "plugin_terms", "unigram_terms"]
+__all__ = ["BM25", "TERMS", "bigram_terms", "cjk_characters", "plugin_terms", "unigram_terms"]
 
 _CJK = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _PIECE = re.compile(rf"[a-z0-9]+|[{_CJK}]+")
@@ -51,10 +51,14 @@ def bigram_terms(text: str) -> list[str]:
     return out
 
 
+def cjk_characters(text: str) -> list[str]:
+    """Every CJK character of ``text`` (NFKC), in order."""
+    return _CJK_CHAR.findall(unicodedata.normalize("NFKC", text))
+
+
 def unigram_terms(text: str) -> list[str]:
     """:func:`plugin_terms` plus each CJK character of the text as a term of its own."""
-    norm = unicodedata.normalize("NFKC", text).lower()
-    return [*plugin_terms(text), *_CJK_CHAR.findall(norm)]
+    return [*plugin_terms(text), *cjk_characters(text)]
 
 
 TERMS: dict[str, Callable[[str], list[str]]] = {
