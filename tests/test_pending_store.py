@@ -177,3 +177,15 @@ async def test_vectors_of_another_dimension_keep_the_write_pending(
     assert hits and hits[0].id == kept.record.id
     changed = await store.update(ALICE, kept.record.id, content="用户养了一只柯基叫豆豆，两岁")
     assert changed is not None and changed.pending
+
+
+async def test_keyword_only_read_puts_the_shorter_of_equal_matches_first(store: Any) -> None:
+    """Without vectors, memories holding the same share of the question's keywords rank
+    shorter first (not by their random ids)."""
+    store.vectors.enabled = False
+    long = await store.write(
+        new_memory(ALICE, "user", "Mochi sleeps on the sofa by the window every afternoon")
+    )
+    short = await store.write(new_memory(ALICE, "user", "User's cat is Mochi"))
+    got = [r.id for r in await store.query(view_of(ALICE), "Mochi?")]
+    assert got[:2] == [short.record.id, long.record.id]
