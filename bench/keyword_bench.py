@@ -1,6 +1,6 @@
 """What running without an embedding model costs in recall (issue #47, ``EMBEDDING_ENABLED=false``).
 
-    uv run --frozen python -m bench.keyword_bench --markdown          # both datasets, ~4 min
+    uv run --frozen python -m bench.keyword_bench --markdown          # both datasets, ~2.5 min
     uv run --frozen python -m bench.keyword_bench --dataset memorybank --limit 5  # a quick look
 
 The LoCoMo and MemoryBank-CN benchmarks' data and machinery (:mod:`bench.locomo_run`):
