@@ -189,3 +189,15 @@ async def test_keyword_only_read_puts_the_shorter_of_equal_matches_first(store: 
     short = await store.write(new_memory(ALICE, "user", "User's cat is Mochi"))
     got = [r.id for r in await store.query(view_of(ALICE), "Mochi?")]
     assert got[:2] == [short.record.id, long.record.id]
+
+
+async def test_keyword_only_read_keeps_another_person_apart(store: Any) -> None:
+    """The shorter-first rule only orders equal matches: a question naming mom gets mom's
+    number first, one about the user's own number the user's (shorter) memory."""
+    store.vectors.enabled = False
+    mom = await store.write(new_memory(ALICE, "user", "User's mom's phone number is 13900001111"))
+    own = await store.write(new_memory(ALICE, "user", "User's phone number is 13800002222"))
+    got = [r.id for r in await store.query(view_of(ALICE), "What is mom's phone number?")]
+    assert got[:1] == [mom.record.id]
+    got = [r.id for r in await store.query(view_of(ALICE), "What is my phone number?")]
+    assert got[:1] == [own.record.id]
