@@ -177,3 +177,27 @@ async def test_vectors_of_another_dimension_keep_the_write_pending(
     assert hits and hits[0].id == kept.record.id
     changed = await store.update(ALICE, kept.record.id, content="用户养了一只柯基叫豆豆，两岁")
     assert changed is not None and changed.pending
+
+
+async def test_keyword_only_read_puts_the_shorter_of_equal_matches_first(store: Any) -> None:
+    """Without vectors, memories holding the same share of the question's keywords rank
+    shorter first (not by their random ids)."""
+    store.vectors.enabled = False
+    long = await store.write(
+        new_memory(ALICE, "user", "Mochi sleeps on the sofa by the window every afternoon")
+    )
+    short = await store.write(new_memory(ALICE, "user", "User's cat is Mochi"))
+    got = [r.id for r in await store.query(view_of(ALICE), "Mochi?")]
+    assert got[:2] == [short.record.id, long.record.id]
+
+
+async def test_keyword_only_read_keeps_another_person_apart(store: Any) -> None:
+    """The shorter-first rule only orders equal matches: a question naming mom gets mom's
+    number first, one about the user's own number the user's (shorter) memory."""
+    store.vectors.enabled = False
+    mom = await store.write(new_memory(ALICE, "user", "User's mom's phone number is 13900001111"))
+    own = await store.write(new_memory(ALICE, "user", "User's phone number is 13800002222"))
+    got = [r.id for r in await store.query(view_of(ALICE), "What is mom's phone number?")]
+    assert got[:1] == [mom.record.id]
+    got = [r.id for r in await store.query(view_of(ALICE), "What is my phone number?")]
+    assert got[:1] == [own.record.id]

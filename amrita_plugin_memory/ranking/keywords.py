@@ -113,10 +113,14 @@ class KeywordIndex:
     def __init__(self, documents: Sequence[str | None]) -> None:
         self.size = len(documents)
         rows: dict[str, list[int]] = {}
+        lengths: list[int] = []
         for row, doc in enumerate(documents):
-            text = doc or ""
-            for token in set(keyword_terms(text)):
+            terms = keyword_terms(doc or "")
+            lengths.append(len(terms))
+            for token in set(terms):
                 rows.setdefault(token, []).append(row)
+        self.lengths = np.asarray(lengths, dtype=np.int32)
+        """Each row's number of terms (keyword-only reads: of equal shares, the shorter first)."""
         self.postings: dict[str, np.ndarray] = {
             token: np.asarray(found, dtype=np.int32) for token, found in rows.items()
         }

@@ -246,7 +246,10 @@ async def _keyword_hits(
         # Equal shares (often only a name or a common word matched): the closest first.
         order = np.lexsort((close, by_score))
     else:
-        order = np.lexsort((np.asarray([ids[r] for r in rows.tolist()]), by_score))
+        by_id = np.asarray([ids[r] for r in rows.tolist()])
+        # Keywords alone: of equal shares the shorter memory first (its match says more).
+        shorter = keywords.lengths[rows] if vector is None else np.zeros(len(rows))
+        order = np.lexsort((by_id, shorter, by_score))
     out: list[tuple[MemoryRecord, float]] = []
     for i in order[:limit].tolist():
         r = int(rows[i])
