@@ -21,7 +21,7 @@ import pytest
 
 from tests.botproject import make_runtime
 from tests.conftest import EMBED_MODEL
-from tests.helpers import new_memory, view_of
+from tests.helpers import new_memory, partition, view_of, write_rules
 from tests.servers import EmbeddingServer
 from tests.test_coherence import Peer
 
@@ -229,3 +229,34 @@ async def test_a_sigkill_while_embedding_loses_nothing_and_embeds_each_once(
         await _assert_each_embedded_once(mine, total + 1)
     finally:
         peer.kill()
+
+
+async def test_export_forget_and_the_partition_limit_cover_pending_memories(
+    tmp_path: Path, runtimes: Callable[..., Any], embed_server: EmbeddingServer
+) -> None:
+    from amrita_plugin_memory.adapters.group_hooks import current_hooks
+    from amrita_plugin_memory.core.errors import MemoryLimitReached
+
+    rt = runtimes(tmp_path)
+    user = "16101"
+    mine = partition(int(user))
+    await rt.store.add(new_memory(mine, "user", "用户住在苏州"))
+    embed_server.set_mode("error500")
+    kept = (await rt.store.write(new_memory(mine, "user", "用户的护照号是E12345678"))).record
+    assert kept.pending
+    # The partition limit counts a pending memory like any other.
+    with pytest.raises(MemoryLimitReached):
+        await rt.store.write(new_memory(mine, "user", "用户会下围棋"), write_rules(limit=2))
+    hooks = current_hooks()
+    assert hooks is not None
+    data = rt.user_data(hooks.awareness.stores)
+    exported = await data.export(user)
+    pending = [m for m in exported["memories"] if m["content"] == kept.content]
+    assert pending and pending[0]["pending"] is True
+    counts = await data.forget(user)
+    assert counts.memories == 2
+    assert await rt.store.count_pending() == 0
+    # The service is back: nothing of the forgotten user is embedded or brought back.
+    _back(rt, embed_server)
+    assert (await rt.pending.run_once()).embedded == 0
+    assert await rt.store.count(view_of(mine)) == 0
