@@ -19,8 +19,8 @@ embedder is never called.
 Recall never holds a turn: the query embedding has its own deadline
 (``recall_timeout_seconds``, about a second, far below the embedding
 client's own timeout), and after repeated failures a circuit breaker skips
-recall entirely until a trial call succeeds again (:mod:`..infra.breaker`):
-with the embedding service down, a turn costs nothing extra.
+the query embedding (recall answers by keywords) until a trial call succeeds again
+(:mod:`..infra.breaker`): with the embedding service down, a turn costs nothing extra.
 """
 
 from __future__ import annotations
@@ -294,7 +294,7 @@ class MemoryRecall:
                 vector = (await self.store.embedder.embed([query], "query"))[0]
         except Exception as exc:  # TimeoutError included: the turn goes on without a block
             self.breaker.failure()
-            state = "，暂停召回" if self.breaker.is_open else ""
+            state = "，暂停查询嵌入、按关键词召回" if self.breaker.is_open else ""
             logger.warning(f"[Memory] 主动召回的查询嵌入失败{state}：{exc.__class__.__name__}")
             return None
         except BaseException:
