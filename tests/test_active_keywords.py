@@ -134,3 +134,22 @@ async def test_extraction_related_memories_without_vectors(
     related = await service.extractor.related(key, [Turn("Anna moved out of Berlin", "ok")])
     assert related and "Anna" in related[0].content
     assert no_vectors.embed_calls == calls
+
+
+async def test_a_pending_memory_is_recalled_by_keywords_once_vectors_are_back(
+    chat_server: ChatServer, active: Callable[..., Any], embed_server: EmbeddingServer
+) -> None:
+    active(batch_messages=100, recall_top_k=3, recall_min_similarity=0.99)
+    uid = 5319041
+    vectors = runtime().store.vectors
+    vectors.enabled = False
+    try:
+        await seed(uid, "用户的车牌号是浙B67890，停在地下二层")  # pending: no vector yet
+    finally:
+        vectors.enabled = True
+    # A vector for the message, a placeholder for the memory: judged by its keywords (in a
+    # collection of only placeholders, of another dimension, the message too is searched
+    # by keywords rather than failing).
+    body = await shown(chat_server, private_event(uid, "我的车牌号浙B67890停在哪"))
+    assert "浙B67890" in body
+    assert await shown(chat_server, private_event(uid, "哈哈")) == ""

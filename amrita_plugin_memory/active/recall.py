@@ -222,6 +222,10 @@ class MemoryRecall:
         view = scope.view("user")
         # Embeddings off or known to fail (the store's breaker): no call, no wait.
         vector = await self._embed(query) if self.store.vectors.available else None
+        if vector is not None and len(vector) != (
+            await self.store.stored_dimension() or len(vector)
+        ):
+            vector = None  # pending placeholders only, or another model: keywords answer
         if vector is None:
             return await self._by_keywords(view, query)
         hits = await self.store.search(view, query, vector, top_k=self.top_k)
