@@ -163,15 +163,14 @@ class MemoryExtractor:
         return self.rules.of_batch(key.user_id, key.partition, key.origin)
 
     async def related(self, key: BatchKey, turns: Sequence[Turn]) -> list[MemoryRecord]:
-        """The user's memories most related to the batch (what the model may update or archive)."""
+        """The user's memories most related to the batch (what the model may update or archive):
+        by keywords alone without the batch's vector (embeddings off or failing; with
+        ``EMBEDDING_ENABLED=false`` the embedder is never called)."""
         if self.related_memories <= 0:
             return []
         text = cut("\n".join(t.text for t in turns), QUERY_CHARS)
-        vector = (await self.store.embedder.embed([text], "query"))[0]
         scope = self.scope(key)
-        return await self.store.search(
-            scope.view("user"), text, vector, top_k=self.related_memories
-        )
+        return await self.store.query(scope.view("user"), text, top_k=self.related_memories)
 
     async def prepare(
         self, key: BatchKey, turns: Sequence[Turn], *, budget: int = 20_000

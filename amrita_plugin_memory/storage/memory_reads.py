@@ -17,7 +17,7 @@ from ..ranking.when import Period
 from .chroma.connection import ChromaConnection
 from .memory_collection import MemoryCollection
 from .partition.index import query_records
-from .partition.retrieval import RetrievalSettings, search
+from .partition.retrieval import RetrievalSettings, _keyword_hits, _snapshot, search
 from .partition.timeline import of_period, period_test
 from .scope import View
 from .vectors import Vectors
@@ -130,6 +130,19 @@ class MemoryReads(MemoryCollection):
             origins=view.origins,
             settings=self.settings,
             window=window,
+        )
+
+    async def keyword_matches(
+        self, view: View, text: str, *, top_k: int
+    ) -> list[tuple[MemoryRecord, float]]:
+        """The ``top_k`` memories ``view`` shows that share keywords with ``text``, best
+        first, each with its share of the text's keyword weight (0–1, CJK terms at full
+        weight: the keyword-only ranking's part). No vector: active recall without
+        embeddings judges a memory by this share alone."""
+        View.check(view)
+        entry = await _snapshot(self, view.partition)
+        return await _keyword_hits(
+            self, entry, view.partition, text, None, top_k, None, view.origins, 1.0
         )
 
     async def query_vector(
