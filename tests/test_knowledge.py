@@ -112,12 +112,22 @@ async def test_bad_kids(kb: Any) -> None:
             await kb.delete(kid)
 
 
-async def test_embedding_down_writes_nothing(kb: Any, embed_server: EmbeddingServer) -> None:
+async def test_embedding_down_keeps_the_text_found_by_keywords(
+    kb: Any, embed_server: EmbeddingServer
+) -> None:
+    """The text is the source of truth (issue #47): kept without a vector, found by keywords,
+    embedded by the next start-up validation."""
     embed_server.set_mode("error500")
-    with pytest.raises(Exception, match="HTTP 500"):
-        await kb.create("t", "s", "b")
+    entry = await kb.create("面试经验", "二面要准备系统设计", "二面考了缓存与限流")
+    assert [e["kid"] for e in await kb.list()] == [entry.kid]
+    col = await kb.connection.get_collection(kb.collection_name)
+    assert col.get(ids=[entry.kid])["ids"] == []  # no vector for it yet
+    found = await kb.search("二面 限流", 3)
+    assert found[0]["kid"] == entry.kid and "keyword_score" in found[0]
     embed_server.set_mode("ok")
-    assert await kb.list() == [] and not kb.index_path.exists()
+    report = await kb.validate_on_startup()
+    assert report.reembedded == [entry.kid]
+    assert (await kb.search("限流", 1))[0]["kid"] == entry.kid
 
 
 async def test_validate_repairs_every_kind_of_drift(kb: Any) -> None:

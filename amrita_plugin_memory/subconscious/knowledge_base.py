@@ -318,7 +318,7 @@ class KnowledgeBaseManager:
                 batch = [entries[k] for k in stale[start : start + 32]]
                 try:
                     vectors = await self.embedder.embed([e.document for e in batch])
-                except EmbeddingError:  # off or down: found by keywords, embedded next time
+                except EmbeddingOff:  # no embedding model: found by keywords until it is on
                     break
                 metas = [
                     {"kid": e.kid, "title": e.title, "summary": e.summary, "checksum": e.checksum}
