@@ -194,7 +194,7 @@ class EmbeddingServer(ThreadedAppServer):
         return [r for r in self.requests if r["path"] in ("/api/embed", "/v1/embeddings")]
 
     def reset(self) -> None:
-        """Back to mode "ok", default model list, no recorded requests or calls."""
+        """Back to mode "ok", default model list and dimensions, no recorded requests or calls."""
         self.mode.reset()
         with self._lock:
             self._requests.clear()
@@ -202,6 +202,7 @@ class EmbeddingServer(ThreadedAppServer):
             self._models = None
             self._fail_next = []
             self.delay = 0.0
+            self.model_dims = dict(DEFAULT_MODEL_DIMS)  # a test's swapped model never leaks
 
     def dim_for(self, model: str) -> int | None:
         """Dimension served for ``model``, or None if the model is unknown (404)."""
