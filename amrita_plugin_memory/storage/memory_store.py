@@ -45,7 +45,7 @@ from .pending import PENDING_WHERE, Settled, pending_rows, settle
 from .room import EXPLICIT, make_room
 from .scope import View, operator_view
 from .users.tombstones import ForgottenUsers
-from .vectors import Vectors, placeholder_vector
+from .vectors import UNKNOWN_DIMENSION, Vectors, placeholder_vector
 from .versions import link_versions
 
 # Besides the store: the names of storage's private modules that the layers above use
@@ -104,8 +104,9 @@ class MemoryStore(MemoryReads):
 
     async def _placeholder(self) -> list[float]:
         """A pending memory's stored vector, of the collection's dimension (an empty
-        collection takes the service's last known one, else 1)."""
-        return placeholder_vector(await self._stored_dimension() or self.vectors.dimension or 1)
+        collection takes the service's last known one, else :data:`.vectors.UNKNOWN_DIMENSION`)."""
+        dimension = await self._stored_dimension() or self.vectors.dimension
+        return placeholder_vector(dimension or UNKNOWN_DIMENSION)
 
     async def _vector_of(self, text: str) -> list[float] | None:
         """The vector of a text to store, or ``None`` (keep it pending): the service failed,

@@ -25,10 +25,17 @@ from ..core.errors import EmbeddingError, EmbeddingOff
 from ..core.protocols import Embedder
 from ..infra.breaker import CircuitBreaker
 
-__all__ = ["QUERY_TIMEOUT", "Vectors", "placeholder_vector"]
+__all__ = ["QUERY_TIMEOUT", "UNKNOWN_DIMENSION", "Vectors", "placeholder_vector"]
 
 QUERY_TIMEOUT = 8.0
 """Seconds a question's embedding may take before the read answers by keywords."""
+
+
+UNKNOWN_DIMENSION = 8
+"""The placeholders' dimension in a new collection before any model answered (no embedding
+model, or an outage at the first write): small, yet enough random directions that Chroma's
+HNSW graph never holds a crowd of equal points; rebuilt at the model's dimension when
+embeddings come (``embedding/pending``, the start-up check)."""
 
 
 def placeholder_vector(dimension: int) -> list[float]:
