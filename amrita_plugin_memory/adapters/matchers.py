@@ -2,7 +2,7 @@
 
 Privacy rule: a user's personal memories are never posted into a group. In a
 group, ``/memory user list|search`` and ``/memory persona`` answer by private
-message (:func:`~..tools.commands.replies_privately`); ``/memory user export``
+message (:func:`~..tools.command_parsing.replies_privately`); ``/memory user export``
 sends its file or pages to the private chat only (:func:`_outbox`).
 """
 
@@ -20,7 +20,8 @@ from nonebot.adapters.onebot.v11 import (
 )
 from nonebot.params import CommandArg
 
-from ..tools.commands import USAGE, MemoryCommands, parse_command, replies_privately
+from ..tools.command_parsing import USAGE, parse_command, replies_privately
+from ..tools.commands import MemoryCommands
 from ..tools.user_commands import Send, Upload
 from .events import RulesOf, scope_from_event
 

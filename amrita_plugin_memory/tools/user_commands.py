@@ -33,7 +33,8 @@ from typing import Any
 from nonebot import logger
 
 from ..storage.scope import Scope
-from ..upkeep.users.user_data import ForgetCounts, UserData
+from ..upkeep.users.forget_counts import ForgetCounts
+from ..upkeep.users.user_data import UserData
 from .args import guard_tool_call
 
 __all__ = [
