@@ -349,13 +349,13 @@ async def test_a_large_partition_is_indexed_off_the_event_loop(rt: Any) -> None:
     import random
     import uuid
 
-    from amrita_plugin_memory.storage.partition import retrieval
+    from amrita_plugin_memory.storage.partition import keyword_channel
 
     part = K.user_key("60001")
     col = await rt.store.collection()
     rng = random.Random(6)
     n = 6000
-    assert n > retrieval.INLINE_KEYWORD_ROWS
+    assert n > keyword_channel.INLINE_KEYWORD_ROWS
     for start in range(0, n, 1000):
         rows = range(start, start + 1000)
         await rt.connection.run(

@@ -17,7 +17,8 @@ from ..ranking.when import Period
 from .chroma.connection import ChromaConnection
 from .memory_collection import MemoryCollection
 from .partition.index import query_records
-from .partition.retrieval import RetrievalSettings, _keyword_hits, _snapshot, search
+from .partition.keyword_channel import _keyword_hits, _snapshot
+from .partition.retrieval import RetrievalSettings, search
 from .partition.timeline import of_period, period_test
 from .scope import View
 from .vectors import Vectors

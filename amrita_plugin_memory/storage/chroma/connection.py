@@ -3,7 +3,8 @@
 Every Chroma call runs in a worker thread (``asyncio.to_thread``): the Rust
 bindings and the HTTP client are blocking and must never stall the bot's
 event loop. Only explicit embeddings are stored; Chroma's default embedding
-function is never used (it would try to download a model).
+function is never used (it would try to download a model). How each mode's client
+is made is :mod:`.clients`; this module is the client's life (connect, lock, close).
 
 Closing matters (issue 12, item 1). chromadb keeps one "System" per data
 directory for the whole process (``SharedSystemClient``) and stops it only
@@ -35,10 +36,11 @@ from nonebot.log import logger
 from ...core.config import EnvConfig
 from ...core.errors import DataDirLocked, DimensionMismatch, VectorStoreError
 from ...core.text import short_error
-from .local_server import LocalChromaServer, PortTaken, can_supervise
+from .clients import embedded_client, remote_client, served_client
+from .local_server import LocalChromaServer, can_supervise
 
 if TYPE_CHECKING:
-    from chromadb.api import AdminAPI, ClientAPI
+    from chromadb.api import ClientAPI
     from chromadb.api.models.Collection import Collection
 
 __all__ = ["CLOSE_WAIT_SECONDS", "LOCK_FILE_NAME", "ChromaConnection", "is_missing_collection"]
@@ -49,11 +51,6 @@ CLOSE_WAIT_SECONDS = 10.0
 """How long :meth:`ChromaConnection.close` waits for Chroma calls still running."""
 
 T = TypeVar("T")
-
-
-def _remote_name(value: str, default: str) -> str:
-    # The spec's default "default" means Chroma's own default tenant/database.
-    return default if value in ("", "default") else value
 
 
 _BEING_DROPPED = re.compile(r"Missing (?:metadata|vector|record) segment")
@@ -77,18 +74,6 @@ def _is_transport_error(exc: BaseException) -> bool:
     """A connection refused/reset (the server is not answering), not an answer."""
     names = {cls.__name__ for cls in type(exc).__mro__}
     return isinstance(exc, OSError) or "TransportError" in names
-
-
-def _release_admin(admin: AdminAPI) -> None:
-    """Stop the System behind a chromadb ``AdminClient`` (1.5.x has no ``close()`` for it).
-
-    The one place that reaches into chromadb's internals:
-    ``tests/test_remap_live.py::test_remote_admin_client_is_released`` fails
-    loudly when they change.
-    """
-    from chromadb.api.shared_system_client import SharedSystemClient
-
-    SharedSystemClient._release_system(admin._identifier)  # type: ignore[attr-defined]
 
 
 class ChromaConnection:
@@ -173,86 +158,19 @@ class ChromaConnection:
         self._lock_fd = fd
 
     def _connect_sync(self) -> ClientAPI:
-        import chromadb
-        from chromadb.config import DEFAULT_DATABASE, DEFAULT_TENANT, Settings
-
         if self.mode == "local":
             if self._lock_fd is None:
                 self._lock_data_dir()
             if self.served:
                 return self._served_client()
-            return chromadb.PersistentClient(
-                path=str(self.chroma_dir), settings=Settings(anonymized_telemetry=False)
-            )
-        tenant = _remote_name(self.env.vector_db_tenant, DEFAULT_TENANT)
-        database = _remote_name(self.env.vector_db_database, DEFAULT_DATABASE)
-
-        def settings() -> Settings:
-            # HttpClient mutates its Settings, so every client gets a fresh one.
-            return Settings(
-                anonymized_telemetry=False,
-                chroma_api_impl="chromadb.api.fastapi.FastAPI",
-                chroma_server_host=self.env.vector_db_server,
-                chroma_server_http_port=self.env.vector_db_port,
-                chroma_server_ssl_enabled=self.env.vector_db_server_ssl,
-                chroma_server_headers=dict(self.env.vector_db_remote_headers) or None,
-            )
-
-        if tenant != DEFAULT_TENANT or database != DEFAULT_DATABASE:
-            # A named tenant/database that does not exist yet is created, as a
-            # fresh deployment expects rather than a "tenant not found" error.
-            # The admin client is needed only for that, so it is released at once.
-            from chromadb.errors import NotFoundError
-
-            admin = chromadb.AdminClient(settings())
-            try:
-                try:
-                    admin.get_tenant(tenant)
-                except (NotFoundError, ValueError):
-                    admin.create_tenant(tenant)
-                try:
-                    admin.get_database(database, tenant=tenant)
-                except (NotFoundError, ValueError):
-                    admin.create_database(database, tenant=tenant)
-            finally:
-                _release_admin(admin)
-        return chromadb.HttpClient(
-            host=self.env.vector_db_server,
-            port=self.env.vector_db_port,
-            ssl=self.env.vector_db_server_ssl,
-            headers=dict(self.env.vector_db_remote_headers) or None,
-            settings=settings(),
-            tenant=tenant,
-            database=database,
-        )
+            return embedded_client(self.chroma_dir)
+        return remote_client(self.env)
 
     def _served_client(self) -> ClientAPI:
         """A client of the child server (started, or restarted after it died, first)."""
-        import chromadb
-        from chromadb.config import Settings
-
         if self.server is None:
             self.server = LocalChromaServer(self.chroma_dir)
-        if not self.server.alive():
-            try:
-                self.server.start()
-            except RuntimeError as exc:
-                detail = str(exc) if isinstance(exc, PortTaken) else short_error(exc)
-                raise VectorStoreError(
-                    f"无法启动本地 ChromaDB 子进程（{self.chroma_dir}）：{detail}；"
-                    "可设置 VECTOR_DB_LOCAL_SERVER=false 改为进程内运行"
-                ) from exc
-            logger.info(
-                f"[Memory] 本地向量库由子进程提供（chroma run，PID {self.server.pid}，"
-                f"{self.server.url}）"
-            )
-        settings = Settings(
-            anonymized_telemetry=False,
-            chroma_api_impl="chromadb.api.fastapi.FastAPI",
-            chroma_server_host="127.0.0.1",
-            chroma_server_http_port=self.server.port,
-        )
-        return chromadb.HttpClient(host="127.0.0.1", port=self.server.port, settings=settings)
+        return served_client(self.server, self.chroma_dir)
 
     def _ensure_client(self) -> ClientAPI:
         with self._state:
