@@ -34,6 +34,7 @@ from tests.servers import ChromaServer, EmbeddingServer
 E = lazy_import(
     "amrita_plugin_memory.embedding",
     "amrita_plugin_memory.embedding.remap",
+    "amrita_plugin_memory.embedding.rebuild",
     "amrita_plugin_memory.core.errors",
 )
 K = lazy_import(
@@ -41,6 +42,7 @@ K = lazy_import(
     "amrita_plugin_memory.adapters.events",
     "amrita_plugin_memory.upkeep.rekey",
 )
+REBUILD = "amrita_plugin_memory.embedding.rebuild"
 MEM = "amrita_user_memory"
 KNOW = "amrita_global_knowledge"
 
@@ -319,7 +321,7 @@ async def test_failure_in_the_middle_of_a_remap_loses_nothing_and_retry_succeeds
     # pages, and the failure hits while the next chunk is embedded ahead of an add.
     monkeypatch.setattr(_real(), "READ_PAGE_SIZE", 7)
     monkeypatch.setattr(_real("amrita_plugin_memory.storage.chroma.paging"), "READ_PAGE_SIZE", 7)
-    monkeypatch.setattr(_real(), "ADD_BATCH_LOCAL", 16)
+    monkeypatch.setattr(_real(REBUILD), "ADD_BATCH_LOCAL", 16)
     old = await _seeded(runtimes, tmp_path, memories=40, knowledge=6)
     mem_before, know_before = await snapshot(old, MEM), await snapshot(old, KNOW)
     old_fp = (await E.stored_fingerprint(old.store)).fingerprint
@@ -496,14 +498,14 @@ async def test_kill_at_any_step_is_recovered_by_the_next_start(
             async def killed_drop(*args: Any) -> bool:
                 raise Killed
 
-            real_build = E._build_temp
+            real_build = E.build_temp
 
             async def build(*args: Any) -> Any:
                 await real_build(*args)  # the memory temporary is fully written...
                 m.setattr(_real(), "drop_collection", killed_drop)  # ...and no cleanup will run
                 raise Killed
 
-            m.setattr(_real(), "_build_temp", build)
+            m.setattr(_real(), "build_temp", build)
         with pytest.raises(Killed):
             await E.remap(rt.maintenance)
     await rt.close()
@@ -598,7 +600,8 @@ async def test_backups_are_atomic_private_unique_and_rotated(
 async def test_restore_round_trip_replaces_current_contents(
     tmp_path: Path, runtimes: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_real(), "ADD_BATCH_LOCAL", 8)  # one add (and progress step) per batch
+    # One add (and progress step) per batch.
+    monkeypatch.setattr(_real(REBUILD), "ADD_BATCH_LOCAL", 8)
     rt = await _seeded(runtimes, tmp_path, memories=25, knowledge=4, reembed_batch_size=8)
     mem_before, know_before = await snapshot(rt, MEM), await snapshot(rt, KNOW)
     backup = await E.create_backup(rt.maintenance)

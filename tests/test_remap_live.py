@@ -50,6 +50,7 @@ from tests.servers import ChromaEndpoint, ChromaProxy, ChromaServer, EmbeddingSe
 E = lazy_import(
     "amrita_plugin_memory.embedding",
     "amrita_plugin_memory.embedding.remap",
+    "amrita_plugin_memory.embedding.rebuild",
     "amrita_plugin_memory.embedding.maintenance",
     "amrita_plugin_memory.core.errors",
     "amrita_plugin_memory.storage.chroma.paging",
@@ -225,10 +226,10 @@ async def test_cancelling_a_remap_is_never_swallowed(
         raise RuntimeError("progress display broke")  # ...while it fails for its own reason
 
     try:
-        plan = E._Plan(E.Covered("cancel-probe", "memory"), len(items), {}, None, pages)
+        plan = E.Plan(E.Covered("cancel-probe", "memory"), len(items), {}, None, pages)
         target = await E.current_fingerprint(rt.embedder)
         task = asyncio.create_task(
-            E._build_temp(rt.maintenance, plan, target, [0], len(items), progress)
+            E.build_temp(rt.maintenance, plan, target, [0], len(items), progress)
         )
         with pytest.raises(asyncio.CancelledError):
             await task

@@ -4,7 +4,7 @@
   — the bundled in-process model (``EMBEDDING_PROCTOL=local``).
 * :mod:`.fingerprint` — which model the stored vectors come from.
 * :mod:`.maintenance` — :class:`Maintenance`, what the functions below work on.
-* :mod:`.backup`, :mod:`.remap`, :mod:`.recovery` — safe re-embedding.
+* :mod:`.backup`, :mod:`.remap` (with :mod:`.rebuild`), :mod:`.recovery` — safe re-embedding.
 * :mod:`.status`, :mod:`.startup` — ``ambot memory status`` and the start-up check.
 """
 

@@ -52,17 +52,15 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nonebot.log import logger
 
-from ..core.records import without_pending
 from ..storage.chroma.connection import ChromaConnection
 from ..storage.chroma.remap_markers import WRITE_WINDOW
-from ..storage.memory_store import READ_PAGE_SIZE, Item, iter_pages
+from ..storage.memory_store import READ_PAGE_SIZE, iter_pages
 from ..upkeep.rekey import migrate_partition_keys
 from .backup import create_backup, load_backup
 from .errors import RemapError, RemapFailed
@@ -70,8 +68,6 @@ from .fingerprint import FingerprintInfo, current_fingerprint, write_fingerprint
 from .forgotten import drop_forgotten
 from .maintenance import (
     META_REEMBED_COMPLETE,
-    META_REEMBED_SOURCE,
-    META_REEMBED_TARGET,
     Covered,
     Maintenance,
     apply_live_changes,
@@ -83,6 +79,7 @@ from .maintenance import (
     space_of,
     user_meta,
 )
+from .rebuild import Plan, ProgressCallback, build_temp, list_pages
 from .recovery import (
     RemapVerifyError,
     clear_running,
@@ -97,14 +94,7 @@ from .recovery import (
 if TYPE_CHECKING:
     from chromadb.api.models.Collection import Collection
 
-__all__ = ["ProgressCallback", "RemapReport", "remap", "reset_fingerprint", "restore_backup"]
-
-ProgressCallback = Callable[[int, int], None]
-
-
-async def _list_pages(items: Sequence[Item], page_size: int) -> AsyncIterator[list[Item]]:
-    for start in range(0, len(items), page_size):
-        yield list(items[start : start + page_size])
+__all__ = ["RemapReport", "remap", "reset_fingerprint", "restore_backup"]
 
 
 @dataclass(slots=True)
@@ -120,149 +110,11 @@ class RemapReport:
         return sum(self.counts.values())
 
 
-@dataclass(slots=True)
-class _Plan:
-    cov: Covered
-    expected: int
-    metadata: dict[str, Any]
-    space: str | None
-    pages: Callable[[], AsyncIterator[list[Item]]]
-    live: Collection | None = None
-
-
-ADD_BATCH_LOCAL = 256
-"""Items per Chroma add while re-embedding, embedded ChromaDB.
-
-Chroma adds far fewer items per second in batches of 64 than of 256 (about
-1,400 vs 2,100 here), so embedded batches are gathered into larger adds. The
-embedded ChromaDB holds the GIL during an add, so the bot's event loop stalls
-for its duration: 256 keeps that near 100 ms.
-"""
-
-ADD_BATCH_REMOTE = 512
-"""Items per Chroma add while re-embedding, remote ChromaDB.
-
-An HTTP call, so the event loop runs during the request; but the client
-serialises the request holding the GIL, and 1,024 items raised the loop's
-worst stall to about 50 ms, while 512 kept it near 30 ms at 1,200 items/s.
-"""
-
 REMAP_GRACE = WRITE_WINDOW + 1.0
 """Seconds after the "running" marker before a remote remap's final pass (see the docstring)."""
 
 CATCH_UP_PASSES = 20
 """Catch-up passes before a remap gives up on a collection that keeps changing."""
-
-DISPATCH_YIELDS = 10
-"""Event-loop turns granted to the next embedding request before an add starts."""
-
-
-async def _let_request_leave() -> None:
-    """Let the next embedding request reach its socket before a Chroma add starts.
-
-    The embedded ChromaDB holds the GIL for a whole add: a request still inside
-    this process when the add starts waits for it, and the pipeline overlaps
-    nothing. A few loop turns are enough for aiohttp to write the request; the
-    embedding service then works while the add runs.
-    """
-    for _ in range(DISPATCH_YIELDS):
-        await asyncio.sleep(0)
-
-
-async def _settle(pending: asyncio.Future[Any]) -> None:
-    """Cancel ``pending`` if needed and wait for it; its failure never hides ours.
-
-    The pending embedding's own error or cancellation is swallowed (the
-    failure that matters is the one that stopped the pipeline), but a
-    cancellation of the task running this code is re-raised, never eaten.
-    """
-    if not pending.done():
-        pending.cancel()
-    try:
-        await pending
-    except asyncio.CancelledError:
-        task = asyncio.current_task()
-        if task is not None and task.cancelling():
-            raise
-    except Exception:
-        pass
-
-
-async def _build_temp(
-    maint: Maintenance,
-    plan: _Plan,
-    target: FingerprintInfo,
-    done: list[int],
-    total: int,
-    progress: ProgressCallback | None,
-) -> Collection:
-    conn = maint.connection
-    await drop_collection(conn, plan.cov.temp)
-    meta: dict[str, Any] = {
-        **user_meta(plan.metadata),
-        META_REEMBED_COMPLETE: False,
-        META_REEMBED_SOURCE: plan.cov.name,
-        META_REEMBED_TARGET: target.to_json(),
-    }
-    if plan.space:
-        meta["hnsw:space"] = plan.space
-    temp = await conn.create_collection(plan.cov.temp, meta)
-    batch_size = maint.env.reembed_batch_size
-    add_size = max(batch_size, ADD_BATCH_REMOTE if conn.mode == "remote" else ADD_BATCH_LOCAL)
-
-    async def chunks() -> AsyncGenerator[tuple[list[Item], list[list[float]]], None]:
-        """Embedded items in chunks of about ``add_size`` (embedding calls of ``batch_size``)."""
-        items: list[Item] = []
-        vectors: list[list[float]] = []
-        async for page in plan.pages():
-            for start in range(0, len(page), batch_size):
-                batch = page[start : start + batch_size]
-                vectors += await maint.embedder.embed([item.document or "" for item in batch])
-                items += batch
-                if len(items) >= add_size:
-                    yield items, vectors
-                    items, vectors = [], []
-        if items:
-            yield items, vectors
-
-    source = chunks()
-
-    # A one-chunk pipeline: chunk k+1 is read and embedded while chunk k is
-    # added to Chroma, so the two services work at the same time; at most two
-    # chunks are in memory. Each step starts only after the previous one is
-    # done, so the source generator is never entered twice at once.
-    pending = asyncio.ensure_future(anext(source, None))
-    try:
-        while (current := await pending) is not None:
-            pending = asyncio.ensure_future(anext(source, None))
-            await _let_request_leave()
-            batch, vectors = current
-            await conn.run(
-                functools.partial(
-                    temp.add,
-                    ids=[item.id for item in batch],
-                    documents=[item.document for item in batch],  # type: ignore[arg-type]
-                    embeddings=vectors,  # type: ignore[arg-type]
-                    metadatas=[without_pending(item.metadata or {}) or None for item in batch],  # type: ignore[arg-type]
-                )
-            )
-            done[0] += len(batch)
-            line = f"[Memory] 重映射进度 {done[0]}/{total}（{plan.cov.name}）"
-            if progress is None:
-                logger.info(line)
-            else:  # a progress bar shows it already (CLI)
-                logger.debug(line)
-                progress(done[0], total)
-    finally:
-        await _settle(pending)
-        await source.aclose()
-    if plan.live is None:  # from a file: nothing else writes to it
-        got = await count_of(conn, temp)
-        if got != plan.expected:
-            raise RemapError(
-                f"集合 {plan.cov.name} 重映射后条数不符（应为 {plan.expected}，实际 {got}）"
-            )
-    return temp
 
 
 def _grace(conn: ChromaConnection) -> float:
@@ -276,7 +128,7 @@ def _grace(conn: ChromaConnection) -> float:
 
 
 async def _catch_up(
-    maint: Maintenance, plans: list[_Plan], temps: dict[str, Collection], since: float
+    maint: Maintenance, plans: list[Plan], temps: dict[str, Collection], since: float
 ) -> None:
     """Apply to the temporaries what writers changed in the live collections meanwhile.
 
@@ -310,7 +162,7 @@ async def _catch_up(
 
 async def _run_remap(
     maint: Maintenance,
-    plans: list[_Plan],
+    plans: list[Plan],
     target: FingerprintInfo,
     backup: Path | None,
     progress: ProgressCallback | None,
@@ -325,7 +177,7 @@ async def _run_remap(
     counts: dict[str, int] = {}
     try:
         for plan in sorted(plans, key=lambda p: p.cov.role != "memory"):  # memory first
-            temps[plan.cov.role] = await _build_temp(maint, plan, target, done, total, progress)
+            temps[plan.cov.role] = await build_temp(maint, plan, target, done, total, progress)
         await _catch_up(maint, plans, temps, since)
         await verify_searchable(maint, [p.cov.temp for p in plans])
         # Commit: knowledge and archive temporaries first, memory last (the commit point).
@@ -367,7 +219,7 @@ async def _run_remap(
     return RemapReport(target, backup, counts)
 
 
-async def _live_plan(maint: Maintenance, cov: Covered) -> _Plan | None:
+async def _live_plan(maint: Maintenance, cov: Covered) -> Plan | None:
     """Re-embed ``cov`` from its own live contents (``None`` if it does not exist)."""
     conn = maint.connection
     col = await (
@@ -375,7 +227,7 @@ async def _live_plan(maint: Maintenance, cov: Covered) -> _Plan | None:
     )
     if col is None:
         return None
-    return _Plan(
+    return Plan(
         cov,
         await count_of(conn, col),
         meta_of(col),
@@ -445,17 +297,17 @@ async def restore_backup(
     since = time.monotonic()
     try:
         await asyncio.sleep(_grace(maint.connection))  # writers of other processes stop
-        plans: list[_Plan] = []
+        plans: list[Plan] = []
         for cov in maint.covered:
             saved = contents.get(cov.name)
             if saved is not None:
                 plans.append(
-                    _Plan(
+                    Plan(
                         cov,
                         len(saved.items),
                         saved.metadata,
                         saved.space,
-                        functools.partial(_list_pages, saved.items, READ_PAGE_SIZE),
+                        functools.partial(list_pages, saved.items, READ_PAGE_SIZE),
                     )
                 )
                 continue
