@@ -95,46 +95,28 @@ class CommandSpec:
         return self.head[0]
 
 
-def _listing(head: Word, who: Who = "user") -> tuple[CommandSpec, ...]:
-    """``<head> list|search|delete``: the stored memories of a scope."""
-    mine = head == USER
-    name = "个人记忆" if mine else "群共享记忆"
-    return (
-        CommandSpec(
-            head,
-            (LIST,),
-            "list",
-            "listing",
-            (
-                f"/memory {head[0]} list [时间段] [页码] — 列出{name}"
-                + ("（时间段如 上周、十月份、2026-11）" if mine else ""),
-            ),
-            "text",
-            private=mine,
-        ),
-        CommandSpec(
-            head,
-            (SEARCH,),
-            "search",
-            "listing",
-            (f"/memory {head[0]} search <关键词> — 搜索{name}",),
-            "text",
-            private=mine,
-        ),
-        CommandSpec(
-            head,
-            (DELETE,),
-            "delete",
-            "listing",
-            (f"/memory {head[0]} delete <ID> — 删除{name}" + ("" if mine else _ADMINS),),
-            "text",
-            who,
-        ),
-    )
-
-
 SPECS: tuple[CommandSpec, ...] = (
-    *_listing(USER),
+    CommandSpec(
+        USER,
+        (LIST,),
+        "list",
+        "listing",
+        ("/memory user list [时间段] [页码] — 列出个人记忆（时间段如 上周、十月份、2026-11）",),
+        "text",
+        private=True,
+    ),
+    CommandSpec(
+        USER,
+        (SEARCH,),
+        "search",
+        "listing",
+        ("/memory user search <关键词> — 搜索个人记忆",),
+        "text",
+        private=True,
+    ),
+    CommandSpec(
+        USER, (DELETE,), "delete", "listing", ("/memory user delete <ID> — 删除个人记忆",), "text"
+    ),
     CommandSpec(
         USER,
         (ARCHIVE,),
@@ -163,7 +145,31 @@ SPECS: tuple[CommandSpec, ...] = (
         ("/memory user forget — 删除机器人保存的你的全部数据（先显示将删除什么，再确认；私聊）",),
         "text",
     ),
-    *_listing(GROUP, "group_admin"),
+    CommandSpec(
+        GROUP,
+        (LIST,),
+        "list",
+        "listing",
+        ("/memory group list [时间段] [页码] — 列出群共享记忆",),
+        "text",
+    ),
+    CommandSpec(
+        GROUP,
+        (SEARCH,),
+        "search",
+        "listing",
+        ("/memory group search <关键词> — 搜索群共享记忆",),
+        "text",
+    ),
+    CommandSpec(
+        GROUP,
+        (DELETE,),
+        "delete",
+        "listing",
+        ("/memory group delete <ID> — 删除群共享记忆" + _ADMINS,),
+        "text",
+        who="group_admin",
+    ),
     CommandSpec(
         PERSONA,
         (),
