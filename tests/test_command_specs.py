@@ -102,3 +102,16 @@ def test_every_handler_is_routed() -> None:
     C = lazy_import("amrita_plugin_memory.tools.commands")
     handlers = {spec.handler for spec in S.SPECS}
     assert handlers == set(C._ROUTES)
+
+
+def test_every_switch_is_a_configuration_key() -> None:
+    config = lazy_import("amrita_plugin_memory.core.config")
+    for spec in S.SPECS:
+        if spec.switch is None:
+            continue
+        match = re.fullmatch(r"\[(\w+)\] (\w+)", spec.switch)
+        assert match, f"{spec.switch!r} is not '[section] key'"
+        section, key = match.groups()
+        fields = config.ConfigFile.model_fields
+        assert section in fields, spec
+        assert key in fields[section].annotation.model_fields, spec

@@ -22,7 +22,7 @@ from typing import Protocol
 from ..storage.scope import Scope
 from ..storage.shared.sessions import SharedDatabaseError
 from .command_parsing import USAGE, CommandRequest, parse_command, replies_privately
-from .command_specs import spec_of
+from .command_specs import SPECS, spec_of
 from .group_commands import GroupCommands
 from .listing_commands import PAGE_SIZE, ListingCommands
 from .memory_tools import MemoryTools
@@ -49,6 +49,9 @@ class AutoSwitch(Protocol):
 
     async def set_consent(self, user_id: str, allowed: bool) -> bool: ...
 
+
+_AUTO_SWITCH = next(spec.switch for spec in SPECS if spec.handler == "auto" and spec.switch)
+"""The configuration switch of ``/memory auto`` as declared (:mod:`.command_specs`)."""
 
 AUTO_ON = (
     "我会在回答你之后自动记下你提到的关于自己的事（每几条消息整理一次），并在聊天时想起相关的记忆。"
@@ -103,7 +106,7 @@ class MemoryCommands:
     async def _auto(self, action: str, scope: Scope) -> str:
         """``/memory auto [on|off]``: the caller's own consent to active memory."""
         if self.auto is None or not self.auto.enabled:
-            return "本 Bot 未启用主动记忆（[active_memory] enabled = false）"
+            return f"本 Bot 未启用主动记忆（{_AUTO_SWITCH} = false）"
         user_id = scope.user_id
         try:
             if action == "show":
