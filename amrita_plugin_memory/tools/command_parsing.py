@@ -7,10 +7,10 @@ input parses to ``help``; so does a command followed by an argument it takes
 none of.
 
 Privacy rule: a user's personal memories are never posted into a group. In a
-group, ``/memory user list|search`` and ``/memory persona`` answer by private
-message (:func:`replies_privately`); the matcher builds the request's
-:class:`~..storage.scope.Scope` with it, so such an answer is read as in the
-speaker's private chat.
+group, ``/memory user list|search|archive`` and ``/memory persona`` answer by
+private message (:func:`replies_privately`: the specs declared ``private``); the
+matcher builds the request's :class:`~..storage.scope.Scope` with it, so such an
+answer is read as in the speaker's private chat.
 """
 
 from __future__ import annotations

@@ -5,10 +5,10 @@ A command is ``/memory <head> <words…> [argument]``: its head is a scope
 ``auto``), each word comes with its Chinese aliases. One spec says how the
 command is written, its help line, who may run it, the configuration switch
 that turns it off (if any) and whether its answer goes to the private chat.
-The parser and the help reply (:mod:`.command_parsing`), the dispatch
-(:mod:`.commands`, by :attr:`CommandSpec.handler`) and the menu entry of the
-matcher are built from :data:`SPECS`; adding a command is one spec here and
-its handler there.
+The help reply (:data:`USAGE`, also the menu entry of the matcher), the
+parser (:mod:`.command_parsing`) and the dispatch (:mod:`.commands`, by
+:attr:`CommandSpec.handler`) are built from :data:`SPECS`; adding a command is
+one spec here and its handler there.
 
 Permissions are checked where they are today (the handlers, the tools); the
 spec's :attr:`CommandSpec.who` says which check applies and is compared with
