@@ -21,6 +21,7 @@ from nonebot.adapters.onebot.v11 import (
 from nonebot.params import CommandArg
 
 from ..tools.command_parsing import USAGE, parse_command, replies_privately
+from ..tools.command_specs import spec_of
 from ..tools.commands import MemoryCommands
 from ..tools.user_commands import Send, Upload
 from .events import RulesOf, scope_from_event
@@ -80,7 +81,8 @@ def register_commands(commands: MemoryCommands, rules: RulesOf) -> None:
         scope = await scope_from_event(bot, event, rules(), private_reply=private)
         if request.action == "export":
             await matcher.finish(await commands.export(request, scope, *_outbox(bot, event)))
-        superuser = request.scope == "self" and await SUPERUSER(bot, event)
+        spec = spec_of(request.scope, request.action)
+        superuser = spec is not None and spec.who == "superuser" and await SUPERUSER(bot, event)
         reply = await commands.run(request, scope, superuser=superuser)
         if isinstance(event, GroupMessageEvent) and private:
             try:

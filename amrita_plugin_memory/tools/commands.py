@@ -3,7 +3,8 @@
 The commands are plain logic with their reply text (testable); the NoneBot
 matcher in :mod:`..adapters.matchers` only adapts events and sends replies.
 This module routes a parsed request (:mod:`.command_parsing`) to its command
-family and answers ``/memory auto`` itself:
+family by the handler its spec names (:mod:`.command_specs`, :data:`_ROUTES`)
+and answers ``/memory auto`` itself:
 
 * ``user|group list|search|delete`` and ``user archive`` (the stored
   memories) are :class:`~.listing_commands.ListingCommands`;
@@ -15,11 +16,13 @@ family and answers ``/memory auto`` itself:
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from ..storage.scope import Scope
 from ..storage.shared.sessions import SharedDatabaseError
 from .command_parsing import USAGE, CommandRequest, parse_command, replies_privately
+from .command_specs import SPECS, spec_of
 from .group_commands import GroupCommands
 from .listing_commands import PAGE_SIZE, ListingCommands
 from .memory_tools import MemoryTools
@@ -36,9 +39,6 @@ __all__ = [
 ]
 
 
-_GROUP_ACTIONS = {"anonymize", "context_clear", "memo", "memo_clear"}
-
-
 class AutoSwitch(Protocol):
     """What ``/memory auto`` needs of active memory (:class:`~..active.ActiveMemory`)."""
 
@@ -49,6 +49,9 @@ class AutoSwitch(Protocol):
 
     async def set_consent(self, user_id: str, allowed: bool) -> bool: ...
 
+
+_AUTO_SWITCH = next(spec.switch for spec in SPECS if spec.handler == "auto" and spec.switch)
+"""The configuration switch of ``/memory auto`` as declared (:mod:`.command_specs`)."""
 
 AUTO_ON = (
     "我会在回答你之后自动记下你提到的关于自己的事（每几条消息整理一次），并在聊天时想起相关的记忆。"
@@ -73,16 +76,16 @@ class MemoryCommands:
         self.listing = ListingCommands(tools)
 
     async def run(self, request: CommandRequest, scope: Scope, *, superuser: bool = False) -> str:
-        if request.action == "help":
+        spec = spec_of(request.scope, request.action)
+        if spec is None:
             return USAGE
-        if request.scope == "auto":
-            return await self._auto(request.action, scope)
-        if request.scope in ("self", "persona", "memo") or request.action in _GROUP_ACTIONS:
-            return await self._group_awareness(request, scope, superuser)
-        if request.action == "archive":
-            return await self.listing.archive(request, scope)
-        if request.action in ("export", "forget"):
-            return await self._own_data(request, scope)
+        return await _ROUTES[spec.handler](self, request, scope, superuser)
+
+    async def _help(self, request: CommandRequest, scope: Scope, superuser: bool) -> str:
+        return USAGE
+
+    async def _listing(self, request: CommandRequest, scope: Scope, superuser: bool) -> str:
+        """``user|group list|search|delete`` (:mod:`.listing_commands`)."""
         if request.scope == "group" and not scope.in_group:
             return "群共享记忆只能在群聊中使用"
         if request.action == "list":
@@ -91,10 +94,19 @@ class MemoryCommands:
             return await self.listing.search(request, scope)
         return await self.listing.delete(request, scope)
 
+    async def _archive(self, request: CommandRequest, scope: Scope, superuser: bool) -> str:
+        return await self.listing.archive(request, scope)
+
+    async def _own_data_route(self, request: CommandRequest, scope: Scope, superuser: bool) -> str:
+        return await self._own_data(request, scope)
+
+    async def _auto_route(self, request: CommandRequest, scope: Scope, superuser: bool) -> str:
+        return await self._auto(request.action, scope)
+
     async def _auto(self, action: str, scope: Scope) -> str:
         """``/memory auto [on|off]``: the caller's own consent to active memory."""
         if self.auto is None or not self.auto.enabled:
-            return "本 Bot 未启用主动记忆（[active_memory] enabled = false）"
+            return f"本 Bot 未启用主动记忆（{_AUTO_SWITCH} = false）"
         user_id = scope.user_id
         try:
             if action == "show":
@@ -134,6 +146,7 @@ class MemoryCommands:
         return await self._own_data(request, scope, upload, send)
 
     async def _group_awareness(self, request: CommandRequest, scope: Scope, superuser: bool) -> str:
+        """``self``, ``persona``, ``memo``, ``group memo|anonymize|context`` (:mod:`.group_commands`)."""
         group = self.group
         if group is None:
             return "该命令未启用"
@@ -149,3 +162,19 @@ class MemoryCommands:
             return await group.group(request.action, request.argument, scope)
         except SharedDatabaseError as exc:  # a reply with the reason, never a traceback
             return str(exc)
+
+
+Route = Callable[[MemoryCommands, CommandRequest, Scope, bool], Awaitable[str]]
+
+_ROUTES: dict[str, Route] = {
+    "help": MemoryCommands._help,
+    "listing": MemoryCommands._listing,
+    "archive": MemoryCommands._archive,
+    "own_data": MemoryCommands._own_data_route,
+    "auto": MemoryCommands._auto_route,
+    "self_memory": MemoryCommands._group_awareness,
+    "persona": MemoryCommands._group_awareness,
+    "private_memo": MemoryCommands._group_awareness,
+    "group_settings": MemoryCommands._group_awareness,
+}
+"""Each :attr:`~.command_specs.CommandSpec.handler` and the method that answers it."""
