@@ -56,6 +56,9 @@ DOORS: frozenset[str] = frozenset(
         "iter_rows",
         "rewrite_partition_keys",
         "messages_of",  # WindowStore: one user's messages in every group (export)
+        "recent_any",  # WindowStore: any group's window by id (a turn reads its GroupView's)
+        "of_user_anywhere",  # PersonaStore: any user's persona by id (console, export)
+        "of_users_anywhere",
         "users_over",  # UsageLedger: every user's spend of a day
         "operator_view",
         "of_operator",  # Scope.of_operator

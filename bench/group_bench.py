@@ -149,6 +149,8 @@ def _per_group(events: list[Any]) -> dict[int, int]:
 async def bench_blocks(rows: list[Row], reps: int) -> None:
     from amrita_plugin_memory.groups.service import GroupAwareness
     from amrita_plugin_memory.prompting.group_blocks import SeenInRequest
+    from amrita_plugin_memory.storage.keys import target_from_ids
+    from amrita_plugin_memory.storage.scope import ScopeRules
 
     rng = random.Random(7)
     config = _config()
@@ -173,18 +175,19 @@ async def bench_blocks(rows: list[Row], reps: int) -> None:
 
     awareness = GroupAwareness.build(config)  # a fresh process: cold caches
     t0 = time.perf_counter()
-    await awareness.turn_blocks(gid, members[0], "昵称", SeenInRequest(history_user, history_bot))
+    view = ScopeRules().of_turn(target_from_ids(members[0], gid)).group_view()
+    await awareness.turn_blocks(view, members[0], "昵称", SeenInRequest(history_user, history_bot))
     cold = time.perf_counter() - t0
     # A running bot has seen its active members: their labels and personas are cached.
     await awareness.stores.directory.labels(gid, members)
-    await awareness.stores.personas.get_many(members)
+    await awareness.stores.personas.of_users_anywhere(members)
     times: list[float] = []
     size = 0
     for _ in range(reps):
         speaker = rng.choice(members)
         t0 = time.perf_counter()
         seen = SeenInRequest(history_user, history_bot)
-        blocks = await awareness.turn_blocks(gid, speaker, "昵称", seen)
+        blocks = await awareness.turn_blocks(view, speaker, "昵称", seen)
         times.append(time.perf_counter() - t0)
         size = sum(len(b) for b in blocks)
     summary = Summary.of(times)

@@ -101,3 +101,12 @@ async def say(event: Any, *, recorder: BotRecorder | None = None) -> BotRecorder
     recorder = recorder or BotRecorder()
     await run_turn(make_bot(recorder), event)
     return recorder
+
+
+def group_view(group_id: int | str, user_id: int | str = 10001) -> Any:
+    """The :class:`GroupView` a turn of ``user_id`` in group ``group_id`` reads with (its
+    scope's ``group_view``): what a test passes to the chat-path reads of the group stores."""
+    from amrita_plugin_memory.storage.keys import target_from_ids
+    from amrita_plugin_memory.storage.scope import ScopeRules
+
+    return ScopeRules().of_turn(target_from_ids(user_id, group_id)).group_view()

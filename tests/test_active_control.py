@@ -126,7 +126,7 @@ async def test_a_persona_extraction_in_flight_does_not_bring_back_a_forgotten_pe
     await in_flight(chat_server, marker=PERSONA_MARKER)
     await forget(member)
     await settle_groups(awareness)
-    assert (await awareness.stores.personas.get(str(member))).fields == []
+    assert (await awareness.stores.personas.of_user_anywhere(str(member))).fields == []
 
 
 async def test_a_hung_embedder_does_not_hold_a_turn_and_recall_comes_back(

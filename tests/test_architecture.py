@@ -315,6 +315,35 @@ def test_the_issues_probe_in_tools_fails_the_real_check(tmp_path: Path) -> None:
     ]
 
 
+# A group turn reading another group's window and another member's persona by id.
+GROUP_PROBE = """\
+from ..storage.groups.stores import GroupStores
+
+
+async def probe(stores: GroupStores, other_group: str, other_user: str) -> str:
+    window = await stores.windows.recent_any(other_group, 10)
+    persona = await stores.personas.of_user_anywhere(other_user)
+    return f"{[e.text for e in window]} {persona.fields}"
+"""
+
+
+def test_a_group_probe_in_groups_fails_the_real_check(tmp_path: Path) -> None:
+    """The repository's own package with a group-store probe dropped into ``groups/``."""
+    import shutil
+
+    shutil.copytree(
+        ROOT / arch.PACKAGE, tmp_path / arch.PACKAGE, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    (tmp_path / arch.PACKAGE / "groups" / "probe.py").write_text(GROUP_PROBE, encoding="utf-8")
+    problems = arch.check(tmp_path, doc=None)
+    probe = f"{arch.PACKAGE}/groups/probe.py"
+    why = "(a read of everyone; read one user's data through a storage.scope.View)"
+    assert problems == [
+        f"{probe}:{line}: operator door on the chat path: {arch.PACKAGE}.groups.probe {how} {why}"
+        for line, how in ((5, "uses .recent_any"), (6, "uses .of_user_anywhere"))
+    ]
+
+
 @pytest.mark.parametrize(
     ("where", "call"),
     [
@@ -329,6 +358,10 @@ def test_the_issues_probe_in_tools_fails_the_real_check(tmp_path: Path) -> None:
         ("prompting/probe.py", "store.count_all()"),
         ("subconscious/toolsets/probe.py", "store.count_all()"),
         ("adapters/matchers.py", "store.count_all()"),
+        # The group stores (issue #49 item 1): any group's window, any user's persona.
+        ("groups/probe.py", "stores.windows.recent_any('20001', 10)"),
+        ("tools/probe.py", "stores.personas.of_user_anywhere('10002')"),
+        ("adapters/group_hooks.py", "stores.personas.of_users_anywhere(['10002'])"),
     ],
 )
 def test_a_door_on_the_chat_path_fails(tmp_path: Path, where: str, call: str) -> None:

@@ -59,7 +59,7 @@ async def test_the_group_window_gives_up_within_its_bound(
     try:
         async with asyncio.timeout(5):
             with pytest.raises(SharedDatabaseError, match="读取群上下文窗口"):
-                await windows.recent("9001", 10)
+                await windows.recent_any("9001", 10)
             assert await windows.flush("9001") is False  # the read before the write gave up
             windows._window("9001").loaded = True  # now the write itself meets the silence
             assert await windows.flush("9001") is False
@@ -128,7 +128,7 @@ async def test_the_persona_store_gives_up_within_its_bound(
     try:
         async with asyncio.timeout(5):
             with pytest.raises(SharedDatabaseError, match="读取成员画像"):
-                await personas.get_many(["30521", "30522"])
+                await personas.of_users_anywhere(["30521", "30522"])
             with pytest.raises(SharedDatabaseError, match="读取成员画像"):
                 await personas.merge("30521", [("爱好", "围棋")], now=1.0, max_chars=200)
             with pytest.raises(SharedDatabaseError, match="读取成员画像"):

@@ -121,7 +121,7 @@ async def test_a_forget_through_a_leaves_nothing_of_the_user_in_bs_caches(
     # B injects all of it into its prompts, from its caches.
     assert await b.memo.get(view_of(key)) == "用户的生日是五月一日"
     assert await b.memo.get(view_of(other_key)) == "另一位用户的备忘录"
-    assert [f.value for f in (await b.groups.personas.get(user)).fields] == ["登山"]
+    assert [f.value for f in (await b.groups.personas.of_user_anywhere(user)).fields] == ["登山"]
     assert b.groups.personas.cached(user)
     assert await b.consent.allows(user)
 
@@ -146,12 +146,12 @@ async def test_a_forget_through_a_leaves_nothing_of_the_user_in_bs_caches(
 
     lag.past_max_lag()
     assert await b.memo.get(view_of(key)) == ""
-    assert (await b.groups.personas.get(user)).fields == []
+    assert (await b.groups.personas.of_user_anywhere(user)).fields == []
     assert [r.content for r in await b.store.query(view_of(key), "杭州", top_k=5)] == []
     assert await b.memo.get(view_of(other_key)) == "另一位用户的备忘录"
     # The window B holds in memory (shown in B's group prompts) lost their messages,
     # the other member's stay; B's cached labels of the group are read again.
-    assert [e.user_id for e in await b.groups.windows.recent(group, 10)] == [other]
+    assert [e.user_id for e in await b.groups.windows.recent_any(group, 10)] == [other]
     assert group not in b.groups.directory._labels
     assert await b.groups.directory.labels_of(user) == {}
     # Their opt-out choice is kept by a forget (none here): B still asks the table's truth.
@@ -183,11 +183,11 @@ async def test_persona_off_through_a_drops_bs_persona(sides: tuple[Side, Side]) 
     lag = Lag(b.store)
     user, _ = _user()
     await b.groups.personas.merge(user, [("职业", "厨师")], now=time.time(), max_chars=700)
-    assert [f.value for f in (await b.groups.personas.get(user)).fields] == ["厨师"]
+    assert [f.value for f in (await b.groups.personas.of_user_anywhere(user)).fields] == ["厨师"]
 
     await a.groups.personas.set_learning(user, False)  # /memory persona off through A
     lag.past_max_lag()
-    persona = await b.groups.personas.get(user)
+    persona = await b.groups.personas.of_user_anywhere(user)
     assert persona.fields == [] and persona.learning_off
 
 

@@ -249,4 +249,6 @@ async def test_a_persona_forget_waits_for_a_merge_in_another_process() -> None:
     finally:
         await merging.release(name, "merge")
     assert await asyncio.wait_for(forgetting, 30) == 1
-    assert (await GroupStores.build(ConfigFile(), coherence).personas.get(uid)).fields == []
+    assert (
+        await GroupStores.build(ConfigFile(), coherence).personas.of_user_anywhere(uid)
+    ).fields == []

@@ -18,6 +18,7 @@ from tests.group_helpers import (
     MARKER,
     block,
     extraction_rule,
+    group_view,
     groups,
     is_extraction,
     say,
@@ -67,12 +68,12 @@ async def test_persona_learned_in_one_group_shows_in_another(
     assert "需要分析的成员：用户_1111" in analysed
     assert "用户_1111: 我是一名软件工程师" in analysed
     assert f"user{member}" not in analysed and str(member) not in analysed
-    persona = await awareness.stores.personas.get(str(member))
+    persona = await awareness.stores.personas.of_user_anywhere(str(member))
     assert [(f.field, f.value) for f in persona.fields] == [
         ("职业/身份", "软件工程师"),
         ("家乡", "杭州"),
     ]
-    assert (await awareness.stores.personas.get(str(stranger))).fields == []
+    assert (await awareness.stores.personas.of_user_anywhere(str(stranger))).fields == []
 
     chat_server.clear()
     await say(group_event(member, group_b, "你还记得我是做什么的吗"))
@@ -133,8 +134,10 @@ async def test_opt_out_is_honoured(chat_server: ChatServer, groups: Callable[...
     await say(group_event(member, gid, "我喜欢摄影"))
     await settle(awareness)
     assert awareness.extractor.results[-1].analysed == [str(other)]
-    assert (await awareness.stores.personas.get(str(member))).fields == []
-    assert [f.value for f in (await awareness.stores.personas.get(str(other))).fields] == ["钓鱼"]
+    assert (await awareness.stores.personas.of_user_anywhere(str(member))).fields == []
+    assert [
+        f.value for f in (await awareness.stores.personas.of_user_anywhere(str(other))).fields
+    ] == ["钓鱼"]
 
     rec = await say(group_event(member, gid, "/memory persona"))
     assert rec.texts("group") == ["画像已通过私聊发送给你"]
@@ -148,7 +151,7 @@ async def test_opt_out_is_honoured(chat_server: ChatServer, groups: Callable[...
     assert rec.texts("private") == ["你的画像：\n- 兴趣：摄影"]
     rec = await say(private_event(member, "/memory persona clear"))
     assert rec.texts("private") == ["已删除你的画像"]
-    assert (await awareness.stores.personas.get(str(member))).fields == []
+    assert (await awareness.stores.personas.of_user_anywhere(str(member))).fields == []
 
 
 async def test_usage_is_counted_and_bad_answers_change_nothing(
@@ -164,7 +167,7 @@ async def test_usage_is_counted_and_bad_answers_change_nothing(
     )
     before = await InsightsModel.get()
     tokens = (before.token_input, before.token_output)
-    result = await awareness.extractor.run(gid, member)
+    result = await awareness.extractor.run(group_view(gid), member)
     assert result.updated == [member]
     after = await InsightsModel.get()
     assert (after.token_input - tokens[0], after.token_output - tokens[1]) == (11, 7)
@@ -174,21 +177,23 @@ async def test_usage_is_counted_and_bad_answers_change_nothing(
         chat_server.set_rule(_raw_rule(answer))
         awareness.clock.now += 31
         with captured_logs("DEBUG") as lines:
-            result = await awareness.extractor.run(gid, member)
+            result = await awareness.extractor.run(group_view(gid), member)
         assert result.analysed == [member] and result.updated == [] and result.ignored
         assert any("DEBUG" in line and "画像提取" in line and "忽略" in line for line in lines)
         assert not any("医生" in line for line in lines if not line.startswith("DEBUG"))
         STATS.inputs_tried += 1
-    fields = (await awareness.stores.personas.get(member)).fields
+    fields = (await awareness.stores.personas.of_user_anywhere(member)).fields
     assert [(f.field, f.value) for f in fields] == [("职业/身份", "医生")]
 
     chat_server.set_mode("error500")
     awareness.clock.now += 31
     with captured_logs("WARNING") as lines:
-        result = await awareness.extractor.run(gid, member)
+        result = await awareness.extractor.run(group_view(gid), member)
     STATS.faults_injected += 1
     assert result.error and any("画像提取请求失败" in line for line in lines)
-    assert [f.value for f in (await awareness.stores.personas.get(member)).fields] == ["医生"]
+    assert [f.value for f in (await awareness.stores.personas.of_user_anywhere(member)).fields] == [
+        "医生"
+    ]
 
 
 def _raw_rule(answer: str) -> Callable[[dict[str, Any]], Any]:
@@ -214,16 +219,16 @@ async def test_restart_keeps_windows_personas_and_self_memory(groups: Callable[.
     try:
         assert added.ok
         restarted = GroupAwareness.build(awareness.config)  # new objects, same SQLite
-        kept = await restarted.stores.windows.recent(str(gid), 10)
+        kept = await restarted.stores.windows.recent_any(str(gid), 10)
         assert [e.text for e in kept] == ["第0条消息", "第1条消息", "第2条消息"]  # 4th not flushed
-        assert [f.value for f in (await restarted.stores.personas.get(str(member))).fields] == [
-            "登山"
-        ]
+        assert [
+            f.value for f in (await restarted.stores.personas.of_user_anywhere(str(member))).fields
+        ] == ["登山"]
         assert "重启测试：我是一只猫" in await restarted.self_block()
 
         await awareness.stores.windows.close()  # driver shutdown flushes the rest
         again = GroupAwareness.build(awareness.config)
-        assert len(await again.stores.windows.recent(str(gid), 10)) == 4
+        assert len(await again.stores.windows.recent_any(str(gid), 10)) == 4
 
         # Lowered limits cut what is stored, at the next start.
         smaller = awareness.config.model_copy(
@@ -236,7 +241,10 @@ async def test_restart_keeps_windows_personas_and_self_memory(groups: Callable[.
         compacted = GroupAwareness.build(smaller)
         await compacted.start()
         fresh = GroupAwareness.build(smaller)
-        assert [e.text for e in await fresh.stores.windows.recent(str(gid), 10)] == ["第2…", "第3…"]
+        assert [e.text for e in await fresh.stores.windows.recent_any(str(gid), 10)] == [
+            "第2…",
+            "第3…",
+        ]
     finally:
         entries = await awareness.stores.self_memory.list()
         for number in range(len(entries), 0, -1):

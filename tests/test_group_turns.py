@@ -75,7 +75,7 @@ async def test_window_is_injected_with_labels_and_never_twice(
     # The first turn (question and reply) is in Amrita's chat history of this request.
     assert "大家好呀" not in window and "收到，欢迎大家来聊" not in window
     assert "用户_5678: 周末一起去爬山吗" in window
-    stored = await awareness.stores.windows.recent(str(gid), 10)
+    stored = await awareness.stores.windows.recent_any(str(gid), 10)
     assert [(e.text, e.is_bot) for e in stored[-4:]] == [
         ("大家好呀，机器人在吗", False),
         ("收到，欢迎大家来聊", True),
@@ -162,7 +162,7 @@ async def test_context_clear_and_disabled_layers_inject_nothing(
         recorder=BotRecorder(roles={(gid, owner): "owner"}),
     )
     assert rec.texts("group") == ["已清空本群的群聊上下文窗口"]
-    assert await awareness.stores.windows.recent(str(gid), 10) == []
+    assert await awareness.stores.windows.recent_any(str(gid), 10) == []
     await say(group_event(member, gid, "清空之后"))
     assert "<GROUP_CONTEXT>" not in turn_prompts(chat_server)[0]
 
@@ -173,7 +173,7 @@ async def test_context_clear_and_disabled_layers_inject_nothing(
     prompt = turn_prompts(chat_server)[0]
     assert "<GROUP_CONTEXT>" not in prompt and "<PERSONAS>" not in prompt
     assert all(
-        "关掉以后" not in e.text for e in await awareness.stores.windows.recent(str(gid), 10)
+        "关掉以后" not in e.text for e in await awareness.stores.windows.recent_any(str(gid), 10)
     )
 
 
@@ -182,7 +182,7 @@ async def test_a_failed_window_write_loses_nothing(groups: Callable[..., Any]) -
 
     awareness = groups(group_context={"context_persist_every": 2}, persona={"enabled": False})
     gid, member = "41004", "4104001"
-    await awareness.stores.windows.recent(gid, 1)  # loaded before the fault
+    await awareness.stores.windows.recent_any(gid, 1)  # loaded before the fault
     table = "amrita_plugin_memory_group_message"
     # Other tests' background writes may hold the shared database for a moment:
     # wait for the lock instead of failing (sqlite3's default is 5 s).
@@ -203,6 +203,6 @@ async def test_a_failed_window_write_loses_nothing(groups: Callable[..., Any]) -
     awareness.observe(gid, member, "nick", "第四条")
     await settle(awareness)
     restarted = GroupAwareness.build(awareness.config)
-    kept = [e.text for e in await restarted.stores.windows.recent(gid, 10)]
+    kept = [e.text for e in await restarted.stores.windows.recent_any(gid, 10)]
     STATS.items_lost += 4 - len(kept)
     assert kept == ["第一条", "第二条", "第三条", "第四条"]

@@ -146,7 +146,7 @@ async def test_group_window_flush_reload_compact_and_forget() -> None:
     await windows.drain()
 
     reloaded = stores().windows
-    recent = await reloaded.recent(LONGEST_GROUP, 20)
+    recent = await reloaded.recent_any(LONGEST_GROUP, 20)
     assert [e.text for e in recent] == [*(f"消息{i}" for i in range(5)), "机器人回答"]
     assert [e.is_bot for e in recent] == [False] * 5 + [True]
     assert recent[0].nickname == nick[:64]
@@ -162,12 +162,12 @@ async def test_group_window_flush_reload_compact_and_forget() -> None:
     )
     report = await GS.GroupStores.build(C.ConfigFile(group_context=small)).windows.compact()
     assert (report.dropped, report.cut) == (2, 4)
-    kept = await stores().windows.recent(LONGEST_GROUP, 20)
+    kept = await stores().windows.recent_any(LONGEST_GROUP, 20)
     assert [len(e.text) <= (3 if e.is_bot else 2) for e in kept] == [True] * 4
     assert [e.is_bot for e in kept] == [False, False, False, True]
 
     assert await stores().windows.forget_user(LONGEST_QQ) == 3
-    assert [e.is_bot for e in await stores().windows.recent(LONGEST_GROUP, 20)] == [True]
+    assert [e.is_bot for e in await stores().windows.recent_any(LONGEST_GROUP, 20)] == [True]
     await stores().windows.clear(LONGEST_GROUP)
     assert await rows(M.GroupMessage, group_id=LONGEST_GROUP) == []
 
@@ -198,21 +198,21 @@ async def test_personas_merge_opt_out_and_forget() -> None:
     assert await personas.merge(
         LONGEST_QQ, [("爱好", "下围棋"), ("城市", "杭州")], now=now, max_chars=500
     )
-    got = await stores().personas.get(LONGEST_QQ)
+    got = await stores().personas.of_user_anywhere(LONGEST_QQ)
     assert {(f.field, f.value) for f in got.fields} == {("爱好", "下围棋"), ("城市", "杭州")}
     assert got.learning_off is False
     (row,) = await rows(M.MemberPersona, user_id=LONGEST_QQ)
     near_now(row.updated_at)
 
     await personas.set_learning(LONGEST_QQ, False)
-    off = await stores().personas.get(LONGEST_QQ)
+    off = await stores().personas.of_user_anywhere(LONGEST_QQ)
     assert off.learning_off is True and off.fields == []
     assert not await stores().personas.merge(LONGEST_QQ, [("爱好", "x")], now=now, max_chars=500)
     await personas.set_learning(LONGEST_QQ, True)
     assert await personas.merge(LONGEST_QQ, [("语言", "中文")], now=now, max_chars=500)
     assert await personas.merge("30021", [("职业", "教师")], now=now, max_chars=500)
     assert await stores().personas.forget("30021") == 1
-    assert (await stores().personas.get("30021")).fields == []
+    assert (await stores().personas.of_user_anywhere("30021")).fields == []
     assert await rows(M.MemberPersona, user_id="30021") == []
 
     # The console's list and the overview's count.
@@ -410,7 +410,7 @@ async def test_a_forgotten_members_earlier_messages_are_never_stored_or_read_bac
                                    text="晚到的旧消息", created_at=old))  # fmt: skip
         await session.commit()
     fresh = GroupWindowStore(config, forgotten)
-    assert [e.text for e in await fresh.recent(gid, 10)] == ["今天下雨", "我回来了"]
+    assert [e.text for e in await fresh.recent_any(gid, 10)] == ["今天下雨", "我回来了"]
 
 
 async def test_a_persona_merge_never_overwrites_an_opt_out() -> None:
@@ -463,7 +463,7 @@ async def test_user_export_and_forget(tmp_path: Path) -> None:
         assert counts.persona_fields == 1 and counts.group_messages == 1 and counts.labels == 1
         assert await rt.memo.get(view_of(personal)) == ""
         assert await stores().windows.messages_of(uid) == []
-        assert (await stores().personas.get(uid)).fields == []
+        assert (await stores().personas.of_user_anywhere(uid)).fields == []
         assert await stores().directory.labels_of(uid) == {}
         assert await rows(M.UserMemo, user_id=personal) == []
     finally:

@@ -107,9 +107,9 @@ async def holdings(rt: Any, groups: Any, uid: int, gid: int) -> dict[str, Any]:
         "memories": await rt.store.count(view_of(key)),
         "archive": await rt.store.archive.count(view_of(key)),
         "memo": await rt.memo.get(view_of(key)),
-        "persona": [f.value for f in (await groups.personas.get(str(uid))).fields],
+        "persona": [f.value for f in (await groups.personas.of_user_anywhere(str(uid))).fields],
         "window": [
-            e.text for e in await groups.windows.recent(str(gid), 200) if e.user_id == str(uid)
+            e.text for e in await groups.windows.recent_any(str(gid), 200) if e.user_id == str(uid)
         ],
         "stored_messages": len(await groups.windows.messages_of(str(uid))),
         "labels": await groups.directory.labels_of(str(uid)),

@@ -1,8 +1,9 @@
 """Reads fail closed: every memory store read names what it may see (``storage/scope.View``).
 
 A read or count of :class:`MemoryStore` without a view does not type-check (pyright, run on
-a snippet here) and raises at run time; a view narrowed to one group's origin shows only
-that origin through every read door; only ``storage/scope.py`` builds views, and nothing
+a snippet here) and raises at run time, and so does a chat-path read of a group's window or
+of personas without a ``storage/scope.GroupView`` (or the user's own ``View``); a view narrowed to one group's origin shows only
+that origin through every read door; only ``storage/scope.py`` builds views (group views too), and nothing
 above ``storage/`` reaches into the store's private Chroma calls.
 """
 
@@ -26,6 +27,7 @@ PACKAGE = ROOT / "amrita_plugin_memory"
 PYRIGHT = ROOT / ".venv" / "bin" / "pyright"
 
 P = "QQPlatform_Private_10001"
+G = "20001"
 GROUP_A, GROUP_B = "group:20001", "group:20002"
 
 # Every read door of the store with a plain partition key where the view belongs.
@@ -46,17 +48,32 @@ UNVIEWED_READS = {
     "archive.count": "store.archive.count(P)",
     "archive.list": "store.archive.list(P)",
     "memo.get": "memo.get(P)",
+    # The group stores (issue #49 item 1): a turn reads its own group's window and the
+    # personas of that group's members through the group view, the speaker's own persona
+    # through the view of their partition; any group or user by id is an operator door.
+    "windows.recent": "windows.recent(G, 10)",
+    "personas.of_members": 'personas.of_members(G, ["10001"])',
+    "personas.own": "personas.own(P)",
 }
 
 
 def _snippet(calls: list[str]) -> str:
     body = "\n".join(f"    await {call}" for call in calls)
     return (
+        "from amrita_plugin_memory.storage.groups.persona_store import PersonaStore\n"
+        "from amrita_plugin_memory.storage.groups.window_store import GroupWindowStore\n"
         "from amrita_plugin_memory.storage.memo_store import MemoService\n"
         "from amrita_plugin_memory.storage.memory_store import MemoryStore\n"
-        "from amrita_plugin_memory.storage.scope import operator_view\n\n"
-        f"P = {P!r}\n\n\n"
-        "async def reads(store: MemoryStore, memo: MemoService) -> None:\n"
+        "from amrita_plugin_memory.storage.scope import Scope, operator_view\n\n"
+        f"P = {P!r}\n"
+        f"G = {G!r}\n\n\n"
+        "async def reads(\n"
+        "    store: MemoryStore,\n"
+        "    memo: MemoService,\n"
+        "    windows: GroupWindowStore,\n"
+        "    personas: PersonaStore,\n"
+        "    scope: Scope,\n"
+        ") -> None:\n"
         f"{body}\n"
         "    async for _ in store.iter_records(P):\n"
         "        pass\n"
@@ -85,18 +102,24 @@ def test_a_read_without_a_view_does_not_type_check(tmp_path: Path) -> None:
     assert all('parameter "view"' in e for e in errors), errors
     # The same reads with a view type-check: the errors above are about the view alone.
     good = tmp_path / "viewed.py"
-    good.write_text(_snippet(list(UNVIEWED_READS.values())).replace("(P", "(operator_view(P)"))
+    viewed = _snippet(list(UNVIEWED_READS.values())).replace("(P", "(operator_view(P)")
+    good.write_text(viewed.replace("(G", "(scope.group_view()"))
     assert _pyright_errors(good) == []
 
 
 async def test_a_read_without_a_view_raises(store: Any) -> None:
+    from amrita_plugin_memory.core.config import GroupContextConfig
+    from amrita_plugin_memory.storage.groups.persona_store import PersonaStore
+    from amrita_plugin_memory.storage.groups.window_store import GroupWindowStore
     from amrita_plugin_memory.storage.memo_store import MemoService
 
     await store.add(new_memory(P, "user", "用户喜欢喝乌龙茶"))
     memo = MemoService(1000)
+    windows, personas = GroupWindowStore(GroupContextConfig()), PersonaStore()
+    names = {"store": store, "memo": memo, "windows": windows, "personas": personas}
     for name, call in UNVIEWED_READS.items():
         with pytest.raises(TypeError, match="View"):
-            await eval(call, {"store": store, "memo": memo, "P": P})  # run for real
+            await eval(call, {**names, "P": P, "G": G})  # run for real
         assert name
     with pytest.raises(TypeError, match="View"):
         async for _ in store.iter_records(P):
@@ -104,6 +127,31 @@ async def test_a_read_without_a_view_raises(store: Any) -> None:
     # What a count of everything is for: named as such, for operators.
     assert await store.count_all() == 1
     assert await store.archive.count_all() == 0 and await store.archive.list_all() == []
+
+
+async def test_group_reads_go_through_the_turns_scope(store: Any) -> None:
+    from amrita_plugin_memory.core.config import GroupContextConfig
+    from amrita_plugin_memory.core.errors import ScopeRefused
+    from amrita_plugin_memory.storage.groups.persona_store import PersonaStore
+    from amrita_plugin_memory.storage.groups.window_store import GroupWindowStore
+
+    rules = S.ScopeRules()
+    in_group = rules.of_turn(S.ChatTarget("10001", P, "QQPlatform_Group_20001", "20001"))
+    view = in_group.group_view()
+    assert view == S.GroupView("20001") and S.GroupView.check(view) is view
+    with pytest.raises(ScopeRefused):
+        rules.of_turn(S.ChatTarget("10001", P, None, None)).group_view()
+
+    windows, personas = GroupWindowStore(GroupContextConfig()), PersonaStore()
+    windows.append("20001", "10001", "甲", "在 A 群说的话", is_bot=False, at=1.0)
+    windows.append("20002", "10001", "甲", "在 B 群说的话", is_bot=False, at=2.0)
+    assert [e.text for e in await windows.recent(view, 10)] == ["在 A 群说的话"]
+    # The operator door reads any group by id (tests, the console).
+    assert [e.text for e in await windows.recent_any("20002", 10)] == ["在 B 群说的话"]
+    assert list(await personas.of_members(view, ["10001", "10002"])) == ["10001", "10002"]
+    assert (await personas.own(in_group.view("user"))).user_id == "10001"
+    with pytest.raises(ValueError, match="own partition"):
+        await personas.own(in_group.view("group"))
 
 
 async def test_a_narrowed_view_hides_other_origins_through_every_door(store: Any) -> None:
@@ -145,15 +193,16 @@ def _modules() -> list[tuple[str, ast.Module]]:
     ]
 
 
-def test_only_scope_builds_views() -> None:
+@pytest.mark.parametrize("kind", ["View", "GroupView"])
+def test_only_scope_builds_views(kind: str) -> None:
     builders = sorted(
         name
         for name, tree in _modules()
         for node in ast.walk(tree)
         if isinstance(node, ast.Call)
         and (
-            (isinstance(node.func, ast.Name) and node.func.id == "View")
-            or (isinstance(node.func, ast.Attribute) and node.func.attr == "View")
+            (isinstance(node.func, ast.Name) and node.func.id == kind)
+            or (isinstance(node.func, ast.Attribute) and node.func.attr == kind)
         )
     )
     assert set(builders) == {"storage/scope.py"}

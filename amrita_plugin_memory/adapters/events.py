@@ -6,11 +6,12 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..storage.keys import ChatTarget, group_key, user_key
-from ..storage.scope import Scope, ScopeRules
+from ..storage.scope import GroupView, Scope, ScopeRules
 
 __all__ = [
     "RulesOf",
     "amrita_event",
+    "group_view_of_event",
     "scope_from_event",
     "scope_from_tool_context",
     "target_from_event",
@@ -33,6 +34,12 @@ def target_from_event(event: _OneBotLikeEvent) -> ChatTarget:
     if gid:
         return ChatTarget(uid, user_key(uid), group_key(gid), str(gid))
     return ChatTarget(uid, user_key(uid), None, None)
+
+
+def group_view_of_event(event: _OneBotLikeEvent) -> GroupView:
+    """What a turn of a OneBot group message event may read of the group stores (its
+    :class:`Scope`'s :meth:`~..storage.scope.Scope.group_view`)."""
+    return ScopeRules().of_turn(target_from_event(event)).group_view()
 
 
 def amrita_event(chat_object: Any) -> Any:

@@ -32,7 +32,7 @@ from ..prompting.blocks import block_name
 from ..prompting.group_blocks import SeenInRequest, prepend_block
 from ..services import MemoryRuntime
 from ..storage.usage import UsageLedger
-from .events import amrita_event
+from .events import amrita_event, group_view_of_event
 from .hooks import HookSet
 from .turn_context import add_turn_block, user_message
 
@@ -111,7 +111,7 @@ class GroupHooks:
         sender = ev.sender
         try:
             blocks = await awareness.turn_blocks(
-                str(ev.group_id),
+                group_view_of_event(ev),
                 str(ev.user_id),
                 sender.card or sender.nickname or "",
                 seen_in_request(wrap),
@@ -153,7 +153,7 @@ class GroupHooks:
         if not isinstance(ev, GroupMessageEvent):
             return
         self.awareness.answered(
-            str(ev.group_id), str(ev.user_id), str(ev.self_id), event.model_response or ""
+            group_view_of_event(ev), str(ev.user_id), str(ev.self_id), event.model_response or ""
         )
 
     # -- registration ---------------------------------------------------------------------------

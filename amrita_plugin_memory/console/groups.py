@@ -122,7 +122,7 @@ class GroupAdmin:
     async def persona(self, user_id: Any) -> dict[str, Any]:
         stores = self._stores()
         uid = _user_id(user_id)
-        found = await guarded("console_read_persona", lambda: stores.personas.get(uid))
+        found = await guarded("console_read_persona", lambda: stores.personas.of_user_anywhere(uid))
         return {
             "user_id": uid,
             "fields": _fields_json(found.fields),

@@ -41,6 +41,7 @@ from ..prompting.group_window import WindowEntry
 from ..prompting.labels import SAFE_COLON
 from ..prompting.persona import PersonaField, parse_updates
 from ..storage.groups.stores import GroupStores
+from ..storage.scope import GroupView
 from ..storage.usage import BackgroundBudget, spend_of
 from ..storage.users.fences import UserFences
 from .amrita_llm import Completion, add_usage, complete_isolated
@@ -108,19 +109,21 @@ class PersonaExtractor:
 
     # -- scheduling ------------------------------------------------------------------
 
-    def schedule(self, group_id: str, speaker_id: str) -> None:
-        """Start an extraction for the group in the background (one per group at a time)."""
+    def schedule(self, view: GroupView, speaker_id: str) -> None:
+        """Start an extraction for ``view``'s group in the background (one per group at a time)."""
+        group_id = GroupView.check(view).group_id
         if group_id in self._running:
             logger.debug(f"[Memory] 群 {group_id} 的画像提取仍在进行，本轮跳过")
             return
         self._running.add(group_id)
-        task = asyncio.get_running_loop().create_task(self._run_logged(group_id, speaker_id))
+        task = asyncio.get_running_loop().create_task(self._run_logged(view, speaker_id))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run_logged(self, group_id: str, speaker_id: str) -> ExtractionResult:
+    async def _run_logged(self, view: GroupView, speaker_id: str) -> ExtractionResult:
+        group_id = view.group_id
         try:
-            result = await self.run(group_id, speaker_id)
+            result = await self.run(view, speaker_id)
         except Exception as exc:  # never let a background task die silently
             logger.warning(
                 f"[Memory] 群 {group_id} 的画像提取失败：{exc.__class__.__name__}: {exc}"
@@ -155,11 +158,12 @@ class PersonaExtractor:
             self._last = {k: t for k, t in self._last.items() if t >= horizon}
 
     async def _targets(
-        self, group_id: str, speaker_id: str, entries: list[WindowEntry]
+        self, view: GroupView, speaker_id: str, entries: list[WindowEntry]
     ) -> list[str]:
+        group_id = view.group_id
         spoke = [e.user_id for e in reversed(entries) if not e.is_bot]
         order = list(dict.fromkeys(([speaker_id] if speaker_id in spoke else []) + spoke))
-        personas = await self.stores.personas.get_many(order)
+        personas = await self.stores.personas.of_members(view, order)
         now = self.clock()
         chosen = [
             u
@@ -168,15 +172,17 @@ class PersonaExtractor:
         ]
         return chosen[: self.config.persona.max_users_per_turn]
 
-    async def run(self, group_id: str, speaker_id: str) -> ExtractionResult:
-        """Analyse the group's recent window for its members now (no rate limit for the group)."""
+    async def run(self, view: GroupView, speaker_id: str) -> ExtractionResult:
+        """Analyse the recent window of ``view``'s group for its members now (no rate limit
+        for the group)."""
+        group_id = GroupView.check(view).group_id
         result = ExtractionResult(group_id)
         # Taken before the window is read: a member forgotten from now on is fenced.
         ticket_of = self.fences.snapshot() if self.fences is not None else None
         gc = self.config.group_context
         count = min(gc.recent_context_messages, gc.context_message_count)
-        entries = await self._unvoided(await self.stores.windows.recent(group_id, count))
-        targets = await self._targets(group_id, speaker_id, entries)
+        entries = await self._unvoided(await self.stores.windows.recent(view, count))
+        targets = await self._targets(view, speaker_id, entries)
         if not targets:
             return result
         if self.budget is not None and not (await self.budget.admit("persona", speaker_id)).allowed:
@@ -187,7 +193,7 @@ class PersonaExtractor:
         result.analysed = targets
 
         labels = await self.stores.directory.member_labels(group_id, entries, [])
-        messages = self._messages(entries, targets, labels, await self._known(targets))
+        messages = self._messages(entries, targets, labels, await self._known(view, targets))
         try:
             text, usage = await self.complete(messages)
         except Exception as exc:
@@ -242,8 +248,8 @@ class PersonaExtractor:
         points = await self.fences.void_points(members, "persona")
         return [e for e in entries if e.is_bot or e.at > points.get(e.user_id, -1.0)]
 
-    async def _known(self, user_ids: list[str]) -> dict[str, list[PersonaField]]:
-        personas = await self.stores.personas.get_many(user_ids)
+    async def _known(self, view: GroupView, user_ids: list[str]) -> dict[str, list[PersonaField]]:
+        personas = await self.stores.personas.of_members(view, user_ids)
         return {u: p.fields for u, p in personas.items()}
 
     @staticmethod

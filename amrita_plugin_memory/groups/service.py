@@ -28,6 +28,7 @@ from ..prompting.group_blocks import (
     render_self,
 )
 from ..storage.groups.stores import GroupStores
+from ..storage.scope import GroupView
 from ..storage.shared.coherence import Coherence
 from ..storage.usage import BackgroundBudget
 from ..storage.users.fences import UserFences
@@ -97,13 +98,14 @@ class GroupAwareness:
             group_id, user_id, nickname, text, is_bot=is_bot, at=self.clock()
         )
 
-    def answered(self, group_id: str, speaker_id: str, bot_id: str, reply: str) -> None:
-        """The bot answered a group turn: record the reply, learn personas in the background."""
+    def answered(self, view: GroupView, speaker_id: str, bot_id: str, reply: str) -> None:
+        """The bot answered a turn in ``view``'s group: record the reply, learn personas in
+        the background."""
         if not self.window_enabled or not reply.strip():
             return
-        self.observe(group_id, bot_id, "", reply, is_bot=True)
+        self.observe(GroupView.check(view).group_id, bot_id, "", reply, is_bot=True)
         if self.persona_enabled and self.config.persona.update_enabled:
-            self.extractor.schedule(group_id, speaker_id)
+            self.extractor.schedule(view, speaker_id)
 
     # -- blocks ----------------------------------------------------------------------------
 
@@ -111,15 +113,17 @@ class GroupAwareness:
         return render_self(await self.stores.self_memory.texts())
 
     async def turn_blocks(
-        self, group_id: str, speaker_id: str, speaker_name: str, seen: SeenInRequest
+        self, view: GroupView, speaker_id: str, speaker_name: str, seen: SeenInRequest
     ) -> list[str]:
-        """``<GROUP_CONTEXT>`` then ``<PERSONAS>`` of a group turn (empty ones left out)."""
+        """``<GROUP_CONTEXT>`` then ``<PERSONAS>`` of a turn in ``view``'s group (empty ones
+        left out)."""
         if not self.window_enabled:
             return []
         gc = self.config.group_context
         entries = await self.stores.windows.recent(
-            group_id, min(gc.recent_context_messages, gc.context_message_count)
+            view, min(gc.recent_context_messages, gc.context_message_count)
         )
+        group_id = view.group_id
         shown = [e for e in entries if not seen.shows(e)]
         labels = await self.stores.directory.member_labels(
             group_id, shown, [(speaker_id, speaker_name)]
@@ -127,7 +131,7 @@ class GroupAwareness:
         blocks = [render_group_context(shown, lambda e: labels[e.user_id])]
         if self.persona_enabled:
             members = list(dict.fromkeys([speaker_id, *(e.user_id for e in shown if not e.is_bot)]))
-            personas = await self.stores.personas.get_many(members)
+            personas = await self.stores.personas.of_members(view, members)
             blocks.append(
                 render_personas(
                     ((labels[u], personas[u].fields) for u in members),

@@ -16,7 +16,10 @@ reader and writer then asks it, so the privacy decisions exist here only:
   to the model or the user;
 * :meth:`Scope.view`: the two above as one :class:`View`, which every read and
   count of the memory store requires (there is no read "of everything": a
-  whole-collection pass is a separately named operator method of the store).
+  whole-collection pass is a separately named operator method of the store);
+* :meth:`Scope.group_view`: this group's own data as one :class:`GroupView`,
+  which every chat-path read of a group's window and of its members' personas
+  requires (a user's own persona is read through :meth:`Scope.view` of ``user``).
 
 Background work for a user (an L3 cycle) also carries its :attr:`Scope.fence`:
 every write made with the scope awaits it inside the store's write section.
@@ -47,6 +50,7 @@ __all__ = [
     "MANAGERS",
     "Action",
     "GroupEditors",
+    "GroupView",
     "Scope",
     "ScopeKind",
     "ScopeRules",
@@ -109,6 +113,31 @@ class View:
     def where(self, **filters: str | None) -> dict[str, Any]:
         """The Chroma ``where`` of this view (and ``filters``)."""
         return where_partition(self.partition, origins=self.origins, with_vectors=False, **filters)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupView:
+    """What a turn in one group may read of the group stores: that group's window and
+    the personas of its members (issue #49).
+
+    :class:`~.groups.window_store.GroupWindowStore` and
+    :class:`~.groups.persona_store.PersonaStore` require one on the chat path (a plain
+    group id is refused, :meth:`check`); only :meth:`Scope.group_view` builds them. A
+    read of any group or any user (the console, a user's export and forget, tests) is
+    a separately named operator door, kept off the chat path by ``.ci/check_architecture.py``.
+    """
+
+    group_id: str
+
+    @staticmethod
+    def check(view: object) -> GroupView:
+        """``view`` if it is a :class:`GroupView`, else ``TypeError`` (a read that names no group view)."""
+        if not isinstance(view, GroupView):
+            raise TypeError(
+                "a group store read needs a storage.scope.GroupView (Scope.group_view), "
+                f"not {type(view).__name__}"
+            )
+        return view
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +216,12 @@ class Scope:
     def chat_view(self) -> View:
         """This chat's own data (its memo: Amrita's session, the group in a group chat)."""
         return View(self.target.session, OriginFilter.ALL)
+
+    def group_view(self) -> GroupView:
+        """This group's window and its members' personas; outside a group refused."""
+        if self.target.group_id is None:
+            raise ScopeRefused("群上下文只能在群聊中读取")
+        return GroupView(self.target.group_id)
 
     async def manages_group(self) -> bool:
         """Whether the caller is a manager of this group (never outside a group)."""

@@ -90,7 +90,7 @@ class GroupCommands:
         if action == "on":
             await personas.set_learning(user_id, True)
             return "已恢复学习你的画像（只从你在群里说的话中学习）"
-        persona = await personas.get(user_id)
+        persona = await personas.own(scope.view("user"))
         state = "（已停止学习：/memory persona on 恢复）" if persona.learning_off else ""
         if not persona.fields:
             return f"你还没有画像{state}"

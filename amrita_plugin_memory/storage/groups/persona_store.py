@@ -16,6 +16,12 @@ of a user's row (a merge, a forget, a switch) also holds the user's lease every 
 takes (:meth:`PersonaStore._held`): a merge in another bot that checked its fence before
 a forget's tombstone lands before the forget's delete, never after it.
 
+A chat turn reads personas through a view only (issue #49): the members of the
+turn's group through its :class:`~..scope.GroupView` (:meth:`PersonaStore.of_members`),
+the speaker's own through the :class:`~..scope.View` of their partition
+(:meth:`PersonaStore.own`). A read of any user by id (the console, a user's export and
+forget) is the operator door :meth:`PersonaStore.of_users_anywhere`.
+
 Every read and write of the table is waited for at most the bound of the store's
 :class:`~..shared.sessions.SharedWork` (local mode too); past it the caller gets a
 :class:`~..shared.sessions.SharedDatabaseError`.
@@ -35,6 +41,7 @@ from ...infra.locks import PartitionLocks
 from ...prompting.persona import PersonaField, fields_from_json, fields_to_json, merge_fields
 from ..keys import user_key, user_of_key
 from ..models import MemberPersona, db_now
+from ..scope import GroupView, View
 from ..shared.coherence import SAFETY_EXPIRY, Coherence
 from ..shared.keyed import KeyedCache
 from ..shared.sessions import SharedWork, orm_session
@@ -99,11 +106,27 @@ class PersonaStore:
         """Whether the persona of ``user_id`` is in this process's cache (tests)."""
         return user_id in self._cache
 
-    async def get(self, user_id: str) -> Persona:
-        return (await self.get_many([user_id]))[user_id]
+    async def of_members(self, view: GroupView, user_ids: Iterable[str]) -> dict[str, Persona]:
+        """The personas of members ``user_ids`` of ``view``'s group (a turn's ``<PERSONAS>``,
+        the group's extraction); a plain group id is refused (``TypeError``)."""
+        GroupView.check(view)
+        return await self.of_users_anywhere(user_ids)
 
-    async def get_many(self, user_ids: Iterable[str]) -> dict[str, Persona]:
-        """The personas of ``user_ids`` (empty ones for users without a row); one query for misses."""
+    async def own(self, view: View) -> Persona:
+        """The persona of the user whose personal partition ``view`` is (``/memory persona``);
+        a view of a group's partition is refused (``ValueError``)."""
+        user_id = user_of_key(View.check(view).partition)
+        if user_id is None:
+            raise ValueError("a persona is read through the view of a user's own partition")
+        return (await self.of_users_anywhere([user_id]))[user_id]
+
+    async def of_user_anywhere(self, user_id: str) -> Persona:
+        """Operator door: the persona of any user (the console, a user's export and forget)."""
+        return (await self.of_users_anywhere([user_id]))[user_id]
+
+    async def of_users_anywhere(self, user_ids: Iterable[str]) -> dict[str, Persona]:
+        """Operator door (and what the views read through): the personas of any ``user_ids``
+        (empty ones for users without a row); one query for misses."""
         await self.coherence.fresh()
         out: dict[str, Persona] = {}
         missing: list[str] = []

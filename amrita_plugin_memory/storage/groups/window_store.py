@@ -19,6 +19,10 @@ a write never stores a message its member said at or before their forget, and a
 read of the stored rows never brings one back (another process may have
 written it in the instant the forget deleted that member's rows).
 
+A chat turn reads one group's window through that group's
+:class:`~..scope.GroupView` (:meth:`GroupWindowStore.recent`); a read of any group by
+id is the operator door :meth:`GroupWindowStore.recent_any` (issue #49).
+
 Every statement is waited for with the bound of ``work``
 (:class:`~..shared.sessions.SharedWork`): a database that stops answering
 costs a turn its ``<GROUP_CONTEXT>`` block, a flush its write (the entries
@@ -40,6 +44,7 @@ from ...core.config import GroupContextConfig
 from ...infra.locks import PartitionLocks
 from ...prompting.group_window import GroupWindow, WindowEntry, cut_text
 from ..models import GroupMessage
+from ..scope import GroupView
 from ..shared.sessions import SharedWork, orm_session
 from ..users.tombstones import ForgottenUsers
 
@@ -138,8 +143,13 @@ class GroupWindowStore:
 
     # -- reads ---------------------------------------------------------------------
 
-    async def recent(self, group_id: str, count: int) -> list[WindowEntry]:
-        """The newest ``count`` messages of the group, oldest first."""
+    async def recent(self, view: GroupView, count: int) -> list[WindowEntry]:
+        """The newest ``count`` messages of ``view``'s group, oldest first (a turn's
+        ``<GROUP_CONTEXT>``, the group's extraction); a plain group id is refused."""
+        return await self.recent_any(GroupView.check(view).group_id, count)
+
+    async def recent_any(self, group_id: str, count: int) -> list[WindowEntry]:
+        """Operator door: the newest ``count`` messages of any group, oldest first."""
         window = self._window(group_id)
         if not window.loaded:
             async with self._locks.hold(group_id):

@@ -227,7 +227,7 @@ class UserData:
         """One JSON-ready document of everything kept about ``user_id``."""
         partition = user_key(user_id)
         rows = await partition_contents(self.store, partition)
-        persona = await self.groups.personas.get(user_id)
+        persona = await self.groups.personas.of_user_anywhere(user_id)
         messages = await self.groups.windows.messages_of(user_id)
         items = user_items(
             await self.loop.read(), user_id, partition, target=await self._is_target(user_id)
@@ -285,7 +285,7 @@ class UserData:
         partition = user_key(user_id)
         target = await self._is_target(user_id)
         items = user_items(await self.loop.read(), user_id, partition, target=target)
-        persona = await self.groups.personas.get(user_id)
+        persona = await self.groups.personas.of_user_anywhere(user_id)
         authored = len(await authored_records(self.store, user_id))
         authored += len(await authored_archived(self.store, user_id))
         return ForgetCounts(
