@@ -18,6 +18,12 @@ could carry another user's data. Two rules, on every module of the chat path:
 legitimately serves an operator (none today: a user's own archive listing goes through
 the ``View`` of their partition). Framework glue for operators (the console's routes,
 the archive sweep's schedule) is :data:`OPERATOR_GLUE`, outside the chat path.
+
+A third rule keeps the ``/memory`` commands on one facade (issue #49 item 3): a module
+``tools/*commands*.py`` reaches the memo and the archive only through
+``tools/chat_stores.ChatStores`` (made from the turn's ``Scope``), so it uses no
+``.archive`` or ``.memo`` attribute and names no ``MemoService`` / ``ArchiveStore``
+(:func:`command_problems`).
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ CHAT_PATH: tuple[str, ...] = (
     "groups",
     "prompting",
     "subconscious.toolsets",
+    "episodes.recall",
+    "episodes.recorder",
 )
 
 # Framework glue that serves operators, not a chat turn (inside ``adapters/``).
@@ -60,11 +68,21 @@ DOORS: frozenset[str] = frozenset(
         "of_user_anywhere",  # PersonaStore: any user's persona by id (console, export)
         "of_users_anywhere",
         "users_over",  # UsageLedger: every user's spend of a day
+        "spent_by_all",  # UsageLedger: every user's background tokens of a day
+        "totals_by_day",  # UsageLedger: every user's spend per day (the status report)
+        "operator_user_view",  # a UserView of any user id (console, CLI, export, forget)
         "operator_view",
         "of_operator",  # Scope.of_operator
         "pending_batch",  # MemoryStore: pending memories of every partition
         "count_pending",
         "settle",  # MemoryStore: a pending memory's vector stored (the background embedding)
+        "open_chats",  # EpisodeStore: every chat's waiting lines (the episode closer)
+        "lines_of",
+        "of_chat_any",  # EpisodeStore: any chat's episodes by key (console)
+        "lines_of_user",  # EpisodeStore: one user's lines in every chat (export)
+        "forget_user",  # EpisodeStore, GroupWindowStore, ...: a user's data everywhere (forget)
+        "sweep_episodes",
+        "restore_episode",
     }
 )
 
@@ -143,4 +161,45 @@ def door_problems(
                 f"{path}:{line}: operator module on the chat path: {importer} imports "
                 f"{imported} (it serves operators only)"
             )
+    return problems
+
+
+# The ``/memory`` commands' one facade (issue #49 item 3).
+COMMAND_MODULES = "tools"
+"""The layer of the command modules: ``tools.<name>`` with ``commands`` in ``<name>``."""
+COMMAND_ATTRIBUTES: frozenset[str] = frozenset({"archive", "memo"})
+"""Attributes a command module never uses: a store reached around the facade."""
+COMMAND_NAMES: frozenset[str] = frozenset({"MemoService", "ArchiveStore"})
+"""Names a command module never imports or uses: the stores behind the facade."""
+
+
+def _command_module(rel: str) -> bool:
+    layer, _, name = rel.rpartition(".")
+    return layer == COMMAND_MODULES and "commands" in name
+
+
+def command_problems(trees: Mapping[str, tuple[str, ast.Module]], package: str) -> list[str]:
+    """Problems: a ``tools/*commands*.py`` module (``trees``: module -> (path, tree)) that
+    touches the archive or a memo around ``tools/chat_stores.ChatStores``."""
+    problems: list[str] = []
+    for module, (path, tree) in sorted(trees.items()):
+        if not module.startswith(package + ".") or not _command_module(module[len(package) + 1 :]):
+            continue
+        found: list[tuple[int, str]] = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                found += [
+                    (node.lineno, f"imports {a.name}")
+                    for a in node.names
+                    if a.name in COMMAND_NAMES
+                ]
+            elif isinstance(node, ast.Attribute) and node.attr in COMMAND_ATTRIBUTES:
+                found.append((node.lineno, f"uses .{node.attr}"))
+            elif isinstance(node, ast.Name) and node.id in COMMAND_NAMES:
+                found.append((node.lineno, f"uses {node.id}"))
+        problems += [
+            f"{path}:{line}: a command reaches a store around its facade: {module} {how} "
+            f"(use the turn's tools/chat_stores.ChatStores)"
+            for line, how in sorted(found)
+        ]
     return problems

@@ -64,7 +64,8 @@ DIRECT: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("subconscious", ("subconscious",), ("services",)),
     ("groups", ("groups",), ("services",)),
     ("active", ("active",), ("groups",)),
-    ("console", ("console",), ("active", "subconscious")),
+    ("episodes", ("episodes",), ("groups",)),
+    ("console", ("console",), ("active", "episodes", "subconscious")),
     ("adapters", ("adapters",), ("console",)),
     ("cli", ("cli",), ("services",)),
     ("plugin", ("",), ("cli", "adapters")),
@@ -423,6 +424,11 @@ def analyze(
         [(i.importer, i.imported, i.path, i.line) for i in imports],
         package,
         **(doors or {}),
+    )
+    # The ``/memory`` commands reach the memo and the archive through one facade.
+    report.problems += door_checks.command_problems(
+        {n: (m.path.relative_to(root).as_posix(), m.tree) for n, m in modules.items() if m.tree},
+        package,
     )
 
     # Private modules and the tops of layers.

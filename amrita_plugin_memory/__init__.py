@@ -19,6 +19,7 @@ from nonebot.plugin import PluginMetadata  # noqa: E402
 from .adapters.active_hooks import setup_active_memory  # noqa: E402
 from .adapters.archive_hooks import setup_archive  # noqa: E402
 from .adapters.console_setup import setup_console  # noqa: E402
+from .adapters.episode_hooks import setup_episodes  # noqa: E402
 from .adapters.gc_freeze import register_gc_freeze  # noqa: E402
 from .adapters.group_hooks import setup_group_awareness  # noqa: E402
 from .adapters.matchers import register_commands  # noqa: E402
@@ -31,7 +32,10 @@ from .embedding.startup import run_startup_check  # noqa: E402
 from .infra.terminal import cli_subcommand  # noqa: E402
 from .services import MemoryRuntime  # noqa: E402
 from .storage import models as models  # noqa: E402  (registers the ORM tables)
+from .tools.chat_stores import ChatStoreSource  # noqa: E402
+from .tools.command_specs import USAGE  # noqa: E402
 from .tools.commands import MemoryCommands  # noqa: E402
+from .tools.episode_commands import EpisodeCommands  # noqa: E402
 from .tools.group_commands import GroupCommands  # noqa: E402
 from .tools.user_commands import UserCommands  # noqa: E402
 
@@ -40,10 +44,7 @@ __all__ = ["EnvConfig", "MemoryRuntime", "PluginConfig", "runtime"]
 __plugin_meta__ = PluginMetadata(
     name="amrita_plugin_memory",
     description="Amrita 长期记忆插件：L1 备忘录 + L2 向量记忆 + L3 离线巩固循环",
-    usage=(
-        "/memory user list|search <关键词>|delete <ID>|export|forget；/memory group list|search|delete；"
-        "/memory persona|memo|auto；/memory group memo|anonymize|context；/memory self（超级用户）"
-    ),
+    usage=USAGE,  # the help reply, derived from the declared commands (tools/command_specs)
     type="application",
     config=EnvConfig,
     supported_adapters={"~onebot.v11"},
@@ -92,6 +93,9 @@ def _setup() -> MemoryRuntime | None:
     register_surface_tools(rt.tools, lambda: rt.scopes, rt.usage)
     awareness = setup_group_awareness(rt)  # group window, personas, self memory
     active = setup_active_memory(rt)  # learns after answered turns, recalls into the prompt
+    # Past conversations kept as episodes and recalled by time; an opted-out user's
+    # lines are not kept (active memory's consent).
+    episodes = setup_episodes(rt, awareness.stores.directory, active.consent.allows)
     runner = setup_subconscious(rt)
     # A user's export and forget (the L3 loop's state, profile and cycles through the
     # loop when it runs; active memory's opt-outs and queued turns through it).
@@ -101,10 +105,17 @@ def _setup() -> MemoryRuntime | None:
     user_data.consent = active.consent
     user_data.pending_sources.append(active.queue.pending_of)  # exported as queued_turns
     user_data.forget_hooks.append(active.forget)  # unprocessed messages go, work in flight stops
+    user_data.forget_hooks.append(episodes.forget)  # their lines waiting in this process go
     users = UserCommands(user_data, rt.config.export_dir)
+    chat = ChatStoreSource.of_tools(rt.tools, rt.episodes)  # the commands' one door to stores
     register_commands(
         MemoryCommands(
-            rt.tools, GroupCommands(awareness.stores, rt.memo, rt.fences), users, auto=active
+            rt.tools,
+            GroupCommands(awareness.stores, chat, rt.fences),
+            users,
+            auto=active,
+            episodes=EpisodeCommands(chat, rt.calendar, lambda: rt.config.file.episodes.enabled),
+            chat=chat,
         ),
         lambda: rt.scopes,
     )

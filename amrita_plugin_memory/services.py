@@ -20,6 +20,7 @@ from .embedding.pending import PendingEmbedder
 from .infra.fences import UserEpochs
 from .storage.chroma.connection import ChromaConnection
 from .storage.consent_store import ConsentStore
+from .storage.episodes.store import EpisodeStore
 from .storage.groups.stores import GroupStores
 from .storage.memo_store import MemoService
 from .storage.memory_store import MEMORY_COLLECTION, MemoryStore, RetrievalSettings
@@ -88,6 +89,8 @@ class MemoryRuntime:
         self.memo = MemoService(config.file.memo_max_chars)
         self.consent = ConsentStore(self.store.coherence.work)
         """Active memory's opt-outs (one cache per process, read by every turn)."""
+        self.episodes = EpisodeStore(self.store.coherence.work)
+        """Past conversations of every chat and the lines of those going on (issue #48)."""
         if shared:
             # The memo and opt-out caches follow the same feed: a row for a uni_id drops
             # what each keeps for it (a memo changed or forgotten through another bot).
@@ -99,6 +102,7 @@ class MemoryRuntime:
             calendar=self.calendar,
             memory_limit=config.file.per_session_memory_limit,
             config=config.file,
+            episodes=self.episodes,
         )
         self.scopes = ScopeRules.from_config(config.file)
         """What every request's :class:`~.storage.scope.Scope` is decided with (the
@@ -154,6 +158,7 @@ class MemoryRuntime:
             consent=self.consent,
             backups=BackupScrubber(self.config.backup_dir, self.forgotten),
             usage=self.usage,
+            episodes=self.episodes,
         )
         if isinstance(loop, LoopStateRow):  # the rows say whose the loop's items are
             data.loop_owners = loop.owners

@@ -40,7 +40,7 @@ import os
 import sys
 from typing import Any
 
-from tests.helpers import new_memory, view_of, write_rules
+from tests.helpers import new_memory, user_view, view_of, write_rules
 
 
 def _reply(value: dict[str, Any]) -> None:
@@ -63,7 +63,7 @@ async def _usage(rt: Any, cmd: dict[str, Any]) -> dict[str, Any]:
         caps = {"background_tokens_per_day": cmd["day_cap"]}
         caps["background_tokens_per_user_per_day"] = cmd["user_cap"]
         rt.budget.configure(BudgetConfig(**caps))
-        admission = await rt.budget.admit(cmd["feature"], cmd["user"])
+        admission = await rt.budget.admit(cmd["feature"], user_view(cmd["user"]))
         return {"allowed": admission.allowed, "cap": admission.cap}
     spend = Spend(requests=1, prompt_tokens=cmd["prompt"], completion_tokens=cmd["completion"])
     left = cmd["times"]
@@ -163,7 +163,7 @@ async def _serve(rt: Any) -> None:
                     }
                 )
             else:
-                _reply({"allows": await rt.consent.allows(cmd["user"])})
+                _reply({"allows": await rt.consent.allows(user_view(cmd["user"]))})
         elif cmd["op"] in ("usage_add", "usage_admit"):
             _reply(await _usage(rt, cmd))
         elif cmd["op"] == "embed_pending":  # the background embedding's pass, once

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
+import sqlite3
 import subprocess
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
@@ -33,6 +35,7 @@ __all__ = [
     "assert_nothing_lost",
     "login",
     "run_async",
+    "seed_episodes",
     "seeded_bot",
     "start_seeded",
     "stored_memories",
@@ -261,3 +264,31 @@ def assert_nothing_lost(
     STATS.items_lost += len(lost)
     assert lost == []
     return live
+
+
+def seed_episodes(project: BotProject, episodes: Sequence[Mapping[str, Any]]) -> None:
+    """Episodes written into a started bot's SQLite database as its episode store keeps them
+    (its tables are made at its start-up): ``id``, ``chat``, ``origin``, ``start`` and
+    ``end`` (epoch seconds), ``summary``, optional ``topics``, ``source``, ``participants``."""
+    db = project.root / "data" / "nonebot_plugin_orm" / "db.sqlite3"
+    columns = (
+        "id, chat, origin, start_us, end_us, day, participants, summary, topics, source, "
+        "messages, chars, archived_us, archive_reason"
+    )
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        for e in episodes:
+            people = list(e.get("participants", ()))
+            conn.execute(
+                f"INSERT INTO amrita_plugin_memory_episode ({columns}) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL,'')",
+                (
+                    e["id"], e["chat"], e["origin"], int(e["start"] * 1e6), int(e["end"] * 1e6),
+                    "", json.dumps(people), e["summary"], json.dumps(list(e.get("topics", ()))),
+                    e.get("source", "model"), 4, 60,
+                ),
+            )  # fmt: skip
+            conn.executemany(
+                "INSERT INTO amrita_plugin_memory_episode_member VALUES (?,?)",
+                [(e["id"], p) for p in people],
+            )
+        conn.commit()

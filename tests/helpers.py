@@ -24,6 +24,7 @@ __all__ = [
     "seen_by_model",
     "system_prompt",
     "turn_message",
+    "user_view",
     "view_of",
     "write_rules",
 ]
@@ -35,6 +36,14 @@ def view_of(partition: str, origins: Any = None) -> Any:
     from amrita_plugin_memory.storage.scope import View, operator_view
 
     return operator_view(partition) if origins is None else View(partition, origins)
+
+
+def user_view(user_id: int | str) -> Any:
+    """What a test's read of one user's rows (usage, consent, loop items) names: the
+    ``storage.scope.UserView`` of ``user_id`` (an operator's)."""
+    from amrita_plugin_memory.storage.scope import operator_user_view
+
+    return operator_user_view(str(user_id))
 
 
 def new_memory(partition: str, scope: str, content: str, **fields: Any) -> Any:

@@ -344,6 +344,42 @@ def test_a_group_probe_in_groups_fails_the_real_check(tmp_path: Path) -> None:
     ]
 
 
+# A turn reading the usage ledger of everyone, or another user's rows by their id.
+USAGE_PROBE = """\
+from ..storage.scope import operator_user_view
+from ..storage.usage import UsageLedger
+
+
+async def probe(ledger: UsageLedger, day: str, other_user: str) -> str:
+    everyone = await ledger.spent_by_all(day)
+    days = await ledger.totals_by_day(7)
+    theirs = await ledger.of_user(operator_user_view(other_user))
+    return f"{everyone} {sorted(days)} {len(theirs)}"
+"""
+
+
+def test_a_usage_probe_in_active_fails_the_real_check(tmp_path: Path) -> None:
+    """The repository's own package with a usage-ledger probe dropped into ``active/``."""
+    import shutil
+
+    shutil.copytree(
+        ROOT / arch.PACKAGE, tmp_path / arch.PACKAGE, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    (tmp_path / arch.PACKAGE / "active" / "probe.py").write_text(USAGE_PROBE, encoding="utf-8")
+    problems = arch.check(tmp_path, doc=None)
+    probe = f"{arch.PACKAGE}/active/probe.py"
+    why = "(a read of everyone; read one user's data through a storage.scope.View)"
+    assert problems == [
+        f"{probe}:{line}: operator door on the chat path: {arch.PACKAGE}.active.probe {how} {why}"
+        for line, how in (
+            (1, "imports operator_user_view"),
+            (6, "uses .spent_by_all"),
+            (7, "uses .totals_by_day"),
+            (8, "uses operator_user_view"),
+        )
+    ]
+
+
 @pytest.mark.parametrize(
     ("where", "call"),
     [
@@ -362,6 +398,10 @@ def test_a_group_probe_in_groups_fails_the_real_check(tmp_path: Path) -> None:
         ("groups/probe.py", "stores.windows.recent_any('20001', 10)"),
         ("tools/probe.py", "stores.personas.of_user_anywhere('10002')"),
         ("adapters/group_hooks.py", "stores.personas.of_users_anywhere(['10002'])"),
+        # The usage ledger (issue #49 item 1): every user's spend, any user's view by id.
+        ("tools/probe.py", "store.usage.spent_by_all('2026-01-01')"),
+        ("prompting/probe.py", "store.usage.totals_by_day(7)"),
+        ("subconscious/toolsets/probe.py", "scope.operator_user_view('10002')"),
     ],
 )
 def test_a_door_on_the_chat_path_fails(tmp_path: Path, where: str, call: str) -> None:
@@ -399,3 +439,65 @@ def test_the_allow_list_names_a_module_and_its_doors(tmp_path: Path) -> None:
     assert arch.check(root, package=FAKE, doc=None, doors={"allowed": allowed}) == []
     other = {"tools.admin": frozenset({"scan_all"})}
     assert len(arch.check(root, package=FAKE, doc=None, doors={"allowed": other})) == 1
+
+
+# -- the /memory commands' one facade (issue #49 item 3) -----------------------------------
+
+# A command reaching a memo and the archive around tools/chat_stores.ChatStores.
+COMMAND_PROBE = """\
+from ..storage.memo_store import MemoService
+from ..storage.scope import Scope
+
+
+async def probe(memo: MemoService, tools: object, scope: Scope) -> str:
+    text = await tools.memo.get(scope.view("user"))
+    count = await tools.store.archive.count(scope.view("user"))
+    return f"{text} {count}"
+"""
+
+
+def test_a_command_around_its_facade_fails_the_real_check(tmp_path: Path) -> None:
+    """The repository's own package with the probe dropped into ``tools/`` as a command
+    module; the same code outside ``tools/*commands*.py`` is not a command."""
+    import shutil
+
+    shutil.copytree(
+        ROOT / arch.PACKAGE, tmp_path / arch.PACKAGE, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    tools = tmp_path / arch.PACKAGE / "tools"
+    (tools / "stats_commands.py").write_text(COMMAND_PROBE, encoding="utf-8")
+    problems = arch.check(tmp_path, doc=None)
+    probe = f"{arch.PACKAGE}/tools/stats_commands.py"
+    why = "(use the turn's tools/chat_stores.ChatStores)"
+    assert problems == [
+        f"{probe}:{line}: a command reaches a store around its facade: "
+        f"{arch.PACKAGE}.tools.stats_commands {how} {why}"
+        for line, how in (
+            (1, "imports MemoService"),
+            (5, "uses MemoService"),
+            (6, "uses .memo"),
+            (7, "uses .archive"),
+        )
+    ]
+    (tools / "stats_commands.py").rename(tools / "stats.py")
+    assert arch.check(tmp_path, doc=None) == []
+
+
+@pytest.mark.parametrize(
+    ("where", "body", "bad"),
+    [
+        ("tools/commands.py", "def probe(tools):\n    return tools.store.archive\n", True),
+        ("tools/group_commands.py", "def probe(tools):\n    return tools.memo\n", True),
+        ("tools/x_commands.py", "def probe():\n    return ArchiveStore\n", True),
+        ("tools/chat_stores.py", "def probe(tools):\n    return tools.store.archive\n", False),
+        ("tools/memory_tools.py", "def probe(tools):\n    return tools.memo\n", False),
+        ("console/commands.py", "def probe(tools):\n    return tools.memo\n", False),
+    ],
+)
+def test_only_command_modules_are_held_to_the_facade(
+    tmp_path: Path, where: str, body: str, bad: bool
+) -> None:
+    root = _make_package(tmp_path, {where: body})
+    problems = arch.check(root, package=FAKE, doc=None)
+    assert [p for p in problems if "around its facade" in p] == problems
+    assert bool(problems) == bad

@@ -242,3 +242,35 @@ async def test_the_archive_is_read_through_a_view(store: Any) -> None:
         theirs.id,
     }
     assert [r.id for r in await store.archive.list_all(memory_id=theirs.id)] == [theirs.id]
+
+
+@pytest.mark.usefixtures("orm_db")
+async def test_sweep_archives_episodes_past_the_medium_lifetime(store: Any) -> None:
+    """Episodes expire with the memories' clock (``EPISODE_IMPORTANCE``: 90 days by
+    default) into their archive, never deleted; ``0`` days keeps them."""
+    from amrita_plugin_memory.core.episodes import NewEpisode
+    from amrita_plugin_memory.storage.episodes.store import EpisodeStore
+
+    episodes = EpisodeStore()
+    kept = {}
+    for days, summary in ((92, "很久以前聊过搬家"), (91, "也很久了"), (89, "最近聊过面试")):
+        end = (NOW - timedelta(days=days)).timestamp()
+        new = NewEpisode(
+            chat=ALICE, origin="private", start=end - 600, end=end, participants=("10001",),
+            summary=summary, topics=(), source="extract", messages=2, chars=20,
+        )  # fmt: skip
+        kept[summary] = await episodes.keep(new, [])
+    never = await A.sweep(store, lambda _: 0.0, now=NOW, episodes=episodes)
+    assert never.episodes == 0
+
+    result = await A.sweep(store, lifetime, batch_size=1, now=NOW, episodes=episodes)
+
+    assert result.episodes == 2 and "归档对话片段 2 段" in result.describe()
+    live = await episodes.recent(view_of(ALICE), 10)
+    assert [e.summary for e in live] == ["最近聊过面试"]
+    every = await episodes.of_chat_any(ALICE, archived=True)
+    assert [(e.summary, e.archived) for e in every] == [
+        ("很久以前聊过搬家", True), ("也很久了", True), ("最近聊过面试", False),
+    ]  # fmt: skip
+    assert (await A.sweep(store, lifetime, now=NOW, episodes=episodes)).episodes == 0
+    assert await episodes.restore_episode(ALICE, kept["也很久了"].id)

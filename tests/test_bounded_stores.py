@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import user_view
 from tests.test_forget_final import _Hung
 
 
@@ -93,15 +94,15 @@ async def test_the_consent_store_gives_up_within_its_bound(
     try:
         async with asyncio.timeout(5):
             with pytest.raises(SharedDatabaseError, match="读取自动记忆开关"):
-                await consent.allows("30511")
+                await consent.allows(user_view("30511"))
             with pytest.raises(SharedDatabaseError, match="读取自动记忆开关"):
-                await consent.allows_now("30511")
+                await consent.allows_now(user_view("30511"))
             with pytest.raises(SharedDatabaseError, match="读取自动记忆开关"):
-                await consent.set_allowed("30511", False)
+                await consent.set_allowed(user_view("30511"), False)
             with pytest.raises(SharedDatabaseError, match="读取自动记忆开关"):
-                await consent.opted_out_since("30511")
+                await consent.opted_out_since(user_view("30511"))
             with pytest.raises(SharedDatabaseError, match="读取主动记忆提示记录"):
-                await consent.noticed("30511")
+                await consent.noticed(user_view("30511"))
             with pytest.raises(SharedDatabaseError, match="写入主动记忆提示记录"):
                 await consent.mark_noticed("30511")
             with pytest.raises(SharedDatabaseError, match="删除主动记忆提示记录"):
@@ -182,6 +183,7 @@ async def test_the_group_directory_gives_up_within_its_bound(
     from amrita_plugin_memory.core.config import GroupContextConfig
     from amrita_plugin_memory.storage.groups import directory
     from amrita_plugin_memory.storage.groups.directory import GroupDirectory
+    from amrita_plugin_memory.storage.scope import GroupView
     from amrita_plugin_memory.storage.shared.sessions import SharedDatabaseError, SharedWork
 
     gate = asyncio.Event()
@@ -193,7 +195,7 @@ async def test_the_group_directory_gives_up_within_its_bound(
             with pytest.raises(SharedDatabaseError, match="读取群设置"):
                 await groups.anonymize("9002")
             with pytest.raises(SharedDatabaseError, match="读取群设置"):
-                await groups.member_labels("9002", [], [("30531", "甲")])
+                await groups.member_labels(GroupView("9002"), [], [("30531", "甲")])
             with pytest.raises(SharedDatabaseError, match="修改群设置"):
                 await groups.set_anonymize("9002", True)
             with pytest.raises(SharedDatabaseError, match="分配群成员代号"):

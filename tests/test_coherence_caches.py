@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import env_for
-from tests.helpers import new_memory, view_of
+from tests.helpers import new_memory, user_view, view_of
 from tests.test_coherence import Lag, Peer, pair, peer, peer_database
 
 __all__ = ["pair", "peer", "peer_database"]  # the fixtures, imported for pytest
@@ -123,7 +123,7 @@ async def test_a_forget_through_a_leaves_nothing_of_the_user_in_bs_caches(
     assert await b.memo.get(view_of(other_key)) == "另一位用户的备忘录"
     assert [f.value for f in (await b.groups.personas.of_user_anywhere(user)).fields] == ["登山"]
     assert b.groups.personas.cached(user)
-    assert await b.consent.allows(user)
+    assert await b.consent.allows(user_view(user))
 
     group = str(50000 + uuid.uuid4().int % 1_000_000)
     b.groups.windows.append(group, user, "小明", "我的手机号是 138", is_bot=False, at=time.time())
@@ -155,7 +155,7 @@ async def test_a_forget_through_a_leaves_nothing_of_the_user_in_bs_caches(
     assert group not in b.groups.directory._labels
     assert await b.groups.directory.labels_of(user) == {}
     # Their opt-out choice is kept by a forget (none here): B still asks the table's truth.
-    assert await b.consent.allows(user)
+    assert await b.consent.allows(user_view(user))
 
 
 async def test_auto_off_through_a_stops_b(sides: tuple[Side, Side]) -> None:
@@ -163,19 +163,21 @@ async def test_auto_off_through_a_stops_b(sides: tuple[Side, Side]) -> None:
     lag = Lag(b.store)
     user, _ = _user()
     bystander, _ = _user()
-    assert await b.consent.allows(user) and await b.consent.allows(bystander)  # cached
+    assert await b.consent.allows(user_view(user)) and await b.consent.allows(
+        user_view(bystander)
+    )  # cached
 
-    assert await a.consent.set_allowed(user, False)
+    assert await a.consent.set_allowed(user_view(user), False)
     lag.past_max_lag()
-    assert not await b.consent.allows(user)
-    assert await b.consent.allows(bystander)
+    assert not await b.consent.allows(user_view(user))
+    assert await b.consent.allows(user_view(bystander))
     # The fence of B's background work reads the row itself, feed or not.
-    assert not await b.consent.allows_now(user)
+    assert not await b.consent.allows_now(user_view(user))
     # B's own switch back is seen by A.
-    assert await b.consent.set_allowed(user, True)
+    assert await b.consent.set_allowed(user_view(user), True)
     Lag(a.store).past_max_lag()
-    assert await a.consent.allows(user)
-    assert not await a.consent.set_allowed(user, True)  # nothing to change
+    assert await a.consent.allows(user_view(user))
+    assert not await a.consent.set_allowed(user_view(user), True)  # nothing to change
 
 
 async def test_persona_off_through_a_drops_bs_persona(sides: tuple[Side, Side]) -> None:
@@ -232,7 +234,7 @@ async def test_a_memo_and_an_opt_out_changed_here_are_seen_by_another_os_process
         assert (await peer.ask(op="allows", user=user, poll=True))["allows"] is True
 
         assert (await memo.update(key, "新的备忘录")).ok
-        assert await consent.set_allowed(user, False)
+        assert await consent.set_allowed(user_view(user), False)
         # One poll of the peer's feed (what its reads do after MAX_LAG, its poller every
         # 0.25 s) drops both from its caches.
         assert (await peer.ask(op="memo", key=key, poll=True))["text"] == "新的备忘录"

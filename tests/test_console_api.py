@@ -14,7 +14,9 @@ import asyncio
 import json
 import os
 import stat
+import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -23,12 +25,22 @@ import websockets
 
 from tests.botproject import ALICE, BOB, GROUP, BotProject, memory_meta, seed, snapshot
 from tests.conftest import EMBED
-from tests.console_bot import RunningBot, api_data, api_error, login, run_async, webui_session
+from tests.console_bot import (
+    RunningBot,
+    api_data,
+    api_error,
+    login,
+    run_async,
+    seed_episodes,
+    webui_session,
+)
 from tests.lazy import lazy_import
 from tests.reliability_stats import STATS
 
 E = lazy_import("amrita_plugin_memory.embedding", "amrita_plugin_memory.upkeep.rekey")
 MEM = "amrita_user_memory"
+TIMELINE_USER = "QQPlatform_Private_10077"
+TIMELINE_GROUP = "QQPlatform_Group_20077"
 TOKEN_FILE = ".console_token.json"
 
 
@@ -57,6 +69,21 @@ def bot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningBot]:
     run_async(prepare())
     running = RunningBot(project, EMBEDDING_TIMEOUT_SECONDS="2")
     running.start()
+    yesterday = time.time() - 86400
+    seed_episodes(
+        project,
+        [
+            {"id": "e" * 32, "chat": TIMELINE_USER, "origin": "private", "start": yesterday,
+             "end": yesterday + 900, "summary": "昨天聊了面试", "topics": ["面试"],
+             "participants": ["10077"]},
+            {"id": "f" * 32, "chat": TIMELINE_GROUP, "origin": "group:20077",
+             "start": yesterday, "end": yesterday + 600, "summary": "群里聊了聚餐",
+             "source": "extract", "participants": ["10077"]},
+            {"id": "0" * 32, "chat": TIMELINE_USER, "origin": "private",
+             "start": yesterday - 40 * 86400, "end": yesterday - 40 * 86400 + 60,
+             "summary": "四十天前的对话"},
+        ],
+    )  # fmt: skip
     yield running
     running.stop()
     EMBED.reset()
@@ -106,6 +133,7 @@ ENDPOINTS = [
     ("POST", "/api/memory/backups/x.json/restore"),
     ("POST", "/api/memory/reindex"),
     ("GET", "/api/memory/jobs/current"),
+    ("GET", "/api/memory/timeline?user=10001"),
     ("GET", "/api/memory/ui/console.js"),
 ]
 
@@ -125,6 +153,36 @@ def test_every_endpoint_needs_the_webui_login_or_the_local_token(bot: RunningBot
         login(client)
         page = data(client.get("/api/memory/memories", params={"partition": ALICE}))
         assert page["total"] == 30
+
+
+def test_timeline_of_a_user_and_of_a_group(api: httpx.Client) -> None:
+    """The route of ``console/timeline`` (its days in detail: tests/test_console_timeline.py):
+    episodes kept by the bot's store, by the owner's day, a chat's own only; the seeded
+    memories (written 2025-01-01) are outside every window; bad parameters are 400s."""
+    day = datetime.fromtimestamp(time.time() - 86400).date().isoformat()
+    mine = data(api.get("/api/memory/timeline", params={"user": "10077"}))
+    assert (mine["kind"], mine["partition"], mine["days"]) == ("user", TIMELINE_USER, 30)
+    [entry] = mine["timeline"]
+    assert entry["day"] == day and entry["memories"] == []
+    [episode] = entry["episodes"]
+    assert (episode["summary"], episode["topics"], episode["source"]) == (
+        "昨天聊了面试",
+        ["面试"],
+        "model",
+    )
+    assert episode["start_at"][:10] == day and not episode["archived"]
+    longer = data(api.get("/api/memory/timeline", params={"user": "10077", "days": 60}))
+    assert [e["summary"] for d in longer["timeline"] for e in d["episodes"]] == [
+        "昨天聊了面试", "四十天前的对话",
+    ]  # fmt: skip
+    group = data(api.get("/api/memory/timeline", params={"group": "20077", "days": 7}))
+    assert group["partition"] == TIMELINE_GROUP
+    assert [e["summary"] for d in group["timeline"] for e in d["episodes"]] == ["群里聊了聚餐"]
+    alice = data(api.get("/api/memory/timeline", params={"user": "10001", "days": 366}))
+    assert alice["timeline"] == []  # her memories were written in 2025
+    assert error(api.get("/api/memory/timeline"), 400) == "请给出 user=<QQ 号> 或 group=<群号> 之一"
+    assert "days" in error(api.get("/api/memory/timeline", params={"user": "1", "days": 0}), 400)
+    STATS.inputs_tried += 6
 
 
 def test_status_and_partitions(api: httpx.Client) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from datetime import date, timedelta
 from pathlib import Path
@@ -27,7 +28,7 @@ import pytest
 
 from tests.botproject import ALICE, BOB, BotProject, memory_meta, seed
 from tests.conftest import EMBED
-from tests.console_bot import PASSWORD, USER, RunningBot, login, run_async
+from tests.console_bot import PASSWORD, USER, RunningBot, login, run_async, seed_episodes
 from tests.lazy import lazy_import
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -100,6 +101,15 @@ def bot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningBot]:
     running = RunningBot(project)
     running.start()
     seed_usage(project.root / "data" / "nonebot_plugin_orm" / "db.sqlite3")
+    yesterday = time.time() - 86400
+    seed_episodes(
+        project,
+        [
+            {"id": "e" * 32, "chat": "QQPlatform_Private_10077", "origin": "private",
+             "start": yesterday, "end": yesterday + 900, "summary": "昨天聊了二面的准备",
+             "topics": ["面试", "二面"], "participants": ["10077"]},
+        ],
+    )  # fmt: skip
     with httpx.Client(base_url=running.url, timeout=30) as client:
         login(client)
         client.put(
@@ -283,6 +293,18 @@ def test_console_page_in_chromium(bot: RunningBot, shots: Path) -> None:
             dialog.locator("[data-amc=confirm]").click()
             expect(page.get_by_role("status")).to_contain_text("a0007")
             expect(archived).to_have_count(3)
+
+            # The timeline of one private chat: yesterday's episode, by the owner's day.
+            page.get_by_role("tab", name="时间线").click()
+            timeline = page.locator("[data-amc=timeline]")
+            timeline.locator("[data-amc=timeline-id]").fill("10077")
+            timeline.locator("[data-amc=timeline-go]").click()
+            day = date.fromtimestamp(time.time() - 86400).isoformat()
+            shown = timeline.locator(f"[data-day='{day}']")
+            expect(shown).to_contain_text("对话片段 1 段")
+            expect(shown.locator("[data-episode]")).to_contain_text("昨天聊了二面的准备")
+            expect(shown.locator("[data-episode]")).to_contain_text("模型摘要")
+            page.screenshot(path=str(shots / "console-timeline.png"), full_page=True)
 
             # A re-embedding with its live progress bar.
             page.get_by_role("tab", name="备份与维护").click()

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
+from tests.helpers import user_view
+
 pytestmark = pytest.mark.usefixtures("orm_db")
 
 OTHERS = 2000
@@ -125,7 +127,7 @@ async def test_void_points_and_the_ledger_wait_with_a_bound() -> None:
             with pytest.raises(SharedDatabaseError):
                 await voids.record("1", "active", 1.0)
             with pytest.raises(SharedDatabaseError):
-                await ledger.spent_on("2026-01-01", "1")
+                await ledger.spent_on("2026-01-01", user_view("1"))
             assert await ledger.add("extraction", "1", Spend(requests=1)) is False  # waits
             assert ledger.pending(ledger.today())
     finally:
@@ -157,10 +159,12 @@ async def test_a_users_usage_rows_are_exported_and_forgotten(tmp_path: Path) -> 
         ]
         assert (await data.preview("30471")).usage_rows == 2
         assert (await data.forget("30471")).usage_rows == 2
-        assert await ledger.of_user("30471") == []
-        assert [u["prompt_tokens"] for u in await ledger.of_user("30472")] == [5]
+        assert await ledger.of_user(user_view("30471")) == []
+        assert [u["prompt_tokens"] for u in await ledger.of_user(user_view("30472"))] == [5]
         assert await ledger.flush()
-        assert sum(s.requests for s in (await ledger.days(1)).get(ledger.today(), {}).values())
+        assert sum(
+            s.requests for s in (await ledger.totals_by_day(1)).get(ledger.today(), {}).values()
+        )
     finally:
         await rt.close()
 

@@ -25,6 +25,7 @@ from tests.group_helpers import (
     settle,
     turn_prompts,
 )
+from tests.helpers import user_view
 from tests.reliability_stats import STATS
 from tests.servers import ChatServer
 
@@ -167,7 +168,7 @@ async def test_usage_is_counted_and_bad_answers_change_nothing(
     )
     before = await InsightsModel.get()
     tokens = (before.token_input, before.token_output)
-    result = await awareness.extractor.run(group_view(gid), member)
+    result = await awareness.extractor.run(group_view(gid), user_view(member))
     assert result.updated == [member]
     after = await InsightsModel.get()
     assert (after.token_input - tokens[0], after.token_output - tokens[1]) == (11, 7)
@@ -177,7 +178,7 @@ async def test_usage_is_counted_and_bad_answers_change_nothing(
         chat_server.set_rule(_raw_rule(answer))
         awareness.clock.now += 31
         with captured_logs("DEBUG") as lines:
-            result = await awareness.extractor.run(group_view(gid), member)
+            result = await awareness.extractor.run(group_view(gid), user_view(member))
         assert result.analysed == [member] and result.updated == [] and result.ignored
         assert any("DEBUG" in line and "画像提取" in line and "忽略" in line for line in lines)
         assert not any("医生" in line for line in lines if not line.startswith("DEBUG"))
@@ -188,7 +189,7 @@ async def test_usage_is_counted_and_bad_answers_change_nothing(
     chat_server.set_mode("error500")
     awareness.clock.now += 31
     with captured_logs("WARNING") as lines:
-        result = await awareness.extractor.run(group_view(gid), member)
+        result = await awareness.extractor.run(group_view(gid), user_view(member))
     STATS.faults_injected += 1
     assert result.error and any("画像提取请求失败" in line for line in lines)
     assert [f.value for f in (await awareness.stores.personas.of_user_anywhere(member)).fields] == [

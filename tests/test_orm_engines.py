@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.botproject import make_runtime
-from tests.helpers import new_memory, view_of
+from tests.helpers import new_memory, user_view, view_of
 from tests.lazy import lazy_import
 
 pytestmark = pytest.mark.usefixtures("orm_db", "embed_server")
@@ -111,25 +111,25 @@ async def test_consent_opt_out_and_notice() -> None:
     from amrita_plugin_memory.storage.consent_store import ConsentStore
 
     consent = ConsentStore()
-    assert await consent.allows(LONGEST_QQ)
-    assert await consent.set_allowed(LONGEST_QQ, False)
+    assert await consent.allows(user_view(LONGEST_QQ))
+    assert await consent.set_allowed(user_view(LONGEST_QQ), False)
     fresh = ConsentStore()
-    assert not await fresh.allows(LONGEST_QQ)
-    since = await fresh.opted_out_since(LONGEST_QQ)
+    assert not await fresh.allows(user_view(LONGEST_QQ))
+    since = await fresh.opted_out_since(user_view(LONGEST_QQ))
     assert since is not None
     near_now(since)
-    assert await fresh.set_allowed(LONGEST_QQ, True)
-    assert await ConsentStore().allows(LONGEST_QQ)
-    assert await ConsentStore().opted_out_since(LONGEST_QQ) is None
+    assert await fresh.set_allowed(user_view(LONGEST_QQ), True)
+    assert await ConsentStore().allows(user_view(LONGEST_QQ))
+    assert await ConsentStore().opted_out_since(user_view(LONGEST_QQ)) is None
 
-    assert not await consent.noticed("30003")
+    assert not await consent.noticed(user_view("30003"))
     await consent.mark_noticed("30003")
     await consent.mark_noticed("30003")  # twice: still one row
-    assert await ConsentStore().noticed("30003")
+    assert await ConsentStore().noticed(user_view("30003"))
     (notice,) = await rows(M.ActiveMemoryNotice, user_id="30003")
     near_now(notice.created_at)
     await consent.forget_notice("30003")
-    assert not await ConsentStore().noticed("30003")
+    assert not await ConsentStore().noticed(user_view("30003"))
 
 
 async def test_group_window_flush_reload_compact_and_forget() -> None:
@@ -445,7 +445,7 @@ async def test_user_export_and_forget(tmp_path: Path) -> None:
         await groups.directory.labels(gid, [uid])
         await groups.personas.merge(uid, [("爱好", "喝茶")], now=time.time(), max_chars=500)
         consent = ConsentStore()
-        await consent.set_allowed(uid, False)
+        await consent.set_allowed(user_view(uid), False)
 
         data = rt.user_data(groups, LoopStateRow())
         data.consent = ConsentStore()

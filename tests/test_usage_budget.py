@@ -24,7 +24,7 @@ from tests.active_helpers import active, answer_rule, extractions, settle
 from tests.conftest import captured_logs
 from tests.events import private_event
 from tests.group_helpers import group_view, groups, say
-from tests.helpers import chat_requests, runtime, system_prompt
+from tests.helpers import chat_requests, runtime, system_prompt, user_view
 from tests.servers import ChatServer
 
 __all__ = ["active", "groups"]  # the fixtures, imported for pytest
@@ -79,7 +79,7 @@ async def usage_today() -> dict[str, Any]:
 
 
 async def user_tokens(clock: Clock, user: int) -> int:
-    return (await runtime().usage.spent_on(clock.now.date().isoformat(), str(user)))[1]
+    return (await runtime().usage.spent_on(clock.now.date().isoformat(), user_view(user)))[1]
 
 
 def key(uid: int) -> Any:
@@ -294,12 +294,12 @@ async def test_persona_extraction_counts_for_the_speaker_and_stops_at_their_shar
     awareness.observe(gid, str(quiet), "乙", "我在学画画")
     chat_server.set_rule(extraction_rule(lambda _: {"updates": []}))
     caps(user=1)
-    first = await awareness.extractor.run(group_view(gid), str(talker))
+    first = await awareness.extractor.run(group_view(gid), user_view(str(talker)))
     assert first.error == "" and first.analysed
     awareness.clock.now += 3600
-    held = await awareness.extractor.run(group_view(gid), str(talker))
+    held = await awareness.extractor.run(group_view(gid), user_view(str(talker)))
     assert held.error == "budget" and held.analysed == []  # nobody marked as analysed
-    other = await awareness.extractor.run(group_view(gid), str(quiet))
+    other = await awareness.extractor.run(group_view(gid), user_view(str(quiet)))
     assert other.error == ""
     assert len([r for r in chat_server.requests if is_extraction(r)]) == 2
     usage = await usage_today()

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import captured_logs
+from tests.helpers import user_view
 from tests.lazy import lazy_import
 from tests.peer_process import PeerProcess, peer_init
 
@@ -133,11 +134,14 @@ async def test_increments_from_many_tasks_at_once_all_count(ledger: Any) -> None
         *(ledger.add("persona", "10002", spend(5, 1)) for _ in range(15)),
     )
     assert all(results)
-    days = await ledger.days(30)
+    days = await ledger.totals_by_day(30)
     today = days[NOON.date().isoformat()]
     assert today["extraction"] == U.Spend(60, 660, 420, 240, 0, 0)
     assert today["persona"] == U.Spend(15, 75, 15, 0, 0, 0)
-    assert await ledger.spent_on(NOON.date().isoformat(), "10001") == (660 + 420 + 90, 1080)
+    assert await ledger.spent_on(NOON.date().isoformat(), user_view("10001")) == (
+        660 + 420 + 90,
+        1080,
+    )
 
 
 async def test_block_counters_never_go_to_the_database_until_flushed(
@@ -171,12 +175,12 @@ async def test_entries_wait_in_memory_while_the_database_is_down(
         assert not await ledger.add("extraction", "10001", spend(11, 7))
     assert sum("写入用量记录失败" in line for line in lines) == 1  # once per outage
     day = NOON.date().isoformat()
-    assert ledger.pending_spent(day, "10001") == (36, 36)
+    assert ledger.pending_spent(day, user_view("10001")) == (36, 36)
     sessions.down = False
     with captured_logs("INFO") as lines:
         assert await ledger.flush()
     assert any("用量记录已恢复写入" in line for line in lines)
-    assert (await ledger.days(1))[day]["extraction"] == U.Spend(2, 22, 14, 0, 0, 0)
+    assert (await ledger.totals_by_day(1))[day]["extraction"] == U.Spend(2, 22, 14, 0, 0, 0)
     assert ledger.pending(day) == {}
     await ledger.close()
 
@@ -187,7 +191,7 @@ async def test_rows_older_than_the_kept_days_are_pruned(ledger: Any) -> None:
     await ledger.add("extraction", "10001", spend(1, 1))
     ledger.calendar.clock.now = NOON  # the first write of a new day prunes
     await ledger.add("extraction", "10001", spend(2, 2))
-    days = await ledger.days(U.KEEP_DAYS + 5)
+    days = await ledger.totals_by_day(U.KEEP_DAYS + 5)
     assert set(days) == {NOON.date().isoformat()}, sorted(days)
 
 
@@ -205,23 +209,23 @@ async def test_a_users_share_and_the_whole_bots_cap_hold_until_midnight(
     ledger: Any, sessions: CountingSessions
 ) -> None:
     budget = budget_of(ledger, day=250, user=100)
-    assert (await budget.admit("extraction", "a")).allowed
+    assert (await budget.admit("extraction", user_view("a"))).allowed
     await budget.spent("extraction", "a", spend(80, 20))  # a: 100, the whole bot: 100
     with captured_logs("WARNING") as lines:
-        held = await budget.admit("extraction", "a")
+        held = await budget.admit("extraction", user_view("a"))
         assert not held.allowed and held.cap == "user"
         assert held.until == datetime(2031, 3, 15, tzinfo=NOON.tzinfo)
         assert held.wait_seconds(NOON) == 12 * 3600
         read = sessions.opened
         for feature in ("extraction", "persona", "subconscious"):
-            assert not (await budget.admit(feature, "a")).allowed
+            assert not (await budget.admit(feature, user_view("a"))).allowed
         assert sessions.opened == read  # known for the rest of the day: no database read
         # A flood from a exhausts only a's share.
-        assert (await budget.admit("persona", "b")).allowed
+        assert (await budget.admit("persona", user_view("b"))).allowed
         await budget.spent("persona", "b", spend(140, 10))  # the whole bot: 250
-        held = await budget.admit("subconscious", "c")
+        held = await budget.admit("subconscious", user_view("c"))
         assert not held.allowed and held.cap == "bot"
-        assert not (await budget.admit("extraction", "b")).allowed
+        assert not (await budget.admit("extraction", user_view("b"))).allowed
     reached = [line for line in lines if "达到" in line]
     assert len(reached) == 2, reached
     assert "[Memory] 用户 a 今天（2031-03-14）的后台请求已用 100 token" in reached[0]
@@ -240,7 +244,7 @@ async def test_a_users_share_and_the_whole_bots_cap_hold_until_midnight(
 
     ledger.calendar.clock.now = NOON + timedelta(hours=12)  # midnight: a new day
     for user in ("a", "b", "c"):
-        assert (await budget.admit("extraction", user)).allowed
+        assert (await budget.admit("extraction", user_view(user))).allowed
 
 
 async def test_every_process_keys_the_owners_day_whatever_its_machine_zone(
@@ -263,15 +267,15 @@ async def test_every_process_keys_the_owners_day_whatever_its_machine_zone(
     await budgets[0].spent("extraction", "a", spend(40, 10))
     await budgets[2].spent("extraction", "b", spend(40, 10))  # the bot's 100, in two processes
     for budget in budgets:
-        held = await budget.admit("persona", "c")
+        held = await budget.admit("persona", user_view("c"))
         assert not held.allowed and held.cap == "bot"
         assert held.until == datetime(2031, 3, 15, 16, tzinfo=UTC)  # Beijing's next midnight
         assert (await budget.status_json())["resets_at"] == "2031-03-16T00:00:00+08:00"
-    assert set(await ledgers[1].days(1)) == {"2031-03-15"}
+    assert set(await ledgers[1].totals_by_day(1)) == {"2031-03-15"}
     # The same moment with ``timezone = "UTC"``: still the 14th.
     utc = U.UsageLedger(U.OwnerCalendar(ZoneInfo("UTC"), lambda: late), sessions=sessions)
     assert utc.today() == "2031-03-14"
-    assert await utc.spent_on(utc.today(), "") == (0, 0)
+    assert await utc.spent_by_all(utc.today()) == 0
     for ledger in (*ledgers, utc):
         await ledger.close()
 
@@ -280,13 +284,13 @@ async def test_zero_means_no_cap_and_costs_no_read(ledger: Any, sessions: Counti
     budget = budget_of(ledger)
     await budget.spent("extraction", "a", spend(10**9, 10**9))
     read = sessions.opened
-    assert (await budget.admit("extraction", "a")).allowed
+    assert (await budget.admit("extraction", user_view("a"))).allowed
     assert sessions.opened == read
     budget.configure(
         U.BudgetConfig(background_tokens_per_day=0, background_tokens_per_user_per_day=5)
     )
-    assert not (await budget.admit("extraction", "a")).allowed
-    assert (await budget.admit("extraction", "b")).allowed
+    assert not (await budget.admit("extraction", user_view("a"))).allowed
+    assert (await budget.admit("extraction", user_view("b"))).allowed
 
 
 async def test_the_status_usage_has_every_feature_per_day(ledger: Any) -> None:
@@ -298,7 +302,7 @@ async def test_the_status_usage_has_every_feature_per_day(ledger: Any) -> None:
     await ledger.add("subconscious", "10001", U.spend_of(None, sent=["整理"], answer="好"))
     usage = await U.usage_json(budget_of(ledger, day=1000))
     for span in ("today", "last_30_days"):
-        assert set(usage[span]) == {"extraction", "persona", "subconscious"}
+        assert set(usage[span]) == {"extraction", "persona", "subconscious", "episodes"}
         for row in usage[span].values():
             assert set(row) == {"requests", "prompt_tokens", "completion_tokens", "cached_tokens"}
     assert usage["today"]["extraction"] == {
@@ -306,7 +310,12 @@ async def test_the_status_usage_has_every_feature_per_day(ledger: Any) -> None:
     }  # fmt: skip
     assert usage["last_30_days"]["extraction"]["requests"] == 3  # the 31st day is out
     assert usage["last_30_days"]["extraction"]["prompt_tokens"] == 11 + 22 + 5
-    assert usage["estimated"]["last_30_days"] == {"extraction": 0, "persona": 0, "subconscious": 1}
+    assert usage["estimated"]["last_30_days"] == {
+        "extraction": 0,
+        "persona": 0,
+        "subconscious": 1,
+        "episodes": 0,
+    }
     daily = usage["daily"]
     assert len(daily["days"]) == 30 and daily["days"][-1] == "2031-03-14"
     assert daily["days"][0] == "2031-02-13"
@@ -374,7 +383,7 @@ async def test_two_processes_add_to_the_same_rows_and_lose_nothing(
     for start in range(0, len(mine), 8):
         assert all(await asyncio.gather(*mine[start : start + 8]))
     assert await other.read() == {"added": 120, "written": True}
-    today = (await ledger.days(1))[NOON.date().isoformat()]
+    today = (await ledger.totals_by_day(1))[NOON.date().isoformat()]
     assert today["extraction"] == U.Spend(240, 240 * 11, 240 * 7, 120 * 3, 0, 0)
 
     # The peer's budget sees what both processes spent (the ledger is shared).

@@ -94,10 +94,41 @@ async def seed_user(rt: Any, groups: Any, uid: int, gid: int, tag: str) -> dict[
         str(gid), str(uid), f"{tag}昵称", f"{tag}说：还没写库", is_bot=False, at=time.time()
     )
     await groups.directory.labels(str(gid), [str(uid)])
+    await seed_episodes(rt, uid, gid, tag)
     return {
         "memories": {first.id, said_in_group.id},
         "group_memory": written["memory"]["id"],
     }
+
+
+async def seed_episodes(rt: Any, uid: int, gid: int, tag: str) -> None:
+    """A private episode, a group episode the user took part in, waiting lines of both."""
+    from amrita_plugin_memory.core.episodes import EpisodeLine, NewEpisode
+
+    start = time.time() - 86400 + uid % 1000  # one start per user: (chat, start) is unique
+    for chat, origin, summary in (
+        (partition(uid), "private", f"{tag}私聊时聊了面试"),
+        (f"QQPlatform_Group_{gid}", f"group:{gid}", f"{tag}在群里聊了聚餐"),
+    ):
+        episode = NewEpisode(
+            chat=chat, origin=origin, start=start, end=start + 600, participants=(str(uid),),
+            summary=summary, topics=("面试",), source="extract", messages=3, chars=40,
+        )  # fmt: skip
+        assert await rt.episodes.keep(episode, []) is not None
+    await rt.episodes.add_lines(
+        [
+            EpisodeLine(partition(uid), "private", str(uid), f"{tag}私聊未完的话", time.time()),
+            EpisodeLine(f"QQPlatform_Group_{gid}", f"group:{gid}", str(uid),
+                        f"{tag}群里未完的话", time.time()),
+        ]
+    )  # fmt: skip
+
+
+async def episodes_of(rt: Any, uid: int) -> tuple[list[str], list[str]]:
+    """The summaries of ``uid``'s episodes (archived too) and their waiting lines."""
+    episodes = await rt.episodes.of_user_anywhere(str(uid), partition(uid))
+    lines = await rt.episodes.lines_of_user(str(uid), partition(uid))
+    return sorted(e.summary for e in episodes), sorted(ln.text for ln in lines)
 
 
 async def holdings(rt: Any, groups: Any, uid: int, gid: int) -> dict[str, Any]:
@@ -113,6 +144,7 @@ async def holdings(rt: Any, groups: Any, uid: int, gid: int) -> dict[str, Any]:
         ],
         "stored_messages": len(await groups.windows.messages_of(str(uid))),
         "labels": await groups.directory.labels_of(str(uid)),
+        "episodes": await episodes_of(rt, uid),
     }
 
 
@@ -155,6 +187,13 @@ async def test_export_sends_one_json_file_of_everything_and_only_the_callers() -
     assert group_memory["partition"] == f"QQPlatform_Group_{gid}"
     assert [m["text"] for m in doc["group_messages"]] == ["甲说：早上好", "甲说：还没写库"]
     assert list(doc["labels"]) == [str(gid)]
+    episodes = {e["summary"]: e for e in doc["episodes"]}
+    assert set(episodes) == {"甲私聊时聊了面试", "甲在群里聊了聚餐"}
+    assert episodes["甲在群里聊了聚餐"]["origin"] == f"group:{gid}"
+    assert (
+        episodes["甲私聊时聊了面试"]["start_local"] and not episodes["甲私聊时聊了面试"]["archived"]
+    )
+    assert sorted(ln["text"] for ln in doc["episode_lines"]) == ["甲私聊未完的话", "甲群里未完的话"]
     assert "乙" not in text  # nothing of the other member
 
 
@@ -280,6 +319,8 @@ async def test_forget_removes_every_kind_and_leaves_others_intact() -> None:
         "群聊上下文中你的消息 2 条",
         "匿名代号 1 个",
         "你在群里写下的 1 条群共享记忆（含归档）保留",
+        "对话片段 2 段",
+        "尚未结束的对话中的消息 2 条",
         "以下不会删除：",
         "/session forget",
         "/memory user forget confirm",
@@ -297,6 +338,7 @@ async def test_forget_removes_every_kind_and_leaves_others_intact() -> None:
         "window": [],
         "stored_messages": 0,
         "labels": {},
+        "episodes": ([], []),
     }
     group_key = f"QQPlatform_Group_{gid}"
     kept = await rt.store.get(view_of(group_key), mine["group_memory"])
@@ -573,7 +615,7 @@ async def test_forget_with_chroma_down_fails_cleanly_and_completes_later(
         assert done.startswith("已删除机器人保存的你的数据"), done
         assert await holdings(rt, groups, me, gid) == {
             "memories": 0, "archive": 0, "memo": "", "persona": [], "window": [],
-            "stored_messages": 0, "labels": {},
+            "stored_messages": 0, "labels": {}, "episodes": ([], []),
         }  # fmt: skip
         now = await snapshot(rt, rt.store.name)
         lost = sum(1 for k, v in theirs.items() if now.get(k) != v)

@@ -2,8 +2,10 @@
 
 A read or count of :class:`MemoryStore` without a view does not type-check (pyright, run on
 a snippet here) and raises at run time, and so does a chat-path read of a group's window or
-of personas without a ``storage/scope.GroupView`` (or the user's own ``View``); a view narrowed to one group's origin shows only
-that origin through every read door; only ``storage/scope.py`` builds views (group views too), and nothing
+of personas without a ``storage/scope.GroupView`` (or the user's own ``View``), and a read of
+one user's rows of the usage ledger, the budget, the consent and the L3 loop's state without a
+``storage/scope.UserView``; a view narrowed to one group's origin shows only
+that origin through every read door; only ``storage/scope.py`` builds views (group and user views too), and nothing
 above ``storage/`` reaches into the store's private Chroma calls.
 """
 
@@ -54,12 +56,14 @@ UNVIEWED_READS = {
     "windows.recent": "windows.recent(G, 10)",
     "personas.of_members": 'personas.of_members(G, ["10001"])',
     "personas.own": "personas.own(P)",
+    "directory.member_labels": "directory.member_labels(G, [], [])",
 }
 
 
 def _snippet(calls: list[str]) -> str:
     body = "\n".join(f"    await {call}" for call in calls)
     return (
+        "from amrita_plugin_memory.storage.groups.directory import GroupDirectory\n"
         "from amrita_plugin_memory.storage.groups.persona_store import PersonaStore\n"
         "from amrita_plugin_memory.storage.groups.window_store import GroupWindowStore\n"
         "from amrita_plugin_memory.storage.memo_store import MemoService\n"
@@ -72,6 +76,7 @@ def _snippet(calls: list[str]) -> str:
         "    memo: MemoService,\n"
         "    windows: GroupWindowStore,\n"
         "    personas: PersonaStore,\n"
+        "    directory: GroupDirectory,\n"
         "    scope: Scope,\n"
         ") -> None:\n"
         f"{body}\n"
@@ -115,8 +120,17 @@ async def test_a_read_without_a_view_raises(store: Any) -> None:
 
     await store.add(new_memory(P, "user", "用户喜欢喝乌龙茶"))
     memo = MemoService(1000)
+    from amrita_plugin_memory.storage.groups.directory import GroupDirectory
+
     windows, personas = GroupWindowStore(GroupContextConfig()), PersonaStore()
-    names = {"store": store, "memo": memo, "windows": windows, "personas": personas}
+    directory = GroupDirectory(GroupContextConfig())
+    names = {
+        "store": store,
+        "memo": memo,
+        "windows": windows,
+        "personas": personas,
+        "directory": directory,
+    }
     for name, call in UNVIEWED_READS.items():
         with pytest.raises(TypeError, match="View"):
             await eval(call, {**names, "P": P, "G": G})  # run for real
@@ -127,6 +141,97 @@ async def test_a_read_without_a_view_raises(store: Any) -> None:
     # What a count of everything is for: named as such, for operators.
     assert await store.count_all() == 1
     assert await store.archive.count_all() == 0 and await store.archive.list_all() == []
+
+
+# The stores kept by QQ number (issue #49 item 1): a read of one user's rows of the usage
+# ledger, the budget, active memory's consent and the L3 loop's state names a
+# ``storage/scope.UserView``; a bare user id is refused.
+USER_READS = {
+    "ledger.of_user": "await ledger.of_user(U)",
+    "ledger.spent_on": "await ledger.spent_on(D, U)",
+    "ledger.pending_spent": "ledger.pending_spent(D, U)",
+    "budget.admit": 'await budget.admit("extraction", U)',
+    "consent.allows": "await consent.allows(U)",
+    "consent.allows_now": "await consent.allows_now(U)",
+    "consent.set_allowed": "await consent.set_allowed(U, False)",
+    "consent.opted_out_since": "await consent.opted_out_since(U)",
+    "consent.noticed": "await consent.noticed(U)",
+    "loop.user_items": "user_items({}, U, target=True)",
+    "loop.drop_user_items": "drop_user_items({}, U, target=True)",
+    "profile.text_of": "await profile.text_of(U)",
+}
+
+
+def _user_snippet(calls: list[str]) -> str:
+    body = "\n".join(f"    {call}" for call in calls)
+    return (
+        "from amrita_plugin_memory.storage.consent_store import ConsentStore\n"
+        "from amrita_plugin_memory.storage.scope import Scope, operator_user_view\n"
+        "from amrita_plugin_memory.storage.usage import BackgroundBudget, UsageLedger\n"
+        "from amrita_plugin_memory.storage.users.loop_profile import ProfileFile\n"
+        "from amrita_plugin_memory.storage.users.loop_state_row import (\n"
+        "    drop_user_items,\n"
+        "    user_items,\n"
+        ")\n\n"
+        'U = "10001"\n'
+        'D = "2026-01-01"\n\n\n'
+        "async def reads(\n"
+        "    ledger: UsageLedger,\n"
+        "    budget: BackgroundBudget,\n"
+        "    consent: ConsentStore,\n"
+        "    profile: ProfileFile,\n"
+        "    scope: Scope,\n"
+        ") -> None:\n"
+        f"{body}\n"
+    )
+
+
+@pytest.mark.skipif(not PYRIGHT.exists(), reason="pyright is installed by `uv sync` (dev group)")
+def test_a_read_of_one_user_without_a_user_view_does_not_type_check(tmp_path: Path) -> None:
+    bad = tmp_path / "no_user_view.py"
+    bad.write_text(_user_snippet(list(USER_READS.values())))
+    errors = _pyright_errors(bad)
+    assert len(errors) == len(USER_READS), errors
+    assert all('parameter "view"' in e for e in errors), errors
+    # The same reads with a view of a request's scope (or the operator door) type-check.
+    good = tmp_path / "user_viewed.py"
+    calls = [c.replace("(U", "(scope.user_view()") for c in USER_READS.values()]
+    calls = [c.replace(", U", ', operator_user_view("10001")') for c in calls]
+    good.write_text(_user_snippet(calls))
+    assert _pyright_errors(good) == []
+
+
+async def test_a_read_of_one_user_without_a_user_view_raises(tmp_path: Path) -> None:
+    from amrita_plugin_memory.core.calendar import OwnerCalendar
+    from amrita_plugin_memory.core.config_sections import BudgetConfig
+    from amrita_plugin_memory.storage.consent_store import ConsentStore
+    from amrita_plugin_memory.storage.usage import BackgroundBudget, UsageLedger
+    from amrita_plugin_memory.storage.users.loop_profile import ProfileFile
+    from amrita_plugin_memory.storage.users.loop_state_row import drop_user_items, user_items
+
+    ledger = UsageLedger(OwnerCalendar())
+    names = {
+        "ledger": ledger,
+        "budget": BackgroundBudget(BudgetConfig(background_tokens_per_day=1), ledger),
+        "consent": ConsentStore(),
+        "profile": ProfileFile(tmp_path / "profile.md"),
+        "user_items": user_items,
+        "drop_user_items": drop_user_items,
+        "U": "10001",
+        "D": "2026-01-01",
+    }
+    for name, call in USER_READS.items():
+        with pytest.raises(TypeError, match="UserView"):
+            if call.startswith("await "):
+                await eval(call.removeprefix("await "), names)  # run for real
+            else:
+                eval(call, names)
+        assert name
+    # A request's scope makes the view of its own user; the operator door any user's.
+    rules = S.ScopeRules()
+    speaker = rules.of_turn(S.ChatTarget("10001", P, None, None)).user_view()
+    assert speaker == S.operator_user_view("10001") and S.UserView.check(speaker) is speaker
+    assert user_items({}, speaker, target=True).pending == []
 
 
 async def test_group_reads_go_through_the_turns_scope(store: Any) -> None:
@@ -193,7 +298,7 @@ def _modules() -> list[tuple[str, ast.Module]]:
     ]
 
 
-@pytest.mark.parametrize("kind", ["View", "GroupView"])
+@pytest.mark.parametrize("kind", ["View", "GroupView", "UserView"])
 def test_only_scope_builds_views(kind: str) -> None:
     builders = sorted(
         name

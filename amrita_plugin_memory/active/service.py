@@ -43,7 +43,7 @@ from ..services import MemoryRuntime
 from ..storage.consent_store import ConsentStore
 from ..storage.keys import ChatTarget, user_of_key
 from ..storage.memory_store import MemoryStore
-from ..storage.scope import ScopeRules
+from ..storage.scope import ScopeRules, UserView
 from ..storage.shared.coherence import Coherence, forgotten_of
 from ..storage.usage import BackgroundBudget, spend_of
 from ..storage.users.fences import UserFences
@@ -208,7 +208,7 @@ class ActiveMemory:
         ``bot_id`` is the bot that answered (the one notice goes through it)."""
         if not self.learns_in(target) or not message.strip():
             return False
-        if not await self.consent.allows(target.user_id):
+        if not await self.consent.allows(self.rules.of_turn(target).user_view()):
             return False
         origin = origin_of_group(target.group_id) if target.group_id else ORIGIN_PRIVATE
         self.stats.messages += 1
@@ -227,6 +227,8 @@ class ActiveMemory:
     async def _extract(self, batch: Batch) -> BatchResult:
         outcome = ExtractionOutcome(batch.key, turns=len(batch.turns))
         user_id = batch.key.user_id
+        key = batch.key
+        speaker = self.rules.of_batch(user_id, key.partition, key.origin).user_view()
         voided = 0
         sent = len(batch.turns)
         try:
@@ -234,7 +236,7 @@ class ActiveMemory:
             turns = batch.turns[voided:]
             if not turns:
                 return BatchResult(ok=True, sent=sent, voided=voided)
-            if not await self.consent.allows(user_id):
+            if not await self.consent.allows(speaker):
                 # opted out meanwhile: learn nothing
                 return BatchResult(ok=True, sent=sent, voided=voided)
             ticket = self.fences.ticket(user_id, at=min(t.at for t in turns))
@@ -250,7 +252,7 @@ class ActiveMemory:
                     voided=voided,
                 )
             if self.budget is not None:
-                admission = await self.budget.admit("extraction", user_id)
+                admission = await self.budget.admit("extraction", speaker)
                 if not admission.allowed:  # its turns wait (bounded) for the next day
                     self.stats.over_budget += 1
                     wait = admission.wait_seconds(self.budget.ledger.now())
@@ -284,7 +286,9 @@ class ActiveMemory:
                 answer,
                 related,
                 outcome,
-                fence=self.fences.fence(ticket, self.consent.allows_now, "active"),
+                fence=self.fences.fence(
+                    ticket, lambda _user: self.consent.allows_now(speaker), "active"
+                ),
             )
             for reason in outcome.ignored:
                 logger.debug(f"[Memory] 主动记忆提取忽略：{reason}")
@@ -304,7 +308,7 @@ class ActiveMemory:
                 )
             if outcome.added or outcome.updated:
                 bots = [t.bot_id for t in turns[:taken] if t.bot_id]
-                await self._notice(user_id, bots[-1] if bots else "")
+                await self._notice(speaker, bots[-1] if bots else "")
             return BatchResult(ok=True, sent=sent, voided=voided)
         except Exception as exc:
             outcome.error = exc.__class__.__name__
@@ -315,14 +319,15 @@ class ActiveMemory:
                 self.stats.failures += 1
             self.stats.results = [*self.stats.results[-(RESULTS_KEPT - 1) :], outcome]
 
-    async def _notice(self, user_id: str, bot_id: str) -> None:
+    async def _notice(self, speaker: UserView, bot_id: str) -> None:
         """Tell the user once, in private, that the bot learns on its own (``notice``)."""
+        user_id = speaker.user_id
         if not self.settings.notice or user_id in self._notice_tried:
             return
         if len(self._notice_tried) >= 100_000:
             self._notice_tried.clear()  # a bound; the table still says who was told
         self._notice_tried.add(user_id)
-        if await self.consent.noticed(user_id):
+        if await self.consent.noticed(speaker):
             return
         if await self.notify(bot_id, user_id, NOTICE_TEXT):
             self.stats.notices += 1
@@ -335,23 +340,24 @@ class ActiveMemory:
         am = self.settings
         if not (am.enabled and am.recall) or not message.strip():
             return ""
-        if not await self.consent.allows(target.user_id):
+        if not await self.consent.allows(self.rules.of_turn(target).user_view()):
             return ""
         return await self.recaller.block(self.rules.of_turn(target), message)
 
     # -- consent ---------------------------------------------------------------------
 
-    async def allows(self, user_id: str) -> bool:
-        return await self.consent.allows(user_id)
+    async def allows(self, view: UserView) -> bool:
+        return await self.consent.allows(view)
 
-    async def set_consent(self, user_id: str, allowed: bool) -> bool:
+    async def set_consent(self, view: UserView, allowed: bool) -> bool:
         """``/memory auto on|off``; off also drops the user's unprocessed messages and
         voids an extraction in flight (it writes nothing more)."""
+        user_id = UserView.check(view).user_id
         if not allowed:
             self.queue.forget(user_id)
             # The point in time every process honours, even after /memory auto on.
             await self.fences.void(user_id, "active")
-        changed = await self.consent.set_allowed(user_id, allowed)
+        changed = await self.consent.set_allowed(view, allowed)
         if not allowed:
             self.queue.forget(user_id)  # a turn queued while the row was written
         return changed

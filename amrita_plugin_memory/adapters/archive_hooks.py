@@ -49,7 +49,10 @@ class ArchiveSweeper:
         async with self._busy:
             try:
                 return await sweep(
-                    self.runtime.store, config.lifetime_days, batch_size=config.archive.batch_size
+                    self.runtime.store,
+                    config.lifetime_days,
+                    batch_size=config.archive.batch_size,
+                    episodes=self.runtime.episodes,
                 )
             except SweepBusy as exc:
                 logger.info(f"[Memory] {exc}")

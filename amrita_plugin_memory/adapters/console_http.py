@@ -125,6 +125,10 @@ def build_router(service: ConsoleService, actor_of: ActorOf) -> APIRouter:
 
         return await respond(request, call)
 
+    @router.get("/timeline")
+    async def timeline(request: Request) -> JSONResponse:
+        return await respond(request, lambda: service.timeline.timeline(query(request)))
+
     # -- archive ----------------------------------------------------------------------
 
     @router.get("/archive")

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..storage.keys import ChatTarget, group_key, user_key
-from ..storage.scope import GroupView, Scope, ScopeRules
+from ..storage.scope import GroupView, Scope, ScopeRules, UserView
 
 __all__ = [
     "RulesOf",
@@ -16,6 +16,7 @@ __all__ = [
     "scope_from_tool_context",
     "target_from_event",
     "target_from_tool_context",
+    "user_view_of_event",
 ]
 
 RulesOf = Callable[[], ScopeRules]
@@ -40,6 +41,12 @@ def group_view_of_event(event: _OneBotLikeEvent) -> GroupView:
     """What a turn of a OneBot group message event may read of the group stores (its
     :class:`Scope`'s :meth:`~..storage.scope.Scope.group_view`)."""
     return ScopeRules().of_turn(target_from_event(event)).group_view()
+
+
+def user_view_of_event(event: _OneBotLikeEvent) -> UserView:
+    """The speaker's own rows of a OneBot message event (its :class:`Scope`'s
+    :meth:`~..storage.scope.Scope.user_view`)."""
+    return ScopeRules().of_turn(target_from_event(event)).user_view()
 
 
 def amrita_event(chat_object: Any) -> Any:

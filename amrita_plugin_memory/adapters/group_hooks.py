@@ -32,7 +32,7 @@ from ..prompting.blocks import block_name
 from ..prompting.group_blocks import SeenInRequest, prepend_block
 from ..services import MemoryRuntime
 from ..storage.usage import UsageLedger
-from .events import amrita_event, group_view_of_event
+from .events import amrita_event, group_view_of_event, user_view_of_event
 from .hooks import HookSet
 from .turn_context import add_turn_block, user_message
 
@@ -153,7 +153,10 @@ class GroupHooks:
         if not isinstance(ev, GroupMessageEvent):
             return
         self.awareness.answered(
-            group_view_of_event(ev), str(ev.user_id), str(ev.self_id), event.model_response or ""
+            group_view_of_event(ev),
+            user_view_of_event(ev),
+            str(ev.self_id),
+            event.model_response or "",
         )
 
     # -- registration ---------------------------------------------------------------------------

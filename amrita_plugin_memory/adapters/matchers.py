@@ -30,6 +30,12 @@ __all__ = ["current_commands", "register_commands"]
 
 _CURRENT: "list[MemoryCommands]" = []
 
+_PRIVATE_WHAT = {
+    "persona": ("画像", "/memory persona"),
+    "episodes": ("私聊的对话片段", "/memory episodes"),
+}
+"""What a private reply sent from a group is about, and the command to use in private."""
+
 
 def current_commands() -> "MemoryCommands | None":
     """The commands the ``/memory`` matcher of this process runs (tests reach the
@@ -91,12 +97,8 @@ def register_commands(commands: MemoryCommands, rules: RulesOf) -> None:
                 logger.info(
                     f"[Memory] 私聊发送个人记忆失败 user={event.user_id}: {exc.__class__.__name__}"
                 )
-                what = "画像" if request.scope == "persona" else "个人记忆"
-                again = "/memory persona" if request.scope == "persona" else "/memory user …"
+                what, again = _PRIVATE_WHAT.get(request.scope, ("个人记忆", "/memory user …"))
                 await matcher.finish(f"{what}不会在群里展示，请先加好友后私聊我使用 {again}")
-            await matcher.finish(
-                "画像已通过私聊发送给你"
-                if request.scope == "persona"
-                else "个人记忆已通过私聊发送给你"
-            )
+            what = _PRIVATE_WHAT.get(request.scope, ("个人记忆", ""))[0]
+            await matcher.finish(f"{what}已通过私聊发送给你")
         await matcher.finish(reply)

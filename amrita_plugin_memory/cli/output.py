@@ -26,7 +26,12 @@ __all__ = [
     "when",
 ]
 
-FEATURE_NAMES = {"extraction": "主动记忆提取", "persona": "画像提取", "subconscious": "L3 循环"}
+FEATURE_NAMES = {
+    "extraction": "主动记忆提取",
+    "persona": "画像提取",
+    "subconscious": "L3 循环",
+    "episodes": "对话片段摘要",
+}
 BLOCK_NAMES = {
     "tools": "工具定义",
     "memo": "<MEMO>",
@@ -34,6 +39,7 @@ BLOCK_NAMES = {
     "group_context": "<GROUP_CONTEXT>",
     "personas": "<PERSONAS>",
     "self": "<SELF>",
+    "episodes": "<EPISODES>",
 }
 
 

@@ -18,6 +18,7 @@ from ..core.calendar import OwnerCalendar
 from ..core.config import ConfigFile
 from ..core.errors import ErrorKind
 from ..storage.archive.store import ArchivedMemory
+from ..storage.episodes.store import EpisodeStore
 from ..storage.memory_store import MemoryStore, operator_view
 from ..tools.args import parse_int
 from ..upkeep.archive.restore import ArchiveRestoreError, restore
@@ -60,8 +61,11 @@ class ArchiveAdmin:
         catalog: PartitionCatalog,
         *,
         calendar: OwnerCalendar,
+        episodes: EpisodeStore | None = None,
     ) -> None:
         self.store = store
+        self.episodes = episodes
+        """The conversation episodes the sweep also expires (``None``: memories only)."""
         self.calendar = calendar
         """The owner's calendar: the times in :func:`listing_lines` (the command's output)."""
         self.config = config
@@ -141,7 +145,10 @@ class ArchiveAdmin:
         async def run() -> dict[str, Any]:
             async with self._sweeping:
                 result = await sweep(
-                    self.store, file.lifetime_days, batch_size=file.archive.batch_size
+                    self.store,
+                    file.lifetime_days,
+                    batch_size=file.archive.batch_size,
+                    episodes=self.episodes,
                 )
             if result.archived:
                 self.catalog.invalidate()
@@ -153,6 +160,7 @@ class ArchiveAdmin:
                 "skipped": result.skipped,
                 "batches": result.batches,
                 "partitions": len(result.partitions),
+                "episodes": result.episodes,
             }
 
         return await guarded("console_archive_sweep", run)

@@ -22,6 +22,7 @@ from .knowledge import KnowledgeAdmin, ProfileAdmin
 from .memories import MemoryAdmin
 from .memos import MemoAdmin
 from .status import StatusCache, group_awareness_json, l3_json
+from .timeline import TimelineAdmin
 from .users import UserAdmin
 
 __all__ = ["ConsoleService"]
@@ -56,7 +57,11 @@ class ConsoleService:
         self.memories = MemoryAdmin(runtime.store, self.catalog)
         self.memos = MemoAdmin(runtime.memo)
         self.archive = ArchiveAdmin(
-            runtime.store, runtime.config.file, self.catalog, calendar=self.calendar
+            runtime.store,
+            runtime.config.file,
+            self.catalog,
+            calendar=self.calendar,
+            episodes=runtime.episodes,
         )
         self.knowledge = KnowledgeAdmin(runner.knowledge if runner is not None else None)
         profile = (
@@ -75,6 +80,7 @@ class ConsoleService:
         self.groups = GroupAdmin(groups, runtime.config.file.persona)
         self.users = UserAdmin(user_data, self.catalog)
         self.imports = ImportAdmin(runtime, self.catalog)
+        self.timeline = TimelineAdmin(runtime.store, runtime.episodes, self.calendar)
         if user_data is not None:  # a forget from the chat or the command line too
             user_data.after_forget.append(lambda _user_id: self.catalog.invalidate())
         self.jobs = MaintenanceJobs(

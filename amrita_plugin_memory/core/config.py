@@ -36,6 +36,7 @@ from .config_sections import (
     ArchiveConfig,
     BudgetConfig,
     DecayConfig,
+    EpisodesConfig,
     GroupContextConfig,
     MemoryConfig,
     PersonaConfig,
@@ -54,6 +55,7 @@ __all__ = [
     "ConfigFile",
     "DecayConfig",
     "EnvConfig",
+    "EpisodesConfig",
     "GroupContextConfig",
     "PersonaConfig",
     "PluginConfig",
@@ -207,6 +209,7 @@ class ConfigFile(Section):
     archive: ArchiveConfig = Field(default_factory=ArchiveConfig)
     active_memory: ActiveMemoryConfig = Field(default_factory=ActiveMemoryConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    episodes: EpisodesConfig = Field(default_factory=EpisodesConfig)
 
     def half_life_days(self, importance: str) -> float:
         """Decay half-life of ``importance`` in days (0 = never ages)."""

@@ -19,6 +19,7 @@ __all__ = [
     "ArchiveConfig",
     "BudgetConfig",
     "DecayConfig",
+    "EpisodesConfig",
     "GroupContextConfig",
     "MemoryConfig",
     "PersonaConfig",
@@ -267,3 +268,25 @@ class BudgetConfig(Section):
     background_tokens_per_day: int = Field(default=3_000_000, ge=0, le=10**12, strict=True)
     # One user's share: what a flood from one user can spend in a day.
     background_tokens_per_user_per_day: int = Field(default=300_000, ge=0, le=10**12, strict=True)
+
+
+class EpisodesConfig(Section):
+    """``[episodes]``: past conversations kept as short episodes and recalled by time (#48)."""
+
+    comment: ClassVar[str] = "对话片段：每段对话结束后保存摘要，问“上次聊了什么”时按时间召回"
+    """The comment above the table in the written default file."""
+
+    enabled: bool = True
+    idle_minutes: float = Field(default=30, ge=1, le=1440)
+    """A conversation ends after this long without a message (or at the local day's end)."""
+    summarize: bool = True
+    """Summaries by the background model (``false``: extractive only, no request)."""
+    short_chars: int = Field(default=120, ge=0, le=10_000)
+    """A conversation of at most two messages and this many characters gets no request."""
+    max_request_chars: int = Field(default=6000, ge=500, le=200_000)
+    max_lines: int = Field(default=400, ge=10, le=10_000)
+    """A conversation is ended early once it has this many lines (a bound)."""
+    recall: bool = True
+    """The ``<EPISODES>`` block when a message asks about past conversations."""
+    recall_max_episodes: int = Field(default=3, ge=1, le=20)
+    recall_max_chars: int = Field(default=600, ge=100, le=10_000)

@@ -41,7 +41,7 @@ from ..prompting.group_window import WindowEntry
 from ..prompting.labels import SAFE_COLON
 from ..prompting.persona import PersonaField, parse_updates
 from ..storage.groups.stores import GroupStores
-from ..storage.scope import GroupView
+from ..storage.scope import GroupView, UserView
 from ..storage.usage import BackgroundBudget, spend_of
 from ..storage.users.fences import UserFences
 from .amrita_llm import Completion, add_usage, complete_isolated
@@ -109,21 +109,21 @@ class PersonaExtractor:
 
     # -- scheduling ------------------------------------------------------------------
 
-    def schedule(self, view: GroupView, speaker_id: str) -> None:
+    def schedule(self, view: GroupView, speaker: UserView) -> None:
         """Start an extraction for ``view``'s group in the background (one per group at a time)."""
         group_id = GroupView.check(view).group_id
         if group_id in self._running:
             logger.debug(f"[Memory] 群 {group_id} 的画像提取仍在进行，本轮跳过")
             return
         self._running.add(group_id)
-        task = asyncio.get_running_loop().create_task(self._run_logged(view, speaker_id))
+        task = asyncio.get_running_loop().create_task(self._run_logged(view, speaker))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run_logged(self, view: GroupView, speaker_id: str) -> ExtractionResult:
+    async def _run_logged(self, view: GroupView, speaker: UserView) -> ExtractionResult:
         group_id = view.group_id
         try:
-            result = await self.run(view, speaker_id)
+            result = await self.run(view, speaker)
         except Exception as exc:  # never let a background task die silently
             logger.warning(
                 f"[Memory] 群 {group_id} 的画像提取失败：{exc.__class__.__name__}: {exc}"
@@ -172,10 +172,11 @@ class PersonaExtractor:
         ]
         return chosen[: self.config.persona.max_users_per_turn]
 
-    async def run(self, view: GroupView, speaker_id: str) -> ExtractionResult:
+    async def run(self, view: GroupView, speaker: UserView) -> ExtractionResult:
         """Analyse the recent window of ``view``'s group for its members now (no rate limit
-        for the group)."""
+        for the group); ``speaker``: who spoke in the turn (their budget pays)."""
         group_id = GroupView.check(view).group_id
+        speaker_id = UserView.check(speaker).user_id
         result = ExtractionResult(group_id)
         # Taken before the window is read: a member forgotten from now on is fenced.
         ticket_of = self.fences.snapshot() if self.fences is not None else None
@@ -185,14 +186,14 @@ class PersonaExtractor:
         targets = await self._targets(view, speaker_id, entries)
         if not targets:
             return result
-        if self.budget is not None and not (await self.budget.admit("persona", speaker_id)).allowed:
+        if self.budget is not None and not (await self.budget.admit("persona", speaker)).allowed:
             result.error = "budget"  # nobody marked: the window is analysed tomorrow
             return result
         now = self.clock()
         self._mark(group_id, targets, now)
         result.analysed = targets
 
-        labels = await self.stores.directory.member_labels(group_id, entries, [])
+        labels = await self.stores.directory.member_labels(view, entries, [])
         messages = self._messages(entries, targets, labels, await self._known(view, targets))
         try:
             text, usage = await self.complete(messages)

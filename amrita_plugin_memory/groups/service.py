@@ -28,7 +28,7 @@ from ..prompting.group_blocks import (
     render_self,
 )
 from ..storage.groups.stores import GroupStores
-from ..storage.scope import GroupView
+from ..storage.scope import GroupView, UserView
 from ..storage.shared.coherence import Coherence
 from ..storage.usage import BackgroundBudget
 from ..storage.users.fences import UserFences
@@ -98,14 +98,14 @@ class GroupAwareness:
             group_id, user_id, nickname, text, is_bot=is_bot, at=self.clock()
         )
 
-    def answered(self, view: GroupView, speaker_id: str, bot_id: str, reply: str) -> None:
+    def answered(self, view: GroupView, speaker: UserView, bot_id: str, reply: str) -> None:
         """The bot answered a turn in ``view``'s group: record the reply, learn personas in
         the background."""
         if not self.window_enabled or not reply.strip():
             return
         self.observe(GroupView.check(view).group_id, bot_id, "", reply, is_bot=True)
         if self.persona_enabled and self.config.persona.update_enabled:
-            self.extractor.schedule(view, speaker_id)
+            self.extractor.schedule(view, speaker)
 
     # -- blocks ----------------------------------------------------------------------------
 
@@ -123,10 +123,9 @@ class GroupAwareness:
         entries = await self.stores.windows.recent(
             view, min(gc.recent_context_messages, gc.context_message_count)
         )
-        group_id = view.group_id
         shown = [e for e in entries if not seen.shows(e)]
         labels = await self.stores.directory.member_labels(
-            group_id, shown, [(speaker_id, speaker_name)]
+            view, shown, [(speaker_id, speaker_name)]
         )
         blocks = [render_group_context(shown, lambda e: labels[e.user_id])]
         if self.persona_enabled:

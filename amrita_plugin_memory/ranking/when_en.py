@@ -231,9 +231,13 @@ _RULES: tuple[Rule, ...] = (
     (
         re.compile(
             r"\b(?:(?P<first>(?:the\s+)?first\s+time\s+(?:we|i|you)\s+(?:talked|spoke|chatted|met)"
-            r"|our\s+first\s+(?:conversation|chat|talk))"
+            r"|(?:our|(?:this|the)\s+group'?s)\s+first\s+(?:conversation|chat|talk))"
             r"|(?:the\s+)?last\s+time\s+(?:we|i|you)\s+(?:talked|spoke|chatted|said|told)"
-            r"|our\s+(?:last|previous)\s+(?:conversation|chat|talk))\b",
+            r"|(?:our|(?:this|the)\s+group'?s)\s+(?:last|previous)\s+(?:conversation|chat|talk)"
+            # "what did we talk about last time", "what were you saying the last time"
+            r"|(?:we|you|the\s+group|everyone|everybody)(?:\s+\w+){0,2}?\s+(?:talk(?:ed|ing)?|discuss(?:ed|ing)?|chat(?:ted|ting)?"
+            r"|spoke|speak(?:ing)?|say(?:ing)?|said|told|tell(?:ing)?|mention(?:ed|ing)?)"
+            r"(?:\s+\w+){0,4}?\s+(?:the\s+)?last\s+time)\b",
             _I,
         ),
         _chat,

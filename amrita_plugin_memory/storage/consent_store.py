@@ -29,6 +29,7 @@ from sqlalchemy import delete, select
 
 from .keys import user_key, user_of_key
 from .models import ActiveMemoryNotice, ActiveMemoryOptOut, db_now
+from .scope import UserView
 from .shared.coherence import SAFETY_EXPIRY, Coherence
 from .shared.sessions import SharedWork, orm_session
 
@@ -100,8 +101,9 @@ class ConsentStore:
         """Whether ``user_id`` has an opt-out row (read now)."""
         return await self.work.run(_has_row(user_id), "读取自动记忆开关")
 
-    async def allows(self, user_id: str) -> bool:
-        """Whether active memory may learn from and recall for ``user_id``."""
+    async def allows(self, view: UserView) -> bool:
+        """Whether active memory may learn from and recall for the user of ``view``."""
+        user_id = UserView.check(view).user_id
         await self.coherence.fresh()
         opted_out = await self._load()
         if user_id in self._recheck:
@@ -113,20 +115,21 @@ class ConsentStore:
             return not out
         return user_id not in opted_out
 
-    async def allows_now(self, user_id: str) -> bool:
+    async def allows_now(self, view: UserView) -> bool:
         """:meth:`allows`, read from the table when other processes may switch it (the
         fence of background work, checked right before its write)."""
         if not self.coherence.active:
-            return await self.allows(user_id)
-        return not await self._row(user_id)
+            return await self.allows(view)
+        return not await self._row(UserView.check(view).user_id)
 
-    async def set_allowed(self, user_id: str, allowed: bool) -> bool:
-        """Switch active memory on or off for ``user_id``; whether anything changed."""
+    async def set_allowed(self, view: UserView, allowed: bool) -> bool:
+        """Switch active memory on or off for the user of ``view``; whether anything changed."""
+        user_id = UserView.check(view).user_id
         await self._load()
         if self.coherence.active:
             was_allowed = not await self._row(user_id)
         else:
-            was_allowed = await self.allows(user_id)
+            was_allowed = await self.allows(view)
         if allowed == was_allowed:
             return False
         await self.work.run(self._switch(user_id, allowed), "修改自动记忆开关")
@@ -148,13 +151,15 @@ class ConsentStore:
             await self.coherence.note(session, [user_key(user_id)])
             await session.commit()
 
-    async def opted_out_since(self, user_id: str) -> datetime | None:
-        """When ``user_id`` switched active memory off (``None``: it is on), read from
-        the table (a user's export)."""
+    async def opted_out_since(self, view: UserView) -> datetime | None:
+        """When the user of ``view`` switched active memory off (``None``: it is on), read
+        from the table (a user's export)."""
+        user_id = UserView.check(view).user_id
         return await self.work.run(_opted_out_at(user_id), "读取自动记忆开关")
 
-    async def noticed(self, user_id: str) -> bool:
-        """Whether ``user_id`` was already told that the bot learns on its own."""
+    async def noticed(self, view: UserView) -> bool:
+        """Whether the user of ``view`` was already told that the bot learns on its own."""
+        user_id = UserView.check(view).user_id
         return await self.work.run(_noticed(user_id), "读取主动记忆提示记录")
 
     async def mark_noticed(self, user_id: str) -> None:

@@ -14,6 +14,9 @@ __all__ = [
     "ActiveMemoryNotice",
     "ActiveMemoryOptOut",
     "BotSelfMemory",
+    "Episode",
+    "EpisodeLineRow",
+    "EpisodeMember",
     "ForgottenUser",
     "GroupMemberLabel",
     "GroupMessage",
@@ -278,3 +281,59 @@ class SharedDocument(Model):
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     content: Mapped[str] = mapped_column(Text, default="")
     updated_at: Mapped[datetime] = mapped_column(DateTime, default=db_now)
+
+
+class EpisodeLineRow(Model):
+    """A message of a conversation that has not ended yet (issue #48): kept until its
+    episode is made, then removed in the transaction that stores the episode."""
+
+    __tablename__ = "amrita_plugin_memory_episode_line"
+    __table_args__ = ({"sqlite_autoincrement": True},)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    chat: Mapped[str] = mapped_column(String(255), index=True)
+    """The chat's partition key (a user's private key, or a group's key)."""
+    origin: Mapped[str] = mapped_column(String(64))
+    user_id: Mapped[str] = mapped_column(String(64), index=True)
+    name: Mapped[str] = mapped_column(String(64), default="")
+    is_bot: Mapped[bool] = mapped_column(Boolean, default=False)
+    text: Mapped[str] = mapped_column(Text)
+    at_us: Mapped[int] = mapped_column(BigInteger)
+    """When it was said: microseconds since the epoch (UTC)."""
+
+
+class Episode(Model):
+    """A past conversation of one chat (issue #48): its span, a short summary and topics.
+    ``archived_us`` set: in the archive (past ``lifetime_days`` or deleted by its user),
+    shown to nobody but the export; only a forget removes it."""
+
+    __tablename__ = "amrita_plugin_memory_episode"
+    __table_args__ = (
+        # Two processes that end the same conversation keep one episode of it.
+        Index("ix_amrita_plugin_memory_episode_start", "chat", "start_us", unique=True),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    chat: Mapped[str] = mapped_column(String(255))
+    origin: Mapped[str] = mapped_column(String(64))
+    start_us: Mapped[int] = mapped_column(BigInteger)
+    end_us: Mapped[int] = mapped_column(BigInteger)
+    day: Mapped[str] = mapped_column(String(10))
+    """The owner's local date of the start, ``YYYY-MM-DD``."""
+    participants: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    summary: Mapped[str] = mapped_column(Text, default="")
+    topics: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    source: Mapped[str] = mapped_column(String(16), default="extract")
+    messages: Mapped[int] = mapped_column(Integer, default=0)
+    chars: Mapped[int] = mapped_column(Integer, default=0)
+    archived_us: Mapped[int | None] = mapped_column(BigInteger, nullable=True, default=None)
+    archive_reason: Mapped[str] = mapped_column(String(16), default="")
+
+
+class EpisodeMember(Model):
+    """Who took part in an episode (a forget finds a member's group episodes by it)."""
+
+    __tablename__ = "amrita_plugin_memory_episode_member"
+
+    episode_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    user_id: Mapped[str] = mapped_column(String(64), primary_key=True, index=True)

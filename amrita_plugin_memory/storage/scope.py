@@ -19,7 +19,9 @@ reader and writer then asks it, so the privacy decisions exist here only:
   whole-collection pass is a separately named operator method of the store);
 * :meth:`Scope.group_view`: this group's own data as one :class:`GroupView`,
   which every chat-path read of a group's window and of its members' personas
-  requires (a user's own persona is read through :meth:`Scope.view` of ``user``).
+  requires (a user's own persona is read through :meth:`Scope.view` of ``user``);
+* :meth:`Scope.user_view`: the speaker's own rows of the tables kept by QQ number
+  (the usage ledger, active memory's consent and notice) as one :class:`UserView`.
 
 Background work for a user (an L3 cycle) also carries its :attr:`Scope.fence`:
 every write made with the scope awaits it inside the store's write section.
@@ -54,7 +56,9 @@ __all__ = [
     "Scope",
     "ScopeKind",
     "ScopeRules",
+    "UserView",
     "View",
+    "operator_user_view",
     "operator_view",
 ]
 
@@ -141,6 +145,31 @@ class GroupView:
 
 
 @dataclass(frozen=True, slots=True)
+class UserView:
+    """One user's own rows of the tables kept by QQ number: their background spend in
+    the usage ledger, their active-memory opt-out and notice (issue #49).
+
+    :class:`~.usage.ledger.UsageLedger`, :class:`~.usage.budget.BackgroundBudget` and
+    :class:`~.consent_store.ConsentStore` require one for every read of one user (a
+    plain user id is refused, :meth:`check`); only this module builds them:
+    :meth:`Scope.user_view` for a request (the speaker, a batch's or the loop's user),
+    :func:`operator_user_view` for the console, the CLI and a user's export and forget.
+    """
+
+    user_id: str
+
+    @staticmethod
+    def check(view: object) -> UserView:
+        """``view`` if it is a :class:`UserView`, else ``TypeError`` (a read that names no user view)."""
+        if not isinstance(view, UserView):
+            raise TypeError(
+                "a read of one user's rows needs a storage.scope.UserView "
+                f"(Scope.user_view / operator_user_view), not {type(view).__name__}"
+            )
+        return view
+
+
+@dataclass(frozen=True, slots=True)
 class Scope:
     """Who asks, where, and what that allows; immutable, built once per request.
 
@@ -217,11 +246,23 @@ class Scope:
         """This chat's own data (its memo: Amrita's session, the group in a group chat)."""
         return View(self.target.session, OriginFilter.ALL)
 
+    def conversation_view(self) -> View:
+        """This chat's past conversations (issue #48): the group's in a group chat, the
+        user's private chat otherwise; never the user's private ones in a group, whatever
+        the privacy switches allow for memories."""
+        return self.view("group") if self.in_group else self.view("user")
+
     def group_view(self) -> GroupView:
         """This group's window and its members' personas; outside a group refused."""
         if self.target.group_id is None:
             raise ScopeRefused("群上下文只能在群聊中读取")
         return GroupView(self.target.group_id)
+
+    def user_view(self) -> UserView:
+        """The speaker's own rows of the tables kept by QQ number (:class:`UserView`)."""
+        if not self.target.user_id:
+            raise ScopeRefused("这个请求没有用户")
+        return UserView(self.target.user_id)
 
     async def manages_group(self) -> bool:
         """Whether the caller is a manager of this group (never outside a group)."""
@@ -268,6 +309,12 @@ def operator_view(partition: str) -> View:
     """Every memory of ``partition`` (:meth:`Scope.of_operator`): the console, ``ambot memory``,
     the work on stored memories as a whole (``upkeep/``) and the store's own writes."""
     return Scope.of_operator(partition).view("user")
+
+
+def operator_user_view(user_id: str) -> UserView:
+    """The rows of ``user_id`` by their QQ number: the console, ``ambot memory`` and a
+    user's export and forget (``upkeep/users``); kept off the chat path."""
+    return UserView(user_id)
 
 
 @dataclass(frozen=True, slots=True)

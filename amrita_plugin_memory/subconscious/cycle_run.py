@@ -162,7 +162,9 @@ class LoopCycles:
         started, epoch = time.monotonic(), self.fence.epoch
         if self.fence.forgets:
             return CycleResult(0, "skipped", error="the target user is being forgotten")
-        if held := await budget_gate(self.runtime.budget, self.planner, self.target_user_id):
+        if held := await budget_gate(
+            self.runtime.budget, self.planner, Scope.of_loop(self.target).user_view()
+        ):
             return held  # a [budget] cap: the next run is planned for tomorrow
         try:
             await self.load_state()

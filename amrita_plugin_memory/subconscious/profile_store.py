@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..core.errors import ErrorKind, PluginError
+from ..storage.scope import UserView
 from ..storage.shared.coherence import Coherence
 from ..storage.users.loop_profile import (
     PROFILE_FILE,
@@ -203,9 +204,9 @@ class ProfileStore:
         """The profile as stored (``""``: none)."""
         return await self.home.text()
 
-    async def text_of(self, user_id: str) -> str:
-        """The profile if it is about ``user_id`` (a user's export; ``""``: none)."""
-        return await self.home.text_of(user_id)
+    async def text_of(self, view: UserView) -> str:
+        """The profile if it is about the user of ``view`` (a user's export; ``""``: none)."""
+        return await self.home.text_of(view)
 
     async def remove_of(self, user_id: str) -> int:
         """Delete the profile about ``user_id`` and its copies (a forget); its lines.

@@ -19,6 +19,7 @@ from typing import Any
 
 from nonebot import logger
 
+from ..storage.scope import UserView
 from ..storage.usage import BackgroundBudget, Spend
 from .scheduling import RunPlanner
 from .types import CycleResult
@@ -53,13 +54,14 @@ async def record_spend(budget: BackgroundBudget, target: str, proxy: Any) -> Non
 
 
 async def budget_gate(
-    budget: BackgroundBudget, planner: RunPlanner, target: str
+    budget: BackgroundBudget, planner: RunPlanner, target: UserView
 ) -> CycleResult | None:
-    """``None`` when a cycle may start; else the skipped result, the next run planned."""
+    """``None`` when a cycle may start; else the skipped result, the next run planned
+    (``target``: the loop's user, whose budget pays)."""
     admission = await budget.admit(FEATURE, target)
     if admission.allowed or admission.until is None:
         return None
-    who = "全局" if admission.cap == "bot" else f"用户 {target} 的"
+    who = "全局" if admission.cap == "bot" else f"用户 {target.user_id} 的"
     try:
         planner.plan_at(admission.until)
     except Exception as exc:  # no scheduler (shutdown): the next message plans one

@@ -50,6 +50,7 @@ SELF: Word = ("self", "自我")
 PERSONA: Word = ("persona", "画像")
 MEMO: Word = ("memo", "备忘录")
 AUTO: Word = ("auto", "自动")
+EPISODES: Word = ("episodes", "对话", "聊过")
 
 # Words after a head.
 LIST: Word = ("list", "列表", "ls")
@@ -70,6 +71,7 @@ LEGACY_HEAD = USER
 """The head of a command written without one (the old ``/memory list|search|delete``)."""
 
 _ADMINS = "（仅管理员 / 群主）"
+_EPISODES_SWITCH = "[episodes] enabled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +228,46 @@ SPECS: tuple[CommandSpec, ...] = (
     ),
     CommandSpec(AUTO, (ON,), "on", "auto", switch="[active_memory] enabled"),
     CommandSpec(AUTO, (OFF,), "off", "auto", switch="[active_memory] enabled"),
+    CommandSpec(
+        EPISODES,
+        (),
+        "show",
+        "episodes",
+        ("/memory episodes [条数] — 查看我们最近的私聊对话片段（在群里发送则私聊回复）",),
+        "text",
+        switch=_EPISODES_SWITCH,
+        private=True,
+    ),
+    CommandSpec(
+        EPISODES,
+        (DELETE,),
+        "delete",
+        "episodes",
+        ("/memory episodes delete <ID> — 删除一段私聊对话片段（存入归档，私聊回复）",),
+        "text",
+        switch=_EPISODES_SWITCH,
+        private=True,
+    ),
+    CommandSpec(
+        GROUP,
+        (EPISODES,),
+        "episodes",
+        "episodes",
+        ("/memory group episodes [条数] — 查看本群最近的对话片段" + _ADMINS,),
+        "text",
+        "group_admin",
+        _EPISODES_SWITCH,
+    ),
+    CommandSpec(
+        GROUP,
+        (EPISODES, DELETE),
+        "episodes_delete",
+        "episodes",
+        ("/memory group episodes delete <ID> — 删除本群的一段对话片段" + _ADMINS,),
+        "text",
+        "group_admin",
+        _EPISODES_SWITCH,
+    ),
     CommandSpec(
         SELF,
         (ADD,),

@@ -11,7 +11,14 @@ and answers ``/memory auto`` itself:
 * the group-awareness commands (``self``, ``persona``, ``memo``, ``group
   anonymize|context|memo``) are :class:`~.group_commands.GroupCommands`;
 * a user's export and forget of their own data (``user export|forget``,
-  private chats only) are :class:`~.user_commands.UserCommands`.
+  private chats only) are :class:`~.user_commands.UserCommands`;
+* the past conversations (``episodes``, ``group episodes``) are
+  :class:`~.episode_commands.EpisodeCommands`; an opt-out of active memory
+  (``auto off``) also drops the caller's lines of conversations not ended yet.
+
+Every family reaches the memo, the archive and the episodes only through the turn's
+:class:`~.chat_stores.ChatStores` (``chat``: one :class:`~.chat_stores.ChatStoreSource`
+per process).
 """
 
 from __future__ import annotations
@@ -19,10 +26,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from ..storage.scope import Scope
+from ..storage.scope import Scope, UserView
 from ..storage.shared.sessions import SharedDatabaseError
+from .chat_stores import ChatStoreSource
 from .command_parsing import USAGE, CommandRequest, parse_command, replies_privately
 from .command_specs import SPECS, spec_of
+from .episode_commands import EpisodeCommands
 from .group_commands import GroupCommands
 from .listing_commands import PAGE_SIZE, ListingCommands
 from .memory_tools import MemoryTools
@@ -45,9 +54,9 @@ class AutoSwitch(Protocol):
     @property
     def enabled(self) -> bool: ...
 
-    async def allows(self, user_id: str) -> bool: ...
+    async def allows(self, view: UserView) -> bool: ...
 
-    async def set_consent(self, user_id: str, allowed: bool) -> bool: ...
+    async def set_consent(self, view: UserView, allowed: bool) -> bool: ...
 
 
 _AUTO_SWITCH = next(spec.switch for spec in SPECS if spec.handler == "auto" and spec.switch)
@@ -68,12 +77,15 @@ class MemoryCommands:
         group: GroupCommands | None = None,
         users: UserCommands | None = None,
         auto: AutoSwitch | None = None,
+        episodes: EpisodeCommands | None = None,
+        chat: ChatStoreSource | None = None,
     ) -> None:
         self.tools = tools
         self.group = group
         self.users = users
         self.auto = auto
-        self.listing = ListingCommands(tools)
+        self.episodes = episodes
+        self.listing = ListingCommands(tools, chat)
 
     async def run(self, request: CommandRequest, scope: Scope, *, superuser: bool = False) -> str:
         spec = spec_of(request.scope, request.action)
@@ -95,7 +107,7 @@ class MemoryCommands:
         return await self.listing.delete(request, scope)
 
     async def _archive(self, request: CommandRequest, scope: Scope, superuser: bool) -> str:
-        return await self.listing.archive(request, scope)
+        return await self.listing.own_archive(request, scope)
 
     async def _own_data_route(self, request: CommandRequest, scope: Scope, superuser: bool) -> str:
         return await self._own_data(request, scope)
@@ -107,14 +119,17 @@ class MemoryCommands:
         """``/memory auto [on|off]``: the caller's own consent to active memory."""
         if self.auto is None or not self.auto.enabled:
             return f"本 Bot 未启用主动记忆（{_AUTO_SWITCH} = false）"
-        user_id = scope.user_id
+        me = scope.user_view()
         try:
             if action == "show":
-                if await self.auto.allows(user_id):
+                if await self.auto.allows(me):
                     return f"主动记忆：已开启。{AUTO_ON}\n关闭：/memory auto off"
                 return f"主动记忆：已关闭，{AUTO_OFF}\n开启：/memory auto on"
             allowed = action == "on"
-            changed = await self.auto.set_consent(user_id, allowed)
+            changed = await self.auto.set_consent(me, allowed)
+            if not allowed and self.episodes is not None:
+                # Their lines of conversations going on never become an episode.
+                await self.episodes.chat.of(scope).drop_own_episode_lines()
         except SharedDatabaseError as exc:  # a reply with the reason, never a traceback
             return str(exc)
         state = "开启" if allowed else "关闭"
@@ -144,6 +159,12 @@ class MemoryCommands:
     ) -> str:
         """``/memory user export``: the matcher gives the ways to send (a file, messages)."""
         return await self._own_data(request, scope, upload, send)
+
+    async def _episodes(self, request: CommandRequest, scope: Scope, superuser: bool) -> str:
+        """``episodes [N]``, ``episodes delete``, ``group episodes`` (:mod:`.episode_commands`)."""
+        if self.episodes is None:
+            return "该命令未启用"
+        return await self.episodes.run(request, scope)
 
     async def _group_awareness(self, request: CommandRequest, scope: Scope, superuser: bool) -> str:
         """``self``, ``persona``, ``memo``, ``group memo|anonymize|context`` (:mod:`.group_commands`)."""
@@ -176,5 +197,6 @@ _ROUTES: dict[str, Route] = {
     "persona": MemoryCommands._group_awareness,
     "private_memo": MemoryCommands._group_awareness,
     "group_settings": MemoryCommands._group_awareness,
+    "episodes": MemoryCommands._episodes,
 }
 """Each :attr:`~.command_specs.CommandSpec.handler` and the method that answers it."""

@@ -9,6 +9,9 @@ dispatches here). Permissions:
   owner and superusers (``Scope.manages_group``); ``group memo`` (show)
   — any member.
 * ``memo`` / ``memo clear`` — the caller's own private memo, in private chat.
+
+The memos are reached through the turn's :class:`~.chat_stores.ChatStores`
+(the scope's own partition only).
 """
 
 from __future__ import annotations
@@ -16,9 +19,9 @@ from __future__ import annotations
 from ..core.text import single_line
 from ..prompting.persona import render_persona
 from ..storage.groups.stores import GroupStores
-from ..storage.memo_store import MemoService
 from ..storage.scope import Scope
 from ..storage.users.fences import UserFences
+from .chat_stores import ChatStoreSource
 
 __all__ = ["SELF_ENTRY_MAX_CHARS", "GroupCommands"]
 
@@ -32,10 +35,11 @@ class GroupCommands:
     """The group-awareness commands on the stores of one process."""
 
     def __init__(
-        self, stores: GroupStores, memo: MemoService, fences: UserFences | None = None
+        self, stores: GroupStores, chat: ChatStoreSource, fences: UserFences | None = None
     ) -> None:
         self.stores = stores
-        self.memo = memo
+        self.chat = chat
+        """The memos as a turn may reach them (:meth:`ChatStoreSource.of`)."""
         self.fences = fences
         """Where ``/memory persona off`` is recorded as a point in time for every process."""
 
@@ -103,7 +107,7 @@ class GroupCommands:
         if group_id is None or scope.target.group is None:
             return "该命令只能在群聊中使用"
         if action == "memo":
-            memo = await self.memo.get(scope.view("group"))
+            memo = await self.chat.of(scope).memo_text("group")
             return f"本群备忘录：\n{memo}" if memo.strip() else "本群备忘录为空"
         if not await scope.manages_group():
             return f"该命令需要{_MANAGERS}权限"
@@ -121,8 +125,8 @@ class GroupCommands:
             return "已清空本群的群聊上下文窗口"
         if action != "memo_clear":
             return "未知的群命令，发送 /memory 查看用法"
-        result = await self.memo.update(scope.partition("group"), "")
-        return "已清空本群备忘录" if result.ok else "清空失败"
+        cleared = await self.chat.of(scope).clear_memo("group")
+        return "已清空本群备忘录" if cleared else "清空失败"
 
     # -- the caller's private memo ---------------------------------------------------------------
 
@@ -130,7 +134,7 @@ class GroupCommands:
         if scope.in_group:
             return "个人备忘录只能在私聊中查看或清空（群备忘录：/memory group memo）"
         if action == "clear":
-            result = await self.memo.update(scope.partition("user"), "")
-            return "已清空你的备忘录" if result.ok else "清空失败"
-        memo = await self.memo.get(scope.view("user"))
+            cleared = await self.chat.of(scope).clear_memo("user")
+            return "已清空你的备忘录" if cleared else "清空失败"
+        memo = await self.chat.of(scope).memo_text("user")
         return f"你的备忘录：\n{memo}" if memo.strip() else "你的备忘录为空"

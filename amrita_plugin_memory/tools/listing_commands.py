@@ -4,7 +4,8 @@ The command family that pages, searches and deletes memories (personal or the
 group's shared ones) and shows and restores the caller's own archive, with its
 reply lines; :mod:`.commands` parses and dispatches here. It reuses
 :class:`~.memory_tools.MemoryTools`, so argument checks, partition confinement
-and permissions are the same as in the tool path.
+and permissions are the same as in the tool path; the archive is reached through
+the turn's :class:`~.chat_stores.ChatStores` (the caller's own partition only).
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from typing import Any
 from ..core.calendar import OwnerCalendar
 from ..core.records import SOURCE_AUTO
 from ..storage.scope import Scope
-from ..upkeep.archive.restore import restore
 from ..upkeep.archive.view import describe_row
 from .args import guard_tool_call, parse_memory_id, period_words
+from .chat_stores import ChatStoreSource
 from .command_parsing import CommandRequest, split_head
 from .memory_tools import MemoryTools
 
@@ -62,8 +63,10 @@ def _line(
 class ListingCommands:
     """The stored-memory commands over the tools of one process."""
 
-    def __init__(self, tools: MemoryTools) -> None:
+    def __init__(self, tools: MemoryTools, chat: ChatStoreSource | None = None) -> None:
         self.tools = tools
+        self.chat = chat or ChatStoreSource.of_tools(tools)
+        """The archive as a turn may reach it (:meth:`ChatStoreSource.of`)."""
 
     async def list_memories(self, request: CommandRequest, scope: Scope) -> str:
         page, words = 1, request.argument.split()
@@ -141,7 +144,7 @@ class ListingCommands:
             return f"已删除群共享记忆 {deleted}（已存入归档）"
         return f"已删除个人记忆 {deleted}（已存入归档，可用 /memory user archive restore {deleted} 恢复）"
 
-    async def archive(self, request: CommandRequest, scope: Scope) -> str:
+    async def own_archive(self, request: CommandRequest, scope: Scope) -> str:
         """``/memory user archive [页码]`` and ``… archive restore <ID>``: the caller's own only."""
         if request.scope != "user":
             return "归档命令只用于个人记忆：/memory user archive"
@@ -153,13 +156,12 @@ class ListingCommands:
         page = int(word) if word else 1
         if scope.origins("user").narrows:  # archived rows keep no origin filter: all or none
             return "归档只通过私聊查看：请私聊我发送 /memory user archive"
-        archive = self.tools.store.archive
-        view = scope.view("user")  # the caller's own partition, never another's
-        total = await archive.count(view)
+        own = self.chat.of(scope)  # the caller's own partition, never another's
+        total = await own.archive_count()
         if total == 0:
             return "你没有已归档的记忆"
         pages = (total + PAGE_SIZE - 1) // PAGE_SIZE
-        rows = await archive.list(view, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE)
+        rows = await own.archive_page(limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE)
         if not rows:
             return f"归档共 {total} 条，只有 {pages} 页"
         lines = [f"你已归档的记忆（共 {total} 条，第 {page}/{pages} 页，最新的在前）："]
@@ -172,12 +174,10 @@ class ListingCommands:
     async def _restore(self, argument: str, scope: Scope) -> str:
         if not argument:
             return "请提供归档 ID，例如 /memory user archive restore <ID>"
-        tools = self.tools
+        own = self.chat.of(scope)
 
         async def run() -> dict[str, Any]:
-            row_id = parse_memory_id({"id": argument})
-            partition = await scope.require("write", "user")
-            done = await restore(tools.store, row_id, partition=partition, limit=tools.memory_limit)
+            done = await own.restore(parse_memory_id({"id": argument}))
             return {"ok": True, "message": done.describe()}
 
         result = await guard_tool_call("[Memory]", "archive_restore", run)

@@ -22,6 +22,9 @@ from nonebot import logger
 from ..core.calendar import OwnerCalendar
 from ..core.config import ConfigFile
 from ..core.records import IMPORTANCE_LEVELS, SCOPES, origin_after_rewrite
+from ..prompting.blocks import episode_line
+from ..ranking.when import Period
+from ..storage.episodes.store import EpisodeStore
 from ..storage.memo_store import MemoService
 from ..storage.memory_store import EXPLICIT, MemoryStore, NewMemory, WriteRules
 from ..storage.scope import Scope
@@ -56,7 +59,10 @@ from .schemas import (
 )
 from .surface import surface_tool
 
-__all__ = ["MemoryTools"]
+__all__ = ["TOOL_EPISODES", "MemoryTools"]
+
+TOOL_EPISODES = 8
+"""The most past conversations one ``read_memory`` answer lists (the newest of the period)."""
 
 
 # -- schemas (each tool's, beside the logic below; registered by adapters/surface_tools) ---
@@ -162,8 +168,12 @@ class MemoryTools:
         calendar: OwnerCalendar,
         memory_limit: int,
         config: ConfigFile | None = None,
+        episodes: EpisodeStore | None = None,
     ) -> None:
         self.store = store
+        self.episodes = episodes
+        """Past conversations (issue #48): ``read_memory`` with a period also lists the
+        chat's episodes of that period (``None``: not shown)."""
         self.memo = memo
         self.calendar = calendar
         """The owner's calendar (the runtime's): the stamps in the answers are its local time."""
@@ -235,9 +245,24 @@ class MemoryTools:
             hits = await self.store.query(
                 scope.view(kind), query, top_k=top_k, importance=importance, window=window
             )
-            return results.found(kind, hits, self.calendar)
+            answer = results.found(kind, hits, self.calendar)
+            if window is not None:
+                conversations = await self._conversations(scope, window)
+                if conversations:
+                    answer["conversations"] = conversations
+            return answer
 
         return await self._guard("read_memory", run)
+
+    async def _conversations(self, scope: Scope, window: Period) -> list[str]:
+        """The chat's episodes within ``window``, the newest :data:`TOOL_EPISODES`, one
+        dated line each (oldest first): what was talked about then, beyond single facts."""
+        if self.episodes is None or not self.config.episodes.enabled:
+            return []
+        found = await self.episodes.between(
+            scope.conversation_view(), window.start.timestamp(), window.end.timestamp()
+        )
+        return [episode_line(e, self.calendar) for e in found[-TOOL_EPISODES:]]
 
     @surface_tool(update_memory_schema)
     async def update_memory(self, scope: Scope, args: Mapping[str, Any]) -> dict[str, Any]:

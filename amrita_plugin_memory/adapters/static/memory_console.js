@@ -223,6 +223,7 @@ const FEATURES = [
   ["extraction", "主动记忆提取"],
   ["persona", "画像提取"],
   ["subconscious", "L3 循环"],
+  ["episodes", "对话片段摘要"],
 ];
 const BLOCKS = [
   ["tools", "工具定义"],
@@ -231,6 +232,7 @@ const BLOCKS = [
   ["group_context", "<GROUP_CONTEXT>"],
   ["personas", "<PERSONAS>"],
   ["self", "<SELF>"],
+  ["episodes", "<EPISODES>"],
 ];
 
 // One feature's tokens per day as bars, drawn by the page itself (an inline SVG).
@@ -1290,10 +1292,96 @@ function useJob() {
   return [job, setJob];
 }
 
+// ---------------------------------------------------------------------------
+// Timeline: one chat's days (episodes and the memories written that day)
+// ---------------------------------------------------------------------------
+
+const EPISODE_SOURCE = { model: "模型摘要", extract: "抽取" };
+
+function hourOf(iso) {
+  const m = /[T ](\d{2}:\d{2})/.exec(String(iso || ""));
+  return m ? m[1] : "—";
+}
+
+function EpisodeItem({ episode }) {
+  return h(
+    "div",
+    { "data-episode": episode.id, className: episode.archived ? "amc-muted" : null, style: { margin: "4px 0" } },
+    h("span", { className: "amc-mono" }, `${hourOf(episode.start_at)}–${hourOf(episode.end_at)} `),
+    episode.summary || "（无摘要）",
+    " ",
+    episode.topics.map((t) => h("span", { key: t, className: "amc-tag" }, t)),
+    h("span", { className: "amc-muted" }, ` ${episode.messages} 条消息 · ${EPISODE_SOURCE[episode.source] || episode.source}`),
+    episode.archived ? h("span", { className: "amc-warn" }, " 已归档") : null,
+  );
+}
+
+function Timeline() {
+  const [form, setForm] = useState({ kind: "user", id: "", days: "30" });
+  const [asked, setAsked] = useState(null);
+  const [state] = useLoader(
+    () => (asked ? api("GET", "/timeline" + qs({ [asked.kind]: asked.id, days: asked.days })) : Promise.resolve({ timeline: null })),
+    [asked && asked.kind, asked && asked.id, asked && asked.days],
+  );
+  const set = (name) => (e) => setForm({ ...form, [name]: e.target.value });
+  const show = (e) => {
+    e.preventDefault();
+    setAsked({ kind: form.kind, id: form.id.trim(), days: form.days.trim() });
+  };
+  return h(
+    "div",
+    { className: "amc-card", "data-amc": "timeline" },
+    h("h3", null, "时间线"),
+    h(
+      "form",
+      { className: "amc-row", style: { marginBottom: 10 }, onSubmit: show },
+      h("select", { className: "amc-input", value: form.kind, onChange: set("kind"), "data-amc": "timeline-kind" },
+        h("option", { value: "user" }, "用户私聊"), h("option", { value: "group" }, "群")),
+      h("input", { className: "amc-input", style: { width: 140 }, placeholder: form.kind === "user" ? "QQ 号" : "群号", value: form.id, onChange: set("id"), "data-amc": "timeline-id" }),
+      h("input", { className: "amc-input", style: { width: 70 }, type: "number", min: 1, max: 366, value: form.days, onChange: set("days"), "data-amc": "timeline-days" }),
+      h("span", { className: "amc-muted" }, "天"),
+      h(Button, { type: "submit", kind: "primary", "data-amc": "timeline-go" }, "查看"),
+    ),
+    h(Loading, { state }, (data) => {
+      if (!data.timeline) return h("div", { className: "amc-muted" }, "输入 QQ 号或群号查看按天排列的对话片段与当天写下的记忆");
+      if (data.timeline.length === 0) return h("div", { className: "amc-muted" }, `最近 ${data.days} 天没有对话片段，也没有写下记忆`);
+      return h(
+        "div",
+        null,
+        h("div", { className: "amc-muted" }, `${data.partition}，自 ${data.first_day} 起（${data.timezone}）`),
+        data.memories_cut ? h("div", { className: "amc-warn" }, "记忆过多，只显示了最新的一部分") : null,
+        data.timeline.map((day) =>
+          h(
+            "div",
+            { key: day.day, "data-day": day.day, style: { marginTop: 12 } },
+            h("h4", { style: { margin: "6px 0" } }, `${day.day} ${day.weekday}`),
+            day.episodes.length
+              ? h("div", null, h("div", { className: "amc-muted" }, `对话片段 ${day.episodes.length} 段`), day.episodes.map((e) => h(EpisodeItem, { key: e.id, episode: e })))
+              : null,
+            day.memories.length
+              ? h(
+                  "div",
+                  null,
+                  h("div", { className: "amc-muted" }, `当天写下的记忆 ${day.memories.length} 条`),
+                  day.memories.map((m) =>
+                    h("div", { key: m.id, "data-memory": m.id, style: { margin: "4px 0" } },
+                      h("span", { className: "amc-mono" }, `${hourOf(m.created_at)} `), m.content,
+                      h("span", { className: "amc-muted" }, ` ${IMPORTANCE[m.importance] || m.importance || ""}`)),
+                  ),
+                )
+              : null,
+          ),
+        ),
+      );
+    }),
+  );
+}
+
 const TABS = [
   ["overview", "概览"],
   ["memories", "记忆"],
   ["archive", "归档"],
+  ["timeline", "时间线"],
   ["memos", "备忘录"],
   ["knowledge", "知识库"],
   ["profile", "用户画像"],
@@ -1320,6 +1408,7 @@ export default function MemoryConsole() {
   if (tab === "overview") body = h(Loading, { state: status }, (data) => h(Overview, { status: data }));
   else if (tab === "memories") body = h(Memories, { notify, ask });
   else if (tab === "archive") body = h(Archive, { notify, ask });
+  else if (tab === "timeline") body = h(Timeline, null);
   else if (tab === "memos") body = h(Memos, { notify, ask });
   else if (tab === "knowledge") body = h(Knowledge, { notify, ask });
   else if (tab === "profile") body = h(Profile, { notify });

@@ -39,6 +39,7 @@ from ...infra.locks import PartitionLocks
 from ...prompting.group_window import WindowEntry
 from ...prompting.labels import make_label, named_label
 from ..models import GroupMemberLabel, GroupSetting, db_now
+from ..scope import GroupView
 from ..shared.coherence import SAFETY_EXPIRY, Coherence, setting_of, setting_row
 from ..shared.keyed import KeyedCache
 from ..shared.sessions import SharedWork, orm_session
@@ -170,16 +171,18 @@ class GroupDirectory:
 
     async def member_labels(
         self,
-        group_id: str,
+        view: GroupView,
         entries: Sequence[WindowEntry],
         extra: Iterable[tuple[str, str]],
     ) -> dict[str, str]:
-        """How the group's blocks name every member in ``entries`` and in ``extra``
-        (``(user_id, nickname)``).
+        """How ``view``'s group's blocks name every member in ``entries`` and in ``extra``
+        (``(user_id, nickname)``). A turn's group view, never a bare group id (issue #49):
+        the labels say who is in which group.
 
         Anonymised (the default): ``用户_`` + the id's last digits, fixed per
         member (:meth:`labels`). Otherwise the nickname seen last, followed by the id.
         """
+        group_id = GroupView.check(view).group_id
         extra = list(extra)
         if await self.anonymize(group_id):
             members = [u for u, _ in extra] + [e.user_id for e in entries if not e.is_bot]

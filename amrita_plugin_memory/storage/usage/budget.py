@@ -25,6 +25,7 @@ from nonebot.log import logger
 
 from ...core.config import BudgetConfig
 from ...core.text import short_error
+from ..scope import UserView
 from .ledger import UsageLedger
 from .spend import Spend
 
@@ -83,8 +84,9 @@ class BackgroundBudget:
             return True
         return user_id is not None and self._users.get(user_id) == today
 
-    async def admit(self, feature: str, user_id: str) -> Admission:
-        """May a background request of ``feature`` for ``user_id`` be sent now?"""
+    async def admit(self, feature: str, view: UserView) -> Admission:
+        """May a background request of ``feature`` for the user of ``view`` be sent now?"""
+        user_id = UserView.check(view).user_id
         if not self.capped:
             return ADMITTED
         now = self.ledger.now()
@@ -94,10 +96,10 @@ class BackgroundBudget:
         if self._users.get(user_id) == day:
             return self._hold(feature, "user", now)
         try:
-            bot, mine = await self.ledger.spent_on(day, user_id)
+            bot, mine = await self.ledger.spent_on(day, view)
         except Exception as exc:  # the database: judge by what this process spent
             logger.warning(f"[Memory] 读取后台用量失败，按本进程的记录判断预算：{short_error(exc)}")
-            bot, mine = self.ledger.pending_spent(day, user_id)
+            bot, mine = self.ledger.pending_spent(day, view)
         c = self.config
         if c.background_tokens_per_day and bot >= c.background_tokens_per_day:
             self._bot_day = day
@@ -138,7 +140,7 @@ class BackgroundBudget:
         c = self.config
         now = self.ledger.now()
         day = self.ledger.day_of(now)
-        used, _ = await self.ledger.spent_on(day, "")
+        used = await self.ledger.spent_by_all(day)
         per_user = c.background_tokens_per_user_per_day
         over = await self.ledger.users_over(day, per_user) if per_user else []
         bot_reached = bool(c.background_tokens_per_day) and used >= c.background_tokens_per_day

@@ -43,6 +43,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 from ...core.calendar import OwnerCalendar
 from ...core.text import short_error
+from ..scope import UserView
 from ..shared.sessions import SessionFactory, SharedWork, orm_session
 from .spend import Spend
 
@@ -54,9 +55,9 @@ __all__ = [
     "UsageLedger",
 ]
 
-FEATURES = ("extraction", "persona", "subconscious")
+FEATURES = ("extraction", "persona", "subconscious", "episodes")
 """The background features whose requests are counted (and capped by ``[budget]``)."""
-BLOCKS = ("tools", "memo", "memories", "group_context", "personas", "self")
+BLOCKS = ("tools", "memo", "memories", "group_context", "personas", "self", "episodes")
 """What the plugin adds to chat turns: the chat tools' schemas and the blocks."""
 BLOCK_PREFIX = "block:"
 TURNS = "chat"
@@ -271,24 +272,33 @@ class UsageLedger:
 
     # -- reading ---------------------------------------------------------------------
 
-    async def spent_on(self, day: str, user_id: str) -> tuple[int, int]:
-        """Tokens of the background features on ``day``: the whole bot's and ``user_id``'s
-        (every process's written rows, and this process's unwritten entries)."""
+    async def spent_on(self, day: str, view: UserView) -> tuple[int, int]:
+        """Tokens of the background features on ``day``: the whole bot's and the user's of
+        ``view`` (every process's written rows, and this process's unwritten entries)."""
+        return await self._spent(day, UserView.check(view).user_id)
+
+    async def spent_by_all(self, day: str) -> int:
+        """Tokens of the background features on ``day``, every user's (an operator's status)."""
+        total, _ = await self._spent(day, None)
+        return total
+
+    async def _spent(self, day: str, user_id: str | None) -> tuple[int, int]:
         from ..models import UsageDay
 
         tokens = UsageDay.prompt_tokens + UsageDay.completion_tokens
-        mine = case((UsageDay.user_id == user_id, tokens), else_=0)
+        mine = case((UsageDay.user_id == (user_id or ""), tokens), else_=0)
         stmt = select(func.coalesce(func.sum(tokens), 0), func.coalesce(func.sum(mine), 0)).where(
             UsageDay.day == day, UsageDay.feature.in_(FEATURES)
         )
         ((total, own),) = await self.work.run(self._rows(stmt), "读取用量记录")
         waiting = [(u, s) for (f, u), s in self.pending(day).items() if f in FEATURES]
         total = int(total) + sum(s.tokens for _, s in waiting)
-        own = int(own) + sum(s.tokens for u, s in waiting if u == user_id)
-        return total, own
+        own = int(own) + sum(s.tokens for u, s in waiting if user_id is not None and u == user_id)
+        return total, (own if user_id is not None else 0)
 
-    def pending_spent(self, day: str, user_id: str) -> tuple[int, int]:
+    def pending_spent(self, day: str, view: UserView) -> tuple[int, int]:
         """:meth:`spent_on` from this process's unwritten entries only (the database is down)."""
+        user_id = UserView.check(view).user_id
         waiting = [(u, s) for (f, u), s in self.pending(day).items() if f in FEATURES]
         return sum(s.tokens for _, s in waiting), sum(s.tokens for u, s in waiting if u == user_id)
 
@@ -308,9 +318,9 @@ class UsageLedger:
         rows = await self.work.run(self._rows(stmt), "读取用量记录")
         return [(str(user), int(n)) for user, n in rows]
 
-    async def days(self, count: int) -> dict[str, dict[str, Spend]]:
-        """``{day: {feature: spend}}`` of the last ``count`` days (users summed), including
-        this process's unwritten entries."""
+    async def totals_by_day(self, count: int) -> dict[str, dict[str, Spend]]:
+        """``{day: {feature: spend}}`` of the last ``count`` days (every user summed: an
+        operator door), including this process's unwritten entries."""
         from ..models import UsageDay
 
         first = self._days_back(count - 1)
@@ -341,12 +351,12 @@ class UsageLedger:
 
     # -- one user's rows (a user's export and forget) ------------------------------------
 
-    async def of_user(self, user_id: str) -> list[dict[str, Any]]:
-        """Every entry kept under ``user_id`` (their QQ number): the written rows and this
-        process's unwritten ones, oldest day first."""
+    async def of_user(self, view: UserView) -> list[dict[str, Any]]:
+        """Every entry kept under the user of ``view`` (their QQ number): the written rows
+        and this process's unwritten ones, oldest day first."""
         from ..models import UsageDay
 
-        key = user_id[:64]
+        key = UserView.check(view).user_id[:64]
         u = UsageDay
         stmt = (
             select(u.day, u.feature, u.requests, u.prompt_tokens, u.completion_tokens,

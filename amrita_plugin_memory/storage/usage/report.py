@@ -52,7 +52,7 @@ async def usage_json(budget: BackgroundBudget) -> dict[str, Any]:
     """The whole ``usage`` object, read from the ledger of ``budget``."""
     ledger = budget.ledger
     today = ledger.today()
-    days = await ledger.days(WINDOW_DAYS)
+    days = await ledger.totals_by_day(WINDOW_DAYS)
     window = _window(today, WINDOW_DAYS)
     spans = {"today": [today], "last_30_days": window}
     usage: dict[str, Any] = {

@@ -36,6 +36,7 @@ from nonebot.log import logger
 
 from ...core.errors import ErrorKind, PluginError
 from ...infra.files import atomic_write_text
+from ..scope import UserView
 from ..shared.coherence import Coherence
 from ..shared.documents import Migration, SharedDocuments, move_to_backup
 
@@ -103,8 +104,8 @@ def remove_profile(path: Path) -> int:
 class LoopProfile(Protocol):
     """The profile of one user, read and removed whole (a user's export and forget)."""
 
-    async def text_of(self, user_id: str) -> str:
-        """The profile about ``user_id`` as stored (``""``: none)."""
+    async def text_of(self, view: UserView) -> str:
+        """The profile about the user of ``view`` as stored (``""``: none)."""
         ...
 
     async def remove_of(self, user_id: str) -> int:
@@ -133,7 +134,8 @@ class ProfileFile:
     async def exists(self) -> bool:
         return await asyncio.to_thread(self.path.exists)
 
-    async def text_of(self, user_id: str) -> str:
+    async def text_of(self, view: UserView) -> str:
+        user_id = UserView.check(view).user_id
         return await self.text() if user_id and user_id == self.subject else ""
 
     async def remove_of(self, user_id: str) -> int:
@@ -217,7 +219,8 @@ class ProfileRow:
         await self._ready()
         return await self.documents.get(self.subject) is not None
 
-    async def text_of(self, user_id: str) -> str:
+    async def text_of(self, view: UserView) -> str:
+        user_id = UserView.check(view).user_id
         if not user_id:
             return ""
         if user_id == self.subject:

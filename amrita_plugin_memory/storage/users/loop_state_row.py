@@ -38,8 +38,9 @@ from typing import Any, Protocol, TypeVar
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 
-from ..keys import user_of_key
+from ..keys import user_key, user_of_key
 from ..models import ForgottenUser, LoopItem, SubconsciousState, db_now
+from ..scope import UserView
 from ..shared.sessions import SharedWork, orm_session
 
 __all__ = [
@@ -318,22 +319,23 @@ class LoopItems:
     """What the loop's last cycles did: all about the target user, the one it works on."""
 
 
-def user_items(
-    state: Mapping[str, Any], user_id: str, partition: str, *, target: bool
-) -> LoopItems:
-    """The user's items in ``state``: the waiting messages and the cycles' abstracts
-    belong to the loop's target user (``target``) alone, suggestions to who made them."""
+def user_items(state: Mapping[str, Any], view: UserView, *, target: bool) -> LoopItems:
+    """The items of the user of ``view`` in ``state``: the waiting messages and the cycles'
+    abstracts belong to the loop's target user (``target``) alone, suggestions to who made
+    them."""
+    user_id = UserView.check(view).user_id
+    partition = user_key(user_id)
     suggestions = [s for s in state.get(SUGGESTIONS) or [] if _suggested_by(s, user_id, partition)]
     if not target:
         return LoopItems(suggestions=suggestions)
     return LoopItems(list(state.get(PENDING) or []), suggestions, list(state.get(ABSTRACTS) or []))
 
 
-def drop_user_items(
-    state: dict[str, Any], user_id: str, partition: str, *, target: bool
-) -> LoopItems:
+def drop_user_items(state: dict[str, Any], view: UserView, *, target: bool) -> LoopItems:
     """Remove what :func:`user_items` finds from ``state``; what was removed."""
-    found = user_items(state, user_id, partition, target=target)
+    found = user_items(state, view, target=target)
+    user_id = view.user_id
+    partition = user_key(user_id)
     if found.pending:
         state[PENDING] = []
     if found.abstracts:

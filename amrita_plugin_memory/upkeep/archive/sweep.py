@@ -34,6 +34,11 @@ rests after each chunk as long as the chunk took (:data:`REST_RATIO`): the
 loop has at least half the time. A remote ChromaDB, or the local one served by
 a child process (``VECTOR_DB_LOCAL_SERVER``, the default on Linux), releases
 the GIL while it waits for the server: no rest is needed.
+The conversation episodes (issue #48) expire with the same clock: with
+``episodes`` given, the episodes that ended more than
+``lifetime(EPISODE_IMPORTANCE)`` days ago move to their archive
+(``EpisodeStore.sweep_episodes``, reason ``expired``; restorable, removed only by a
+forget), in batches of ``batch_size``, after the memories.
 The live-collection reads and writes go through the store's doors for work on the
 whole collection (``MemoryStore.scan_all``, ``fetch_anywhere``, ``remove_rows``),
 which are guarded: refused while a remap replaces the collection.
@@ -54,9 +59,11 @@ from ...core.errors import ErrorKind, VectorStoreError
 from ...core.records import MemoryRecord
 from ...ranking.scores import parse_time
 from ...storage.archive.store import REASON_EXPIRED, REASON_UPDATED, history_id
+from ...storage.episodes.store import EpisodeStore
 from ...storage.memory_store import MemoryStore, row_state, unchanged_where
 
 __all__ = [
+    "EPISODE_IMPORTANCE",
     "SWEEP_LEASE_TTL",
     "WRITE_CHUNK",
     "SweepBusy",
@@ -95,6 +102,9 @@ SCAN_PAGE = 250
 Lifetime = Callable[[str], float]
 """Days after its last update when a memory of an importance level expires (0 = never)."""
 
+EPISODE_IMPORTANCE = "medium"
+"""An episode lives as long as a memory of this importance (days after it ended)."""
+
 
 @dataclass(slots=True)
 class SweepResult:
@@ -106,12 +116,15 @@ class SweepResult:
     skipped: int = 0
     """Expired at the scan, but changed, deleted or moved before their batch ran."""
     partitions: set[str] = field(default_factory=set)
+    episodes: int = 0
+    """Conversation episodes moved to their archive."""
 
     def describe(self) -> str:
-        return (
+        text = (
             f"扫描 {self.scanned} 条记忆，归档 {self.archived} 条"
             f"（{len(self.partitions)} 个分区，{self.batches} 批）"
         )
+        return text + (f"，归档对话片段 {self.episodes} 段" if self.episodes else "")
 
 
 def expired(record: MemoryRecord, lifetime: Lifetime, now: datetime) -> bool:
@@ -244,6 +257,7 @@ async def sweep(
     batch_size: int = 200,
     now: datetime | None = None,
     lease_ttl: float = SWEEP_LEASE_TTL,
+    episodes: EpisodeStore | None = None,
 ) -> SweepResult:
     """Move every memory past its lifetime into the archive; what was done.
 
@@ -252,19 +266,40 @@ async def sweep(
     while maintenance runs (``MaintenanceInProgress``): the batches done so far
     stay done, the rest is left for the next sweep, nothing is lost. Where other
     processes share the store, one sweeps at a time (a lease, ``lease_ttl``): the
-    others raise :class:`SweepBusy`.
+    others raise :class:`SweepBusy`. ``episodes``: the conversation episodes expire too.
     """
     leases = store.coherence.leases
     if leases is None:
-        return await _sweep(store, lifetime, batch_size, now)
+        return await _sweep(store, lifetime, batch_size, now, episodes)
     async with leases.attempt(sweep_lease(store), ttl=lease_ttl) as held:
         if not held:
             raise SweepBusy("另一个进程正在执行归档清理，本次跳过")
-        return await _sweep(store, lifetime, batch_size, now)
+        return await _sweep(store, lifetime, batch_size, now, episodes)
+
+
+async def _sweep_episodes(
+    episodes: EpisodeStore, lifetime: Lifetime, batch_size: int, at: datetime
+) -> int:
+    """Archive the episodes past their lifetime (``0`` days: never); how many moved."""
+    days = lifetime(EPISODE_IMPORTANCE)
+    if days <= 0:
+        return 0
+    ended_before = (at - timedelta(days=days)).timestamp()
+    moved = 0
+    while True:
+        done = await episodes.sweep_episodes(ended_before, at=at.timestamp(), limit=batch_size)
+        moved += done
+        if done < batch_size:
+            return moved
+        await asyncio.sleep(0)  # let chat turns run between batches
 
 
 async def _sweep(
-    store: MemoryStore, lifetime: Lifetime, batch_size: int, now: datetime | None
+    store: MemoryStore,
+    lifetime: Lifetime,
+    batch_size: int,
+    now: datetime | None,
+    episodes: EpisodeStore | None = None,
 ) -> SweepResult:
     at = now or datetime.now(UTC)
     result = SweepResult()
@@ -276,6 +311,8 @@ async def _sweep(
             await _rest(store, began)
         result.batches += 1
         await asyncio.sleep(0)  # let chat turns run between batches
-    if result.archived:
+    if episodes is not None:
+        result.episodes = await _sweep_episodes(episodes, lifetime, max(batch_size, 1), at)
+    if result.archived or result.episodes:
         logger.info(f"[Memory] 归档清理：{result.describe()}")
     return result

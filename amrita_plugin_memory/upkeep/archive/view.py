@@ -14,6 +14,7 @@ from ...core.calendar import OwnerCalendar
 from ...core.config import ConfigFile
 from ...core.text import cut
 from ...storage.archive.store import ArchivedMemory
+from ...storage.episodes.store import EpisodeStore
 from ...storage.memory_store import MemoryStore, operator_view
 from .restore import parse_row_id, restore
 from .sweep import SweepResult, sweep
@@ -73,6 +74,7 @@ async def archive_command(
     partition: str | None = None,
     limit: int = 20,
     row_id: str | None = None,
+    episodes: EpisodeStore | None = None,
 ) -> list[str]:
     """``list`` / ``restore`` / ``sweep`` for ``ambot memory archive`` (lines to print).
 
@@ -80,7 +82,9 @@ async def archive_command(
     failure: the command prints it as one line.
     """
     if action == "sweep":
-        result = await sweep(store, config.lifetime_days, batch_size=config.archive.batch_size)
+        result = await sweep(
+            store, config.lifetime_days, batch_size=config.archive.batch_size, episodes=episodes
+        )
         return [sweep_message(result)]
     if action == "restore":
         checked = parse_row_id(row_id)

@@ -43,6 +43,10 @@ class ForgetCounts:
     """Abstracts of the L3 loop's cycles (each about its target user)."""
     usage_rows: int = 0
     """Rows of the usage ledger kept under the user's QQ number (their background requests)."""
+    episodes: int = 0
+    """Episodes of their private chat and group episodes they took part in (archived too)."""
+    episode_lines: int = 0
+    """Their messages of conversations not ended yet (and the bot's in their private chat)."""
     authored: int = 0
     """Group memories the user wrote, live and archived: kept, their writer mark cleared."""
     backups: int = 0
@@ -79,6 +83,8 @@ class ForgetCounts:
             f"L3 循环整理出的用户画像 {self.profile_lines} 行",
             f"L3 循环各轮的运行摘要 {self.abstracts} 条",
             f"按你的 QQ 号记下的后台请求用量 {self.usage_rows} 条",
+            f"对话片段 {self.episodes} 段（与你的私聊，以及你参与过的群聊对话，含归档）",
+            f"尚未结束的对话中的消息 {self.episode_lines} 条",
         ]
 
     def kept(self) -> list[str]:
@@ -111,4 +117,6 @@ class ForgetCounts:
             + self.profile_lines
             + self.abstracts
             + self.usage_rows
+            + self.episodes
+            + self.episode_lines
         )

@@ -22,6 +22,10 @@ command (``/memory user export|forget``), the admin console and
 * the group memories they wrote, live and archived (writer mark,
   :data:`~...core.records.META_AUTHOR`): exported, and kept by a forget (they
   belong to the group) with the mark cleared;
+* their conversation episodes (issue #48): every episode of their private chat and
+  every group episode they took part in (its summary may tell what they said),
+  archived ones too, and their lines of conversations not ended yet
+  (:mod:`...storage.episodes.store`): exported, and removed by a forget;
 * the usage ledger's rows kept under their QQ number (what their background requests
   cost, :mod:`...storage.usage.ledger`): exported, and removed by a forget;
 * their choice about active memory (``/memory auto off``, :mod:`...storage.consent_store`)
@@ -52,13 +56,16 @@ from typing import Any, Protocol
 from nonebot import logger
 
 from ...core.calendar import OwnerCalendar
+from ...core.episodes import EpisodeLine, EpisodeRecord
 from ...core.errors import ErrorKind, PluginError
 from ...storage.archive.store import ArchivedMemory
 from ...storage.consent_store import ConsentStore
+from ...storage.episodes.store import EpisodeStore
 from ...storage.groups.stores import GroupStores
 from ...storage.keys import user_key
 from ...storage.memo_store import MemoService
 from ...storage.memory_store import MemoryStore, operator_view
+from ...storage.scope import UserView, operator_user_view
 from ...storage.shared.coherence import forgotten_row
 from ...storage.users.loop_profile import LoopProfile, profile_lines
 from ...storage.users.loop_state_row import LoopStateAccess, drop_user_items, user_items
@@ -96,7 +103,7 @@ class ForgetBlocked(PluginError, RuntimeError):
 class UsageRows(Protocol):
     """The usage ledger, as a user's export and forget need it (``storage.usage.UsageLedger``)."""
 
-    async def of_user(self, user_id: str) -> list[dict[str, Any]]:
+    async def of_user(self, view: UserView) -> list[dict[str, Any]]:
         """Every entry kept under the user's id."""
         ...
 
@@ -138,6 +145,36 @@ def _archived_json(row: ArchivedMemory, calendar: OwnerCalendar) -> dict[str, An
     return _with_local(out, calendar)
 
 
+def _episode_json(episode: EpisodeRecord, calendar: OwnerCalendar) -> dict[str, Any]:
+    """One episode in the export (who took part: a count, never the other members' ids)."""
+    out = {
+        "id": episode.id,
+        "chat": episode.chat,
+        "origin": episode.origin,
+        "day": episode.day,
+        "start_at": _iso(episode.start),
+        "end_at": _iso(episode.end),
+        "summary": episode.summary,
+        "topics": list(episode.topics),
+        "source": episode.source,
+        "messages": episode.messages,
+        "participants": len(episode.participants),
+        "archived": episode.archived,
+    }
+    return _with_local(out, calendar)
+
+
+def _line_json(line: EpisodeLine, calendar: OwnerCalendar) -> dict[str, Any]:
+    out = {
+        "chat": line.chat,
+        "origin": line.origin,
+        "text": line.text,
+        "at": _iso(line.at),
+        "by_bot": line.is_bot,
+    }
+    return _with_local(out, calendar)
+
+
 ForgetFence = Callable[[str], AbstractAsyncContextManager[object]]
 """Entered with the user id before a forget removes anything, left when it ends."""
 PendingSource = Callable[[str], list[dict[str, Any]]]
@@ -161,6 +198,7 @@ class UserData:
         consent: ConsentStore | None = None,
         backups: BackupFiles | None = None,
         usage: UsageRows | None = None,
+        episodes: EpisodeStore | None = None,
     ) -> None:
         self.store = store
         self.memo = memo
@@ -179,6 +217,8 @@ class UserData:
         self.backups = backups
         self.usage = usage
         """The usage ledger (``None``: not exported, nothing removed)."""
+        self.episodes = episodes
+        """The conversation episodes (``None``: not exported, nothing removed)."""
         self.loop_owners: Callable[[], Awaitable[set[str]]] | None = None
         """Who the stored loop items (waiting messages, abstracts) belong to, as the rows
         record it (``LoopStateRow.owners``): the loop's target when they were written."""
@@ -210,15 +250,28 @@ class UserData:
     async def _profile_text(self, user_id: str) -> str:
         # Found by the user's id, not by this process's target: a bot without the loop
         # exports (and forgets) the shared profile too.
-        return "" if self.profile is None else await self.profile.text_of(user_id)
+        return (
+            "" if self.profile is None else await self.profile.text_of(operator_user_view(user_id))
+        )
 
     async def _active_memory(self, user_id: str) -> dict[str, Any] | None:
         if self.consent is None:
             return None
-        since = await self.consent.opted_out_since(user_id)
+        since = await self.consent.opted_out_since(operator_user_view(user_id))
         return {
             "learning_off": since is not None,
             "since": since.replace(tzinfo=UTC).isoformat(timespec="seconds") if since else None,
+        }
+
+    async def _episodes(self, user_id: str, partition: str) -> dict[str, list[dict[str, Any]]]:
+        """Their episodes and waiting lines, JSON-ready (stamps UTC, each with its local)."""
+        if self.episodes is None:
+            return {"episodes": [], "episode_lines": []}
+        episodes = await self.episodes.of_user_anywhere(user_id, partition)
+        lines = await self.episodes.lines_of_user(user_id, partition)
+        return {
+            "episodes": [_episode_json(e, self.calendar) for e in episodes],
+            "episode_lines": [_line_json(ln, self.calendar) for ln in lines],
         }
 
     # -- export ----------------------------------------------------------------------
@@ -230,7 +283,9 @@ class UserData:
         persona = await self.groups.personas.of_user_anywhere(user_id)
         messages = await self.groups.windows.messages_of(user_id)
         items = user_items(
-            await self.loop.read(), user_id, partition, target=await self._is_target(user_id)
+            await self.loop.read(),
+            operator_user_view(user_id),
+            target=await self._is_target(user_id),
         )
         memo = await self.memo.get(operator_view(partition))
         archived_authored = await authored_archived(self.store, user_id)
@@ -275,7 +330,10 @@ class UserData:
             "knowledge_suggestions": items.suggestions,
             "l3_profile": await self._profile_text(user_id) or None,
             "l3_abstracts": items.abstracts,
-            "usage": await self.usage.of_user(user_id) if self.usage is not None else [],
+            "usage": await self.usage.of_user(operator_user_view(user_id))
+            if self.usage is not None
+            else [],
+            **await self._episodes(user_id, partition),
         }
 
     # -- forget ----------------------------------------------------------------------
@@ -284,10 +342,11 @@ class UserData:
         """What :meth:`forget` would remove now (reads only)."""
         partition = user_key(user_id)
         target = await self._is_target(user_id)
-        items = user_items(await self.loop.read(), user_id, partition, target=target)
+        items = user_items(await self.loop.read(), operator_user_view(user_id), target=target)
         persona = await self.groups.personas.of_user_anywhere(user_id)
         authored = len(await authored_records(self.store, user_id))
         authored += len(await authored_archived(self.store, user_id))
+        episodes = await self._episodes(user_id, partition)
         return ForgetCounts(
             memories=await self.store.count(operator_view(partition)),
             archived=await self.store.archive.count(operator_view(partition)),
@@ -300,8 +359,12 @@ class UserData:
             suggestions=len(items.suggestions),
             profile_lines=profile_lines(await self._profile_text(user_id)),
             abstracts=len(items.abstracts),
-            usage_rows=len(await self.usage.of_user(user_id)) if self.usage is not None else 0,
+            usage_rows=len(await self.usage.of_user(operator_user_view(user_id)))
+            if self.usage is not None
+            else 0,
             authored=authored,
+            episodes=len(episodes["episodes"]),
+            episode_lines=len(episodes["episode_lines"]),
             backups=self.backups.count() if self.backups is not None else 0,
             target=target,
         )
@@ -344,7 +407,7 @@ class UserData:
         counts.group_messages = await self.groups.windows.forget_user(user_id)
         counts.labels = await self.groups.directory.forget_user(user_id)
         items = await self.loop.edit(
-            lambda state: drop_user_items(state, user_id, partition, target=target)
+            lambda state: drop_user_items(state, operator_user_view(user_id), target=target)
         )
         counts.pending_messages, counts.suggestions = len(items.pending), len(items.suggestions)
         counts.abstracts = len(items.abstracts)
@@ -353,6 +416,9 @@ class UserData:
         if self.usage is not None:
             counts.usage_rows = await self.usage.forget_user(user_id)
         counts.authored = await unmark_author(self.store, user_id)
+        if self.episodes is not None:  # real deletion, archived episodes included
+            gone = await self.episodes.forget_user(user_id, partition)
+            counts.episodes, counts.episode_lines = gone.episodes, gone.lines
         # Once more: a window write another process began before the tombstone may have
         # landed after the first pass (every read leaves such rows out anyway).
         counts.group_messages += await self.groups.windows.forget_user(user_id)

@@ -1,0 +1,1 @@
+"""Conversation episodes in the SQL database (issue #48)."""
