@@ -59,3 +59,21 @@ def test_empty_and_bot_only() -> None:
     assert X.extract_episode([], _label) == ("", ())
     summary, _ = X.extract_episode([_line("bot", "你好呀，今天想聊点什么", 1.0, bot=True)], _label)
     assert summary.endswith("你：你好呀，今天想聊点什么")
+
+
+def test_quoted_lines_do_not_stack_punctuation() -> None:
+    """A line's own full stop before the separator would read "。；" (or ".;")."""
+    lines = [
+        _line("1234", "我明天要去二面了。", 1.0),
+        _line("1234", "二面会问算法吗？", 2.0),
+        _line("1234", "算法题刷了很多，", 3.0),
+    ]
+    summary, _ = X.extract_episode(lines, _label)
+    assert "。；" not in summary and "，；" not in summary, summary
+    assert "二面会问算法吗？" in summary  # a question keeps its mark
+    english = [
+        _line("1", "Interview tomorrow.", 1.0, name="A"),
+        _line("1", "Nervous.", 2.0, name="A"),
+    ]
+    summary, _ = X.extract_episode(english, lambda line: line.name)
+    assert ".;" not in summary, summary

@@ -55,7 +55,6 @@ MAX_CHATS = 100
 """Chats read per pass (the longest idle first; the rest wait for the next pass)."""
 LEASE_TTL = 120.0
 """How long a chat's lease holds without renewal (kept renewed while its pass runs)."""
-"""Chats read per pass (the longest idle first; the rest wait for the next pass)."""
 
 Labeller = Callable[[str, Sequence[tuple[str, str]]], Awaitable[dict[str, str]]]
 """``(group id, [(user id, nickname)]) -> {user id: label}``: how a group's members are shown."""

@@ -32,6 +32,8 @@ __all__ = ["MAX_TOPICS", "extract_episode", "is_chinese"]
 MAX_TOPICS = 5
 LINE_CHARS = 60
 """A quoted line is cut to this many characters (several fit in a summary)."""
+_TRAILING = "。；;，,、. "
+"""Trailing punctuation dropped from a quoted line (the separator follows it)."""
 
 
 def is_chinese(texts: Sequence[str]) -> bool:
@@ -119,15 +121,21 @@ def extract_episode(
     room = SUMMARY_MAX_CHARS - len(head)
     # The lines holding most topics first (ties: the earlier), shown in the order said.
     ranked = sorted(range(len(members)), key=lambda i: (-_line_score(texts[i], topics), i))
+
+    def quote(index: int) -> str:
+        # A sentence's own full stop or comma before the separator would read "。；".
+        said = cut(texts[index], LINE_CHARS).rstrip(_TRAILING) or texts[index]
+        return f"{name_of(members[index])}{colon}{said}"
+
     chosen: list[int] = []
     used = 0
     for index in ranked:
-        quote = f"{name_of(members[index])}{colon}{cut(texts[index], LINE_CHARS)}"
-        cost = len(quote) + (len(sep) if chosen else 0)
+        quoted = quote(index)
+        cost = len(quoted) + (len(sep) if chosen else 0)
         if used + cost > room:
             continue
         chosen.append(index)
         used += cost
-    quotes = [f"{name_of(members[i])}{colon}{cut(texts[i], LINE_CHARS)}" for i in sorted(chosen)]
+    quotes = [quote(i) for i in sorted(chosen)]
     summary = cut(head + sep.join(quotes), SUMMARY_MAX_CHARS).strip()
     return summary, tuple(topics)
