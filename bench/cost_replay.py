@@ -9,7 +9,8 @@ as OneBot events through NoneBot, as the tests drive turns (``tests/chat.py``).
 The model is the tests' OpenAI-compatible server with one fixed script: a
 tool-calling request is answered without a tool call, the final request with a
 short reply, an extraction with one ``add`` per user message it shows, a
-persona request with one field per member it asks about. Embeddings: the
+persona request with one field per member it asks about, an episode summary
+with a fixed one-line summary. Embeddings: the
 bundled multilingual-e5-small in process (``EMBEDDING_PROCTOL=local``), so
 recall picks what the default thresholds pick.
 
@@ -30,6 +31,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo" / "locomo_observations.json"
 TOOL_ROUND_REPLY = "嗯嗯，我在听。"
 FINAL_REPLY = "好的，我记住了，你继续说吧。"
+EPISODE_SUMMARY = "用户聊了最近的生活和打算。"
 PRIVATE_UID = 7_100_000
 GROUP_UID = 7_200_000
 GROUP_ID = 7_300_001
@@ -104,6 +107,8 @@ def _model(body: dict[str, Any]) -> Any:
     if first.startswith("[memory-extraction]"):
         ops = [{"op": "add", "content": t.strip()} for t in _USER_LINE.findall(shown)][:8]
         return Reply.text(json.dumps({"memories": ops}, ensure_ascii=False))
+    if first.startswith("[episode-summary]"):
+        return Reply.text(json.dumps({"summary": EPISODE_SUMMARY, "topics": ["聊天"]}))
     if first.startswith("[persona-extraction]"):
         asked = _ASKED.search(shown)
         labels = [x.strip() for x in asked.group(1).split("、")] if asked else []
@@ -144,6 +149,7 @@ async def _settle(variant: str) -> None:
     if variant != "memory":
         return
     from amrita_plugin_memory.adapters.active_hooks import current_active
+    from amrita_plugin_memory.adapters.episode_hooks import current_episodes
     from amrita_plugin_memory.adapters.group_hooks import current_hooks
 
     hooks = current_active()
@@ -154,6 +160,13 @@ async def _settle(variant: str) -> None:
     if groups is not None:
         async with asyncio.timeout(600):
             await groups.awareness.drain()
+    episodes = current_episodes()
+    if episodes is not None:
+        # The replay takes minutes, not the idle gap: every chat's conversation is closed
+        # as at the local day's end, so each sends its one summary request.
+        async with asyncio.timeout(600):
+            await episodes.service.recorder.flush()
+            await episodes.service.closer.run_once(time.time() + 2 * 86400)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -38,6 +38,9 @@ def test_shared_prefix_and_kinds() -> None:
         "check"
     )
     assert kind_of(request([], "hi", tools=True)) == "tool-calling"
+    assert kind_of({"messages": [{"role": "system", "content": "[episode-summary]\n…"}]}) == (
+        "episode"
+    )
     assert kind_of(request([], "hi", tools=False)) == "final"
 
 
