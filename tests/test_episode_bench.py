@@ -123,3 +123,19 @@ def test_the_bench_counts_what_the_plugin_picks(monkeypatch: pytest.MonkeyPatch)
         total.all_turns += f.all_turns
     assert total.asked == sum(q.gold is not None for c in chats for q in c.questions)
     assert "gold episode picked" in episode_bench.report(figs, markdown=True)
+
+
+def test_topic_bench_scores_and_evidence_sessions() -> None:
+    """``bench.episode_topics``: a question counts only when its evidence is in one session;
+    hit@1 / hit@3 / nothing picked are counted from the ranked ids."""
+    from bench.episode_topics import Scores, _session_of
+
+    assert _session_of(frozenset({"D3:7", "D3:9"})) == 3
+    assert _session_of(frozenset({"D3:7", "D4:1"})) is None
+    assert _session_of(frozenset()) is None
+    s = Scores()
+    s.add(["a", "b"], "a")
+    s.add(["b", "c", "a"], "a")
+    s.add(["b", "c", "d", "a"], "a")
+    s.add([], "a")
+    assert (s.asked, s.first, s.top, s.none) == (4, 1, 2, 1)
