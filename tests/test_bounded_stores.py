@@ -53,7 +53,10 @@ async def test_the_group_window_gives_up_within_its_bound(
     from amrita_plugin_memory.storage.shared.sessions import SharedDatabaseError, SharedWork
 
     gate = asyncio.Event()
+    from amrita_plugin_memory.storage.shared import sessions
+
     monkeypatch.setattr(window_store, "orm_session", lambda: _Hung(gate))
+    monkeypatch.setattr(sessions, "orm_session", lambda: _Hung(gate))  # read_scalars, commit_one
     work = SharedWork(0.3)
     windows = GroupWindowStore(GroupContextConfig(), work=work)
     windows.append("9001", "30471", "甲", "早上好", is_bot=False, at=1.0)

@@ -29,19 +29,14 @@ from typing import Any
 
 from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.sql import Executable
 
 from ...core.episodes import EpisodeLine, EpisodeRecord, NewEpisode
 from ..models import Episode, EpisodeLineRow, EpisodeMember
 from ..scope import View
-from ..shared.sessions import SharedWork, orm_session
+from ..shared.sessions import SharedWork, commit_one, orm_session, read_scalars, rowcount
 from .rows import MAX_READ, ForgottenEpisodes, OpenChat, as_line, as_record, seconds, us
 
 __all__ = ["EpisodeStore", "ForgottenEpisodes", "OpenChat"]
-
-
-def _rowcount(result: Any) -> int:
-    return int(getattr(result, "rowcount", 0) or 0)
 
 
 def _visible(view: View) -> Any:
@@ -63,20 +58,8 @@ class EpisodeStore:
 
     # -- plumbing ------------------------------------------------------------------------
 
-    @staticmethod
-    async def _rows(stmt: Any) -> list[Any]:
-        async with orm_session() as session:
-            return list((await session.scalars(stmt)).all())
-
-    @staticmethod
-    async def _execute(stmt: Executable) -> int:
-        async with orm_session() as session:
-            result = await session.execute(stmt)
-            await session.commit()
-        return _rowcount(result)
-
     async def _episodes(self, stmt: Any, what: str) -> list[EpisodeRecord]:
-        return [as_record(r) for r in await self.work.run(self._rows(stmt), what)]
+        return [as_record(r) for r in await self.work.run(read_scalars(stmt), what)]
 
     # -- lines of open conversations ----------------------------------------------------
 
@@ -136,7 +119,7 @@ class EpisodeStore:
             .order_by(EpisodeLineRow.at_us, EpisodeLineRow.id)
             .limit(limit)
         )
-        return [as_line(r) for r in await self.work.run(self._rows(stmt), "读取对话片段的消息")]
+        return [as_line(r) for r in await self.work.run(read_scalars(stmt), "读取对话片段的消息")]
 
     async def conversation_start(self, view: View) -> float | None:
         """When the conversation going on in ``view``'s chat began (its oldest waiting
@@ -157,7 +140,7 @@ class EpisodeStore:
         if not wanted:
             return 0
         stmt = delete(EpisodeLineRow).where(EpisodeLineRow.id.in_(wanted))
-        return await self.work.run(self._execute(stmt), "删除对话片段的消息")
+        return await self.work.run(commit_one(stmt), "删除对话片段的消息")
 
     async def drop_user_lines(self, user_id: str, private_chat: str = "") -> int:
         """Remove ``user_id``'s waiting lines in every chat, and every line of their private
@@ -166,7 +149,7 @@ class EpisodeStore:
         if private_chat:
             clause = or_(clause, EpisodeLineRow.chat == private_chat)
         return await self.work.run(
-            self._execute(delete(EpisodeLineRow).where(clause)), "删除对话片段的消息"
+            commit_one(delete(EpisodeLineRow).where(clause)), "删除对话片段的消息"
         )
 
     # -- keeping an episode ---------------------------------------------------------------
@@ -207,7 +190,7 @@ class EpisodeStore:
                         gone = await session.execute(
                             delete(EpisodeLineRow).where(EpisodeLineRow.id.in_(ids))
                         )
-                        if _rowcount(gone) < len(ids):
+                        if rowcount(gone) < len(ids):
                             # A forget or an opt-out took some of these lines meanwhile:
                             # nothing is kept; the rest is closed again without them.
                             await session.rollback()
@@ -216,7 +199,7 @@ class EpisodeStore:
                     return True
                 except IntegrityError:
                     await session.rollback()
-            await self._execute(delete(EpisodeLineRow).where(EpisodeLineRow.id.in_(ids)))
+            await commit_one(delete(EpisodeLineRow).where(EpisodeLineRow.id.in_(ids)))
             return False
 
         if not await self.work.run(write(), "保存对话片段"):
@@ -282,7 +265,7 @@ class EpisodeStore:
             .where(_visible(view), Episode.id == episode_id)
             .values(archived_us=us(at), archive_reason=reason[:16])
         )
-        return await self.work.run(self._execute(stmt), "归档对话片段") > 0
+        return await self.work.run(commit_one(stmt), "归档对话片段") > 0
 
     # -- operator doors: any chat, any user, the whole table -----------------------------
 
@@ -334,7 +317,7 @@ class EpisodeStore:
             )
             .order_by(EpisodeLineRow.at_us, EpisodeLineRow.id)
         )
-        return [as_line(r) for r in await self.work.run(self._rows(stmt), "读取对话片段的消息")]
+        return [as_line(r) for r in await self.work.run(read_scalars(stmt), "读取对话片段的消息")]
 
     async def forget_user(self, user_id: str, private_chat: str) -> ForgottenEpisodes:
         """Operator door (a user's forget): remove every episode of their private chat,
@@ -368,7 +351,7 @@ class EpisodeStore:
                     )
                 )
                 await session.commit()
-            return ForgottenEpisodes(len(ids), int(getattr(gone, "rowcount", 0) or 0))
+            return ForgottenEpisodes(len(ids), rowcount(gone))
 
         return await self.work.run(remove(), "删除用户的对话片段")
 
@@ -403,4 +386,4 @@ class EpisodeStore:
             .where(Episode.chat == chat, Episode.id == episode_id, Episode.archived_us.is_not(None))
             .values(archived_us=None, archive_reason="")
         )
-        return await self.work.run(self._execute(stmt), "恢复对话片段") > 0
+        return await self.work.run(commit_one(stmt), "恢复对话片段") > 0

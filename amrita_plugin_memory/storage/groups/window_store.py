@@ -33,19 +33,17 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
-from typing import Any
 
 from nonebot import logger
 from sqlalchemy import delete, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.sql import Executable
 
 from ...core.config import GroupContextConfig
 from ...infra.locks import PartitionLocks
 from ...prompting.group_window import GroupWindow, WindowEntry, cut_text
 from ..models import GroupMessage
 from ..scope import GroupView
-from ..shared.sessions import SharedWork, orm_session
+from ..shared.sessions import SharedWork, commit_one, orm_session, read_scalars, rowcount
 from ..users.tombstones import ForgottenUsers
 
 __all__ = ["CompactReport", "GroupWindowStore"]
@@ -166,26 +164,13 @@ class GroupWindowStore:
             .order_by(GroupMessage.id.desc())
             .limit(window.capacity)
         )
-        rows = await self.work.run(self._rows(stmt), "读取群上下文窗口")
+        rows = await self.work.run(read_scalars(stmt), "读取群上下文窗口")
         rows.reverse()
         entries = [
             WindowEntry(r.user_id, r.nickname, r.text, r.is_bot, _timestamp(r.created_at))
             for r in rows
         ]
         window.merge_persisted(await self._not_forgotten(entries))
-
-    @staticmethod
-    async def _rows(stmt: Any) -> list[Any]:
-        async with orm_session() as session:
-            return list((await session.scalars(stmt)).all())
-
-    @staticmethod
-    async def _execute(stmt: Executable) -> int:
-        """Run one change in a session of its own; the rows it touched."""
-        async with orm_session() as session:
-            result = await session.execute(stmt)
-            await session.commit()
-        return int(getattr(result, "rowcount", 0) or 0)
 
     async def _not_forgotten(self, entries: list[WindowEntry]) -> list[WindowEntry]:
         """``entries`` without the messages members said at or before their forget."""
@@ -272,14 +257,14 @@ class GroupWindowStore:
                 GroupMessage.group_id == group_id, GroupMessage.id < threshold
             )
         )
-        return int(getattr(result, "rowcount", 0) or 0)
+        return rowcount(result)
 
     async def clear(self, group_id: str) -> None:
         """Forget the group's window, in memory and stored."""
         window = self._window(group_id)
         async with self._locks.hold(group_id):
             stmt = delete(GroupMessage).where(GroupMessage.group_id == group_id)
-            await self.work.run(self._execute(stmt), "清空群上下文窗口")
+            await self.work.run(commit_one(stmt), "清空群上下文窗口")
             window.clear()
             window.loaded = True
 
@@ -293,7 +278,7 @@ class GroupWindowStore:
             .where(GroupMessage.user_id == user_id, GroupMessage.is_bot.is_(False))
             .order_by(GroupMessage.id)
         )
-        rows = await self.work.run(self._rows(stmt), "读取群上下文窗口")
+        rows = await self.work.run(read_scalars(stmt), "读取群上下文窗口")
         out = [
             (
                 r.group_id,
@@ -321,7 +306,7 @@ class GroupWindowStore:
         stmt = select(GroupMessage.group_id).where(
             GroupMessage.user_id == user_id, GroupMessage.is_bot.is_(False)
         )
-        groups = set(await self.work.run(self._rows(stmt.distinct()), "读取群上下文窗口"))
+        groups = set(await self.work.run(read_scalars(stmt.distinct()), "读取群上下文窗口"))
         groups |= {
             g
             for g, w in self._windows.items()
@@ -335,7 +320,7 @@ class GroupWindowStore:
                     GroupMessage.user_id == user_id,
                     GroupMessage.is_bot.is_(False),
                 )
-                removed += await self.work.run(self._execute(gone), "删除群上下文窗口中的消息")
+                removed += await self.work.run(commit_one(gone), "删除群上下文窗口中的消息")
                 window = self._windows.get(group_id)
                 if window is not None:
                     removed += sum(

@@ -58,8 +58,11 @@ __all__ = [
     "SharedWork",
     "bounded",
     "busy",
+    "commit_one",
     "limited",
     "orm_session",
+    "read_scalars",
+    "rowcount",
     "wall_ms",
 ]
 
@@ -123,6 +126,25 @@ def orm_session() -> AsyncSession:
     from nonebot_plugin_orm import get_session
 
     return limited(get_session())
+
+
+async def read_scalars(stmt: Any) -> list[Any]:
+    """The first column of every row of one read, in an ORM session of its own."""
+    async with orm_session() as session:
+        return list((await session.scalars(stmt)).all())
+
+
+async def commit_one(stmt: Any) -> int:
+    """One change committed in an ORM session of its own; the rows it touched."""
+    async with orm_session() as session:
+        result = await session.execute(stmt)
+        await session.commit()
+    return rowcount(result)
+
+
+def rowcount(result: Any) -> int:
+    """The rows a statement's result says it touched (0 when the driver does not say)."""
+    return int(getattr(result, "rowcount", 0) or 0)
 
 
 def wall_ms() -> int:
